@@ -1,0 +1,1 @@
+//! Shared helpers for the benchmark binaries (timing, reference scripts).

@@ -1,0 +1,398 @@
+//! Reverse-mode differentiation and gradient-ready hooks.
+//!
+//! `backward` sorts the graph below the loss topologically and walks it from the loss
+//! down, accumulating gradients. Every node carries a count of the graph edges that
+//! consume it; when a variable's count reaches zero its gradient is final, and its hooks
+//! fire at that moment, not at the end of the pass. A recurrent weight used at every time
+//! step therefore fires once, after its last (earliest-in-time) use. Gradients of
+//! intermediate nodes are dropped as soon as they have been propagated.
+
+use crate::op::Op;
+use crate::storage::{BackendStorage, BinaryOp, UnaryOp};
+use crate::tensor::no_grad;
+use crate::{Error, Result, Tensor, TensorId};
+use std::collections::HashMap;
+
+/// A callback that receives a variable's final gradient.
+pub type GradHook = Box<dyn FnMut(&Tensor) + Send>;
+
+/// Gradients of the variables reached by a backward pass, by tensor id.
+#[derive(Default)]
+pub struct GradStore(HashMap<TensorId, Tensor>);
+
+impl GradStore {
+    pub fn get(&self, t: &Tensor) -> Option<&Tensor> {
+        self.0.get(&t.id())
+    }
+    pub fn get_id(&self, id: TensorId) -> Option<&Tensor> {
+        self.0.get(&id)
+    }
+    pub fn remove(&mut self, t: &Tensor) -> Option<Tensor> {
+        self.0.remove(&t.id())
+    }
+    pub fn insert(&mut self, t: &Tensor, grad: Tensor) -> Option<Tensor> {
+        self.0.insert(t.id(), grad)
+    }
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// The nodes that lead to `root` through differentiable edges, inputs before consumers.
+fn topological_order(root: &Tensor) -> Vec<Tensor> {
+    let mut order = Vec::new();
+    let mut visited = std::collections::HashSet::new();
+    // Iterative post-order DFS: deep graphs (long unrolled RNNs) must not overflow the stack.
+    let mut stack: Vec<(Tensor, usize)> = vec![(root.clone(), 0)];
+    visited.insert(root.id());
+    while let Some((node, child)) = stack.pop() {
+        let inputs: Vec<Tensor> = node
+            .op()
+            .map(|op| op.inputs().into_iter().cloned().collect())
+            .unwrap_or_default();
+        if let Some(next) = inputs.get(child) {
+            stack.push((node.clone(), child + 1));
+            if next.tracks_grad() && visited.insert(next.id()) {
+                stack.push((next.clone(), 0));
+            }
+        } else {
+            order.push(node);
+        }
+    }
+    order
+}
+
+fn fire_hooks(var: &Tensor, grad: &Tensor) -> Result<()> {
+    let mut hooks = var
+        .0
+        .hooks
+        .lock()
+        .map_err(|_| Error::msg("backward: a gradient hook panicked earlier"))?;
+    for hook in hooks.iter_mut() {
+        hook(grad);
+    }
+    Ok(())
+}
+
+impl Tensor {
+    /// Backpropagates from this scalar (one-element) tensor.
+    pub fn backward(&self) -> Result<GradStore> {
+        if self.elem_count() != 1 {
+            return Err(Error::BadShape {
+                op: "backward",
+                msg: "needs a one-element loss; use backward_with_grad for other outputs".into(),
+                shape: self.shape().clone(),
+            });
+        }
+        self.backward_with_grad(&self.ones_like()?)
+    }
+
+    /// Backpropagates `grad` (the gradient of some scalar with respect to this tensor).
+    pub fn backward_with_grad(&self, grad: &Tensor) -> Result<GradStore> {
+        if grad.shape() != self.shape() {
+            return Err(Error::ShapeMismatch {
+                op: "backward_with_grad",
+                lhs: self.shape().clone(),
+                rhs: grad.shape().clone(),
+            });
+        }
+        no_grad(|| self.backward_inner(grad.clone()))
+    }
+
+    fn backward_inner(&self, seed: Tensor) -> Result<GradStore> {
+        if !self.tracks_grad() {
+            return Err(Error::msg("backward: this tensor does not depend on any variable (was it computed under no_grad?)"));
+        }
+        let order = topological_order(self);
+        let mut pending: HashMap<TensorId, usize> = HashMap::new();
+        for node in &order {
+            if let Some(op) = node.op() {
+                for input in op.inputs() {
+                    if input.tracks_grad() {
+                        *pending.entry(input.id()).or_default() += 1;
+                    }
+                }
+            }
+        }
+        let mut grads: HashMap<TensorId, Tensor> = HashMap::new();
+        let mut store = GradStore::default();
+        grads.insert(self.id(), seed);
+        if self.is_variable() {
+            let g = grads
+                .remove(&self.id())
+                .ok_or_else(|| Error::msg("backward: lost the seed gradient"))?;
+            fire_hooks(self, &g)?;
+            store.insert(self, g);
+            return Ok(store);
+        }
+        for node in order.iter().rev() {
+            let Some(op) = node.op() else { continue };
+            let grad = grads.remove(&node.id());
+            let inputs = op.inputs();
+            let input_grads = match &grad {
+                Some(g) => {
+                    let needs: Vec<bool> = inputs.iter().map(|t| t.tracks_grad()).collect();
+                    input_grads(op, node, g, &needs)?
+                }
+                None => vec![None; inputs.len()],
+            };
+            for (input, g) in inputs.into_iter().zip(input_grads) {
+                if !input.tracks_grad() {
+                    continue;
+                }
+                if let Some(g) = g {
+                    let g = if g.shape() != input.shape() {
+                        g.reshape(input.shape().clone())?
+                    } else {
+                        g
+                    };
+                    match grads.remove(&input.id()) {
+                        Some(acc) => grads.insert(input.id(), acc.add(&g)?),
+                        None => grads.insert(input.id(), g),
+                    };
+                }
+                let count = pending
+                    .get_mut(&input.id())
+                    .ok_or_else(|| Error::msg("backward: graph bookkeeping error"))?;
+                *count -= 1;
+                if *count == 0 && input.is_variable() {
+                    // Final: every consumer has contributed. A variable that received no
+                    // gradient (only non-differentiable paths) gets zeros, so each hook
+                    // fires exactly once per backward.
+                    let g = match grads.remove(&input.id()) {
+                        Some(g) => g,
+                        None => input.zeros_like()?,
+                    };
+                    fire_hooks(input, &g)?;
+                    store.insert(input, g);
+                }
+            }
+        }
+        Ok(store)
+    }
+}
+
+/// One gradient per `op.inputs()` entry (None where not needed or identically zero).
+fn input_grads(op: &Op, node: &Tensor, g: &Tensor, needs: &[bool]) -> Result<Vec<Option<Tensor>>> {
+    let need = |i: usize| needs.get(i).copied().unwrap_or(false);
+    Ok(match op {
+        Op::Unary(x, u) => {
+            let gx = match *u {
+                UnaryOp::Neg => Some(g.neg()?),
+                UnaryOp::Abs => Some(g.mul(&x.sign()?)?),
+                UnaryOp::Sign | UnaryOp::InRange { .. } => None,
+                UnaryOp::Sqrt => Some(g.div(&node.affine(2.0, 0.0)?)?),
+                UnaryOp::Exp => Some(g.mul(node)?),
+                UnaryOp::Log => Some(g.div(x)?),
+                UnaryOp::Tanh => Some(g.mul(&node.sqr()?.affine(-1.0, 1.0)?)?),
+                UnaryOp::Sigmoid => Some(g.mul(&node.mul(&node.affine(-1.0, 1.0)?)?)?),
+                UnaryOp::Relu => Some(g.mul(&x.sign()?.relu()?)?),
+                UnaryOp::Sqr => Some(g.mul(&x.affine(2.0, 0.0)?)?),
+                UnaryOp::Recip => Some(g.mul(&node.sqr()?)?.neg()?),
+                UnaryOp::Affine { mul, .. } => Some(g.affine(mul, 0.0)?),
+                UnaryOp::Powf(e) => Some(g.mul(&x.powf(e - 1.0)?.affine(e, 0.0)?)?),
+                UnaryOp::Clamp { min, max } => {
+                    Some(g.mul(&x.unary_op(UnaryOp::InRange { min, max })?)?)
+                }
+            };
+            vec![gx]
+        }
+        Op::Binary(a, b, op) => {
+            let (ga, gb) = match op {
+                BinaryOp::Add => (Some(g.clone()), Some(g.clone())),
+                BinaryOp::Sub => (Some(g.clone()), Some(g.neg()?)),
+                BinaryOp::Mul => (
+                    need(0).then(|| g.mul(b)).transpose()?,
+                    need(1).then(|| g.mul(a)).transpose()?,
+                ),
+                BinaryOp::Div => (
+                    need(0).then(|| g.div(b)).transpose()?,
+                    need(1).then(|| g.mul(node)?.div(b)?.neg()).transpose()?,
+                ),
+                // Ties send the gradient to the left operand, as a mask of a >= b (a <= b).
+                BinaryOp::Maximum | BinaryOp::Minimum => {
+                    let mask = if *op == BinaryOp::Maximum {
+                        a.ge(b)?
+                    } else {
+                        a.le(b)?
+                    };
+                    (Some(g.mul(&mask)?), Some(g.mul(&mask.affine(-1.0, 1.0)?)?))
+                }
+                _ => (None, None),
+            };
+            vec![
+                ga.map(|t| t.sum_to(a.shape())).transpose()?,
+                gb.map(|t| t.sum_to(b.shape())).transpose()?,
+            ]
+        }
+        Op::Where(c, t, f) => {
+            let zeros = g.zeros_like()?;
+            vec![
+                need(0)
+                    .then(|| c.where_cond(g, &zeros)?.sum_to(t.shape()))
+                    .transpose()?,
+                need(1)
+                    .then(|| c.where_cond(&zeros, g)?.sum_to(f.shape()))
+                    .transpose()?,
+            ]
+        }
+        Op::Sum(x) => vec![Some(g.broadcast_as(x.shape().clone())?)],
+        Op::Extremum(x) => {
+            let mask = x.eq(&node.broadcast_as(x.shape().clone())?)?;
+            vec![Some(g.broadcast_as(x.shape().clone())?.mul(&mask)?)]
+        }
+        Op::Matmul(a, b) => matmul_grads(a, b, g, need(0), need(1))?,
+        Op::Reshape(x) => vec![Some(g.reshape(x.shape().clone())?)],
+        Op::Permute(_, perm) => {
+            let mut inv = vec![0; perm.len()];
+            for (i, &p) in perm.iter().enumerate() {
+                inv[p] = i;
+            }
+            vec![Some(g.permute(&inv)?)]
+        }
+        Op::Narrow(x, dim, start) => {
+            let (size, len) = (x.dims()[*dim], g.dims()[*dim]);
+            let mut parts = Vec::new();
+            let zeros = |n: usize| {
+                let mut d = x.dims().to_vec();
+                d[*dim] = n;
+                Tensor::zeros(d, g.dtype(), g.device())
+            };
+            if *start > 0 {
+                parts.push(zeros(*start)?);
+            }
+            parts.push(g.clone());
+            if start + len < size {
+                parts.push(zeros(size - start - len)?);
+            }
+            vec![Some(Tensor::cat(&parts, *dim)?)]
+        }
+        Op::Broadcast(x) => vec![Some(g.sum_to(x.shape())?)],
+        Op::Copy(_) => vec![Some(g.clone())],
+        Op::ToDType(x) => vec![Some(g.to_dtype(x.dtype())?)],
+        Op::Conv2d {
+            input,
+            weight,
+            params,
+        } => {
+            let g = g.contiguous()?;
+            let gs = g.storage();
+            let gx = if need(0) {
+                let w = weight.contiguous()?;
+                let s = gs.conv2d_backward_input(&w.storage(), params)?;
+                Some(Tensor::from_storage(s, params.in_shape(), None))
+            } else {
+                None
+            };
+            let gw = if need(1) {
+                let x = input.contiguous()?;
+                let s = x.storage().conv2d_backward_weight(&gs, params)?;
+                Some(Tensor::from_storage(s, params.weight_shape(), None))
+            } else {
+                None
+            };
+            vec![gx, gw]
+        }
+        Op::Pool2d { input, params } => {
+            let (x, g) = (input.contiguous()?, g.contiguous()?);
+            let s = x.storage().pool2d_backward(&g.storage(), params)?;
+            vec![Some(Tensor::from_storage(s, input.shape().clone(), None))]
+        }
+        Op::BatchNorm {
+            input,
+            weight,
+            mean,
+            invstd,
+            training,
+            params,
+            ..
+        } => {
+            let (x, g, w) = (input.contiguous()?, g.contiguous()?, weight.contiguous()?);
+            let (dx, dw, db) = x.storage().batch_norm_backward(
+                &g.storage(),
+                &w.storage(),
+                &mean.storage(),
+                &invstd.storage(),
+                *training,
+                params,
+            )?;
+            vec![
+                need(0).then(|| Tensor::from_storage(dx, input.shape().clone(), None)),
+                need(1).then(|| Tensor::from_storage(dw, weight.shape().clone(), None)),
+                need(2).then(|| Tensor::from_storage(db, weight.shape().clone(), None)),
+            ]
+        }
+        Op::Softmax { arg, log } => {
+            let cols = arg.dims().last().copied().unwrap_or(1);
+            let rows = arg.elem_count() / cols.max(1);
+            let g = g.contiguous()?;
+            let s = node
+                .storage()
+                .softmax_last_backward(&g.storage(), rows, cols, *log)?;
+            vec![Some(Tensor::from_storage(s, arg.shape().clone(), None))]
+        }
+        Op::CrossEntropy {
+            logits,
+            labels,
+            probs,
+            ignore_index,
+            count,
+        } => {
+            let (n, c) = (logits.dims()[0], logits.dims()[1]);
+            let upstream = g.to_vec_f64()?[0];
+            let s = probs.storage().cross_entropy_backward(
+                &labels.storage(),
+                upstream,
+                n,
+                c,
+                *ignore_index,
+                *count,
+            )?;
+            vec![Some(Tensor::from_storage(s, logits.shape().clone(), None))]
+        }
+        Op::IndexSelect { arg, ids, dim } => {
+            vec![Some(g.index_add_into(ids, *dim, arg.shape())?)]
+        }
+        Op::Concat(xs, dim) => {
+            let mut start = 0;
+            let mut out = Vec::with_capacity(xs.len());
+            for (i, x) in xs.iter().enumerate() {
+                let len = x.dims()[*dim];
+                out.push(if need(i) {
+                    Some(g.narrow(*dim, start, len)?)
+                } else {
+                    None
+                });
+                start += len;
+            }
+            out
+        }
+    })
+}
+
+/// Gradients of `a @ b` for `a: [..., m, k]`, `b: [..., k, n]` or `b: [k, n]` (shared).
+fn matmul_grads(
+    a: &Tensor,
+    b: &Tensor,
+    g: &Tensor,
+    need_a: bool,
+    need_b: bool,
+) -> Result<Vec<Option<Tensor>>> {
+    let ga = need_a.then(|| g.matmul(&b.transpose_last()?)).transpose()?;
+    let gb = if !need_b {
+        None
+    } else if b.rank() == 2 && a.rank() > 2 {
+        // b was shared across the batch: fold the batch into the rows.
+        let k = a.dims()[a.rank() - 1];
+        let n = g.dims()[g.rank() - 1];
+        let a2 = a.reshape(vec![a.elem_count() / k.max(1), k])?;
+        let g2 = g.reshape(vec![g.elem_count() / n.max(1), n])?;
+        Some(a2.transpose_last()?.matmul(&g2)?)
+    } else {
+        Some(a.transpose_last()?.matmul(g)?)
+    };
+    Ok(vec![ga, gb])
+}

@@ -1,0 +1,434 @@
+//! The CPU backend: `CpuStorage` and its implementation of `BackendStorage`. This file only
+//! dispatches on the element type; the kernels live in the sibling files, one per concept,
+//! generic over `Float` (f32 and f64). U32 storage holds indices and labels and supports
+//! copies and indexing, not arithmetic.
+
+mod conv;
+mod elementwise;
+mod index;
+pub(crate) mod matmul;
+mod norm;
+mod pool;
+mod reduce;
+mod select;
+mod softmax;
+
+use crate::storage::{
+    BackendStorage, BatchNormParams, BinaryOp, Conv2dParams, Pool2dParams, ReduceOp, UnaryOp,
+};
+use crate::{DType, Device, Error, Layout, Result, Shape};
+
+#[derive(Clone, Debug)]
+pub enum CpuStorage {
+    F32(Vec<f32>),
+    F64(Vec<f64>),
+    U32(Vec<u32>),
+}
+
+fn unsupported(op: &'static str, dtype: DType) -> Error {
+    Error::UnsupportedDType {
+        op,
+        dtype,
+        expected: "f32 or f64",
+    }
+}
+
+fn mismatch(op: &'static str, a: &CpuStorage, b: &CpuStorage) -> Error {
+    Error::DTypeMismatch {
+        op,
+        lhs: a.dtype(),
+        rhs: b.dtype(),
+    }
+}
+
+impl CpuStorage {
+    pub fn len(&self) -> usize {
+        match self {
+            CpuStorage::F32(v) => v.len(),
+            CpuStorage::F64(v) => v.len(),
+            CpuStorage::U32(v) => v.len(),
+        }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    pub fn zeros(n: usize, dtype: DType) -> Self {
+        match dtype {
+            DType::F32 => CpuStorage::F32(vec![0.0; n]),
+            DType::F64 => CpuStorage::F64(vec![0.0; n]),
+            DType::U32 => CpuStorage::U32(vec![0; n]),
+        }
+    }
+    fn as_u32(&self, op: &'static str) -> Result<&[u32]> {
+        match self {
+            CpuStorage::U32(v) => Ok(v),
+            other => Err(Error::UnsupportedDType {
+                op,
+                dtype: other.dtype(),
+                expected: "u32 indices",
+            }),
+        }
+    }
+}
+
+impl BackendStorage for CpuStorage {
+    fn dtype(&self) -> DType {
+        match self {
+            CpuStorage::F32(_) => DType::F32,
+            CpuStorage::F64(_) => DType::F64,
+            CpuStorage::U32(_) => DType::U32,
+        }
+    }
+    fn device(&self) -> Device {
+        Device::Cpu
+    }
+    fn to_cpu(&self) -> Result<CpuStorage> {
+        Ok(self.clone())
+    }
+
+    fn copy_strided(&self, l: &Layout) -> Result<Self> {
+        Ok(match self {
+            CpuStorage::F32(v) => CpuStorage::F32(elementwise::gather(v, l)),
+            CpuStorage::F64(v) => CpuStorage::F64(elementwise::gather(v, l)),
+            CpuStorage::U32(v) => CpuStorage::U32(elementwise::gather(v, l)),
+        })
+    }
+
+    fn copy_into(&mut self, dst_l: &Layout, src: &Self) -> Result<()> {
+        match (self, src) {
+            (CpuStorage::F32(d), CpuStorage::F32(s)) => elementwise::copy_into(d, dst_l, s),
+            (CpuStorage::F64(d), CpuStorage::F64(s)) => elementwise::copy_into(d, dst_l, s),
+            (CpuStorage::U32(d), CpuStorage::U32(s)) => elementwise::copy_into(d, dst_l, s),
+            (d, s) => return Err(mismatch("copy_into", d, s)),
+        }
+        Ok(())
+    }
+
+    fn to_dtype(&self, l: &Layout, dtype: DType) -> Result<Self> {
+        let c = self.copy_strided(l)?;
+        Ok(match (c, dtype) {
+            (CpuStorage::F32(v), DType::F64) => {
+                CpuStorage::F64(v.iter().map(|&x| x as f64).collect())
+            }
+            (CpuStorage::F64(v), DType::F32) => {
+                CpuStorage::F32(v.iter().map(|&x| x as f32).collect())
+            }
+            (CpuStorage::U32(v), DType::F32) => {
+                CpuStorage::F32(v.iter().map(|&x| x as f32).collect())
+            }
+            (CpuStorage::U32(v), DType::F64) => {
+                CpuStorage::F64(v.iter().map(|&x| x as f64).collect())
+            }
+            // Float to index: truncation toward zero; negatives and NaN become 0.
+            (CpuStorage::F32(v), DType::U32) => {
+                CpuStorage::U32(v.iter().map(|&x| x as u32).collect())
+            }
+            (CpuStorage::F64(v), DType::U32) => {
+                CpuStorage::U32(v.iter().map(|&x| x as u32).collect())
+            }
+            (same, _) => same,
+        })
+    }
+
+    fn unary(&self, l: &Layout, op: UnaryOp) -> Result<Self> {
+        match self {
+            CpuStorage::F32(v) => Ok(CpuStorage::F32(elementwise::unary(v, l, op))),
+            CpuStorage::F64(v) => Ok(CpuStorage::F64(elementwise::unary(v, l, op))),
+            CpuStorage::U32(_) => Err(unsupported("unary op", DType::U32)),
+        }
+    }
+
+    fn binary(&self, ll: &Layout, rhs: &Self, rl: &Layout, op: BinaryOp) -> Result<Self> {
+        match (self, rhs) {
+            (CpuStorage::F32(a), CpuStorage::F32(b)) => {
+                Ok(CpuStorage::F32(elementwise::binary(a, ll, b, rl, op)))
+            }
+            (CpuStorage::F64(a), CpuStorage::F64(b)) => {
+                Ok(CpuStorage::F64(elementwise::binary(a, ll, b, rl, op)))
+            }
+            (CpuStorage::U32(_), CpuStorage::U32(_)) => Err(unsupported("binary op", DType::U32)),
+            (a, b) => Err(mismatch("binary op", a, b)),
+        }
+    }
+
+    fn where_cond(
+        &self,
+        cl: &Layout,
+        t: &Self,
+        tl: &Layout,
+        f: &Self,
+        fl: &Layout,
+    ) -> Result<Self> {
+        match (self, t, f) {
+            (CpuStorage::F32(c), CpuStorage::F32(t), CpuStorage::F32(f)) => Ok(CpuStorage::F32(
+                elementwise::where_cond(c, cl, t, tl, f, fl),
+            )),
+            (CpuStorage::F64(c), CpuStorage::F64(t), CpuStorage::F64(f)) => Ok(CpuStorage::F64(
+                elementwise::where_cond(c, cl, t, tl, f, fl),
+            )),
+            (c, t, _) => Err(mismatch("where_cond", c, t)),
+        }
+    }
+
+    fn reduce(&self, l: &Layout, dims: &[usize], op: ReduceOp) -> Result<Self> {
+        if op == ReduceOp::ArgMax {
+            let [dim] = dims else {
+                return Err(Error::msg(format!(
+                    "argmax: reduces exactly one dimension, got {dims:?}"
+                )));
+            };
+            return match self {
+                CpuStorage::F32(v) => Ok(CpuStorage::U32(reduce::argmax(v, l, *dim))),
+                CpuStorage::F64(v) => Ok(CpuStorage::U32(reduce::argmax(v, l, *dim))),
+                CpuStorage::U32(_) => Err(unsupported("argmax", DType::U32)),
+            };
+        }
+        match self {
+            CpuStorage::F32(v) => Ok(CpuStorage::F32(reduce::reduce(v, l, dims, op))),
+            CpuStorage::F64(v) => Ok(CpuStorage::F64(reduce::reduce(v, l, dims, op))),
+            CpuStorage::U32(_) => Err(unsupported("reduce", DType::U32)),
+        }
+    }
+
+    fn matmul(
+        &self,
+        ll: &Layout,
+        rhs: &Self,
+        rl: &Layout,
+        bmnk: (usize, usize, usize, usize),
+    ) -> Result<Self> {
+        match (self, rhs) {
+            (CpuStorage::F32(a), CpuStorage::F32(b)) => {
+                Ok(CpuStorage::F32(matmul::matmul(a, ll, b, rl, bmnk)))
+            }
+            (CpuStorage::F64(a), CpuStorage::F64(b)) => {
+                Ok(CpuStorage::F64(matmul::matmul(a, ll, b, rl, bmnk)))
+            }
+            (a, b) => Err(mismatch("matmul", a, b)),
+        }
+    }
+
+    fn conv2d(&self, w: &Self, p: &Conv2dParams) -> Result<Self> {
+        match (self, w) {
+            (CpuStorage::F32(x), CpuStorage::F32(w)) => Ok(CpuStorage::F32(conv::conv2d(x, w, p))),
+            (CpuStorage::F64(x), CpuStorage::F64(w)) => Ok(CpuStorage::F64(conv::conv2d(x, w, p))),
+            (a, b) => Err(mismatch("conv2d", a, b)),
+        }
+    }
+    fn conv2d_backward_input(&self, w: &Self, p: &Conv2dParams) -> Result<Self> {
+        match (self, w) {
+            (CpuStorage::F32(g), CpuStorage::F32(w)) => {
+                Ok(CpuStorage::F32(conv::conv2d_backward_input(g, w, p)))
+            }
+            (CpuStorage::F64(g), CpuStorage::F64(w)) => {
+                Ok(CpuStorage::F64(conv::conv2d_backward_input(g, w, p)))
+            }
+            (a, b) => Err(mismatch("conv2d backward", a, b)),
+        }
+    }
+    fn conv2d_backward_weight(&self, gy: &Self, p: &Conv2dParams) -> Result<Self> {
+        match (self, gy) {
+            (CpuStorage::F32(x), CpuStorage::F32(g)) => {
+                Ok(CpuStorage::F32(conv::conv2d_backward_weight(x, g, p)))
+            }
+            (CpuStorage::F64(x), CpuStorage::F64(g)) => {
+                Ok(CpuStorage::F64(conv::conv2d_backward_weight(x, g, p)))
+            }
+            (a, b) => Err(mismatch("conv2d backward", a, b)),
+        }
+    }
+
+    fn pool2d(&self, p: &Pool2dParams) -> Result<Self> {
+        match self {
+            CpuStorage::F32(x) => Ok(CpuStorage::F32(pool::pool2d(x, p))),
+            CpuStorage::F64(x) => Ok(CpuStorage::F64(pool::pool2d(x, p))),
+            CpuStorage::U32(_) => Err(unsupported("pool2d", DType::U32)),
+        }
+    }
+    fn pool2d_backward(&self, gy: &Self, p: &Pool2dParams) -> Result<Self> {
+        match (self, gy) {
+            (CpuStorage::F32(x), CpuStorage::F32(g)) => {
+                Ok(CpuStorage::F32(pool::pool2d_backward(x, g, p)))
+            }
+            (CpuStorage::F64(x), CpuStorage::F64(g)) => {
+                Ok(CpuStorage::F64(pool::pool2d_backward(x, g, p)))
+            }
+            (a, b) => Err(mismatch("pool2d backward", a, b)),
+        }
+    }
+
+    fn batch_norm(
+        &self,
+        w: &Self,
+        b: &Self,
+        stats: Option<(&Self, &Self)>,
+        p: &BatchNormParams,
+    ) -> Result<(Self, Self, Self)> {
+        match (self, w, b) {
+            (CpuStorage::F32(x), CpuStorage::F32(w), CpuStorage::F32(b)) => {
+                let stats = match stats {
+                    Some((CpuStorage::F32(m), CpuStorage::F32(v))) => {
+                        Some((m.as_slice(), v.as_slice()))
+                    }
+                    Some((m, _)) => return Err(mismatch("batch_norm running stats", self, m)),
+                    None => None,
+                };
+                let (o, m, s) = norm::batch_norm(x, w, b, stats, p);
+                Ok((CpuStorage::F32(o), CpuStorage::F32(m), CpuStorage::F32(s)))
+            }
+            (CpuStorage::F64(x), CpuStorage::F64(w), CpuStorage::F64(b)) => {
+                let stats = match stats {
+                    Some((CpuStorage::F64(m), CpuStorage::F64(v))) => {
+                        Some((m.as_slice(), v.as_slice()))
+                    }
+                    Some((m, _)) => return Err(mismatch("batch_norm running stats", self, m)),
+                    None => None,
+                };
+                let (o, m, s) = norm::batch_norm(x, w, b, stats, p);
+                Ok((CpuStorage::F64(o), CpuStorage::F64(m), CpuStorage::F64(s)))
+            }
+            (x, w, _) => Err(mismatch("batch_norm", x, w)),
+        }
+    }
+
+    fn batch_norm_backward(
+        &self,
+        gy: &Self,
+        w: &Self,
+        mean: &Self,
+        invstd: &Self,
+        training: bool,
+        p: &BatchNormParams,
+    ) -> Result<(Self, Self, Self)> {
+        match (self, gy, w, mean, invstd) {
+            (
+                CpuStorage::F32(x),
+                CpuStorage::F32(g),
+                CpuStorage::F32(w),
+                CpuStorage::F32(m),
+                CpuStorage::F32(s),
+            ) => {
+                let (a, b, c) = norm::batch_norm_backward(x, g, w, m, s, training, p);
+                Ok((CpuStorage::F32(a), CpuStorage::F32(b), CpuStorage::F32(c)))
+            }
+            (
+                CpuStorage::F64(x),
+                CpuStorage::F64(g),
+                CpuStorage::F64(w),
+                CpuStorage::F64(m),
+                CpuStorage::F64(s),
+            ) => {
+                let (a, b, c) = norm::batch_norm_backward(x, g, w, m, s, training, p);
+                Ok((CpuStorage::F64(a), CpuStorage::F64(b), CpuStorage::F64(c)))
+            }
+            (x, g, ..) => Err(mismatch("batch_norm backward", x, g)),
+        }
+    }
+
+    fn softmax_last(&self, _rows: usize, cols: usize, log: bool) -> Result<Self> {
+        match self {
+            CpuStorage::F32(x) => Ok(CpuStorage::F32(softmax::softmax_last(x, cols, log))),
+            CpuStorage::F64(x) => Ok(CpuStorage::F64(softmax::softmax_last(x, cols, log))),
+            CpuStorage::U32(_) => Err(unsupported("softmax", DType::U32)),
+        }
+    }
+    fn softmax_last_backward(
+        &self,
+        g: &Self,
+        _rows: usize,
+        cols: usize,
+        log: bool,
+    ) -> Result<Self> {
+        match (self, g) {
+            (CpuStorage::F32(y), CpuStorage::F32(g)) => Ok(CpuStorage::F32(
+                softmax::softmax_last_backward(y, g, cols, log),
+            )),
+            (CpuStorage::F64(y), CpuStorage::F64(g)) => Ok(CpuStorage::F64(
+                softmax::softmax_last_backward(y, g, cols, log),
+            )),
+            (a, b) => Err(mismatch("softmax backward", a, b)),
+        }
+    }
+
+    fn cross_entropy(
+        &self,
+        labels: &Self,
+        _n: usize,
+        c: usize,
+        ignore: Option<u32>,
+    ) -> Result<(Self, Self, usize)> {
+        let labels = labels.as_u32("cross_entropy labels")?;
+        match self {
+            CpuStorage::F32(x) => {
+                let (l, p, n) = softmax::cross_entropy(x, labels, c, ignore)?;
+                Ok((CpuStorage::F32(vec![l]), CpuStorage::F32(p), n))
+            }
+            CpuStorage::F64(x) => {
+                let (l, p, n) = softmax::cross_entropy(x, labels, c, ignore)?;
+                Ok((CpuStorage::F64(vec![l]), CpuStorage::F64(p), n))
+            }
+            CpuStorage::U32(_) => Err(unsupported("cross_entropy logits", DType::U32)),
+        }
+    }
+    fn cross_entropy_backward(
+        &self,
+        labels: &Self,
+        grad: f64,
+        _n: usize,
+        c: usize,
+        ignore: Option<u32>,
+        count: usize,
+    ) -> Result<Self> {
+        let labels = labels.as_u32("cross_entropy labels")?;
+        match self {
+            CpuStorage::F32(p) => Ok(CpuStorage::F32(softmax::cross_entropy_backward(
+                p, labels, grad, c, ignore, count,
+            ))),
+            CpuStorage::F64(p) => Ok(CpuStorage::F64(softmax::cross_entropy_backward(
+                p, labels, grad, c, ignore, count,
+            ))),
+            CpuStorage::U32(_) => Err(unsupported("cross_entropy backward", DType::U32)),
+        }
+    }
+
+    fn index_select(&self, shape: &Shape, ids: &Self, dim: usize) -> Result<Self> {
+        let ids = ids.as_u32("index_select indices")?;
+        Ok(match self {
+            CpuStorage::F32(v) => CpuStorage::F32(index::index_select(v, shape, ids, dim)?),
+            CpuStorage::F64(v) => CpuStorage::F64(index::index_select(v, shape, ids, dim)?),
+            CpuStorage::U32(v) => CpuStorage::U32(index::index_select(v, shape, ids, dim)?),
+        })
+    }
+    fn index_add(
+        &self,
+        src_shape: &Shape,
+        ids: &Self,
+        dim: usize,
+        out_shape: &Shape,
+    ) -> Result<Self> {
+        let ids = ids.as_u32("index_add indices")?;
+        match self {
+            CpuStorage::F32(v) => Ok(CpuStorage::F32(index::index_add(
+                v, src_shape, ids, dim, out_shape,
+            )?)),
+            CpuStorage::F64(v) => Ok(CpuStorage::F64(index::index_add(
+                v, src_shape, ids, dim, out_shape,
+            )?)),
+            CpuStorage::U32(_) => Err(unsupported("index_add", DType::U32)),
+        }
+    }
+
+    fn topk(&self, _rows: usize, cols: usize, k: usize, largest: bool) -> Result<(Self, Self)> {
+        match self {
+            CpuStorage::F32(v) => {
+                let (a, b) = select::topk(v, cols, k, largest);
+                Ok((CpuStorage::F32(a), CpuStorage::U32(b)))
+            }
+            CpuStorage::F64(v) => {
+                let (a, b) = select::topk(v, cols, k, largest);
+                Ok((CpuStorage::F64(a), CpuStorage::U32(b)))
+            }
+            CpuStorage::U32(_) => Err(unsupported("topk", DType::U32)),
+        }
+    }
+}

@@ -1,0 +1,136 @@
+//! Reductions over any set of axes (sum, max, min, argmax), producing the keepdim shape.
+//!
+//! The input is first made contiguous and viewed as `[outer, reduced..., inner]` blocks
+//! when the reduced axes are adjacent (the common case: a last axis, or the batch and
+//! spatial axes of batch norm run separately); otherwise we fall back to an index walk.
+
+use crate::storage::ReduceOp;
+use crate::{Float, Layout, Shape};
+use rayon::prelude::*;
+
+pub(crate) fn reduce<T: Float>(src: &[T], layout: &Layout, dims: &[usize], op: ReduceOp) -> Vec<T> {
+    let data = super::elementwise::gather(src, layout);
+    let shape = layout.dims();
+    let rank = shape.len();
+    let mut out_dims = shape.to_vec();
+    for &d in dims {
+        out_dims[d] = 1;
+    }
+    let out_n: usize = out_dims.iter().product();
+    let mut sorted = dims.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let adjacent = sorted.windows(2).all(|w| w[1] == w[0] + 1);
+    if sorted.is_empty() {
+        return data;
+    }
+    if adjacent {
+        let (first, last) = (sorted[0], *sorted.last().unwrap_or(&0));
+        let outer: usize = shape[..first].iter().product();
+        let red: usize = shape[first..=last].iter().product();
+        let inner: usize = shape[last + 1..].iter().product();
+        let mut out = vec![T::zero(); outer * inner];
+        let reduce_block = |o: usize, out_row: &mut [T]| {
+            let base = o * red * inner;
+            if inner == 1 {
+                out_row[0] = fold(&data[base..base + red], op);
+                return;
+            }
+            match op {
+                ReduceOp::Sum => {
+                    out_row.copy_from_slice(&data[base..base + inner]);
+                    for r in 1..red {
+                        let row = &data[base + r * inner..base + (r + 1) * inner];
+                        for (a, &b) in out_row.iter_mut().zip(row) {
+                            *a += b;
+                        }
+                    }
+                }
+                ReduceOp::Max | ReduceOp::Min | ReduceOp::ArgMax => {
+                    for (i, slot) in out_row.iter_mut().enumerate() {
+                        let col: Vec<T> = (0..red).map(|r| data[base + r * inner + i]).collect();
+                        *slot = fold(&col, op);
+                    }
+                }
+            }
+        };
+        if outer * red * inner >= super::elementwise::PAR_THRESHOLD && outer > 1 {
+            out.par_chunks_mut(inner)
+                .enumerate()
+                .for_each(|(o, row)| reduce_block(o, row));
+        } else {
+            out.chunks_mut(inner)
+                .enumerate()
+                .for_each(|(o, row)| reduce_block(o, row));
+        }
+        return out;
+    }
+    // General case: accumulate each element into its output slot.
+    let out_strides = Shape::new(out_dims.clone()).contiguous_strides();
+    let mut slots: Vec<Vec<T>> = vec![Vec::new(); out_n];
+    let mut idx = vec![0usize; rank];
+    for &v in &data {
+        let mut o = 0;
+        for d in 0..rank {
+            if out_dims[d] != 1 || !sorted.contains(&d) {
+                o += idx[d] * out_strides[d];
+            }
+        }
+        slots[o].push(v);
+        for d in (0..rank).rev() {
+            idx[d] += 1;
+            if idx[d] < shape[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+    slots.iter().map(|s| fold(s, op)).collect()
+}
+
+#[inline]
+fn fold<T: Float>(xs: &[T], op: ReduceOp) -> T {
+    match op {
+        ReduceOp::Sum => xs.iter().copied().sum(),
+        ReduceOp::Max => {
+            xs.iter().copied().fold(
+                T::neg_infinity(),
+                |a, b| if b > a || b.is_nan() { b } else { a },
+            )
+        }
+        ReduceOp::Min => {
+            xs.iter().copied().fold(
+                T::infinity(),
+                |a, b| if b < a || b.is_nan() { b } else { a },
+            )
+        }
+        // Routed to `argmax` by the caller, which returns indices rather than values.
+        ReduceOp::ArgMax => T::nan(),
+    }
+}
+
+/// Index of the first maximum along `dim` (NaN counts as the maximum, as in PyTorch).
+pub(crate) fn argmax<T: Float>(src: &[T], layout: &Layout, dim: usize) -> Vec<u32> {
+    let data = super::elementwise::gather(src, layout);
+    let shape = layout.dims();
+    let outer: usize = shape[..dim].iter().product();
+    let red = shape[dim];
+    let inner: usize = shape[dim + 1..].iter().product();
+    let mut out = vec![0u32; outer * inner];
+    for o in 0..outer {
+        for i in 0..inner {
+            let at = |r: usize| data[(o * red + r) * inner + i];
+            let mut best = 0;
+            for r in 1..red {
+                if at(best).is_nan() {
+                    break;
+                }
+                if at(r) > at(best) || at(r).is_nan() {
+                    best = r;
+                }
+            }
+            out[o * inner + i] = best as u32;
+        }
+    }
+    out
+}

@@ -1,0 +1,41 @@
+//! Top-k along the last dimension by selection (`select_nth_unstable_by`, O(n) per row),
+//! sorting only the k selected values. NaNs order as the largest values.
+
+use crate::Float;
+use rayon::prelude::*;
+use std::cmp::Ordering;
+
+fn cmp<T: Float>(a: T, b: T) -> Ordering {
+    a.partial_cmp(&b)
+        .unwrap_or_else(|| a.is_nan().cmp(&b.is_nan()))
+}
+
+pub(crate) fn topk<T: Float>(x: &[T], cols: usize, k: usize, largest: bool) -> (Vec<T>, Vec<u32>) {
+    let rows = if cols == 0 { 0 } else { x.len() / cols };
+    let per_row: Vec<(Vec<T>, Vec<u32>)> = (0..rows)
+        .into_par_iter()
+        .map(|r| {
+            let row = &x[r * cols..(r + 1) * cols];
+            let mut idx: Vec<u32> = (0..cols as u32).collect();
+            let order = |a: &u32, b: &u32| {
+                let o = cmp(row[*a as usize], row[*b as usize]);
+                // Ties resolve to the lower index first, for determinism.
+                let o = if largest { o.reverse() } else { o };
+                o.then(a.cmp(b))
+            };
+            if k < cols && k > 0 {
+                idx.select_nth_unstable_by(k - 1, order);
+            }
+            idx.truncate(k);
+            idx.sort_unstable_by(order);
+            (idx.iter().map(|&i| row[i as usize]).collect(), idx)
+        })
+        .collect();
+    let mut values = Vec::with_capacity(rows * k);
+    let mut indices = Vec::with_capacity(rows * k);
+    for (v, i) in per_row {
+        values.extend(v);
+        indices.extend(i);
+    }
+    (values, indices)
+}

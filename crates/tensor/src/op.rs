@@ -1,0 +1,95 @@
+//! The record each computed tensor keeps of the op that produced it. `inputs()` lists the
+//! differentiable inputs only (labels, indices and conditions are carried but never get
+//! gradients); `backprop.rs` returns one gradient per entry of `inputs()`, in order.
+
+use crate::storage::{BatchNormParams, BinaryOp, Conv2dParams, Pool2dParams, UnaryOp};
+use crate::Tensor;
+
+pub(crate) enum Op {
+    Unary(Tensor, UnaryOp),
+    Binary(Tensor, Tensor, BinaryOp),
+    /// (condition, on_true, on_false); the condition is not differentiable.
+    Where(Tensor, Tensor, Tensor),
+    /// Sum over dims, keepdim shape.
+    Sum(Tensor),
+    /// Max or min over dims, keepdim shape; the gradient goes to every extremal element.
+    Extremum(Tensor),
+    Matmul(Tensor, Tensor),
+    Reshape(Tensor),
+    Permute(Tensor, Vec<usize>),
+    Narrow(Tensor, usize, usize),
+    Broadcast(Tensor),
+    Copy(Tensor),
+    ToDType(Tensor),
+    Conv2d {
+        input: Tensor,
+        weight: Tensor,
+        params: Conv2dParams,
+    },
+    Pool2d {
+        input: Tensor,
+        params: Pool2dParams,
+    },
+    BatchNorm {
+        input: Tensor,
+        weight: Tensor,
+        bias: Tensor,
+        mean: Tensor,
+        invstd: Tensor,
+        training: bool,
+        params: BatchNormParams,
+    },
+    /// Over the last dimension of a contiguous input.
+    Softmax {
+        arg: Tensor,
+        log: bool,
+    },
+    CrossEntropy {
+        logits: Tensor,
+        labels: Tensor,
+        probs: Tensor,
+        ignore_index: Option<u32>,
+        count: usize,
+    },
+    IndexSelect {
+        arg: Tensor,
+        ids: Tensor,
+        dim: usize,
+    },
+    Concat(Vec<Tensor>, usize),
+}
+
+impl Op {
+    pub(crate) fn inputs(&self) -> Vec<&Tensor> {
+        match self {
+            Op::Unary(a, _)
+            | Op::Sum(a)
+            | Op::Extremum(a)
+            | Op::Reshape(a)
+            | Op::Permute(a, _)
+            | Op::Narrow(a, _, _)
+            | Op::Broadcast(a)
+            | Op::Copy(a)
+            | Op::ToDType(a)
+            | Op::Pool2d { input: a, .. }
+            | Op::Softmax { arg: a, .. }
+            | Op::CrossEntropy { logits: a, .. }
+            | Op::IndexSelect { arg: a, .. } => vec![a],
+            Op::Binary(a, b, _)
+            | Op::Matmul(a, b)
+            | Op::Conv2d {
+                input: a,
+                weight: b,
+                ..
+            } => vec![a, b],
+            Op::Where(_, t, f) => vec![t, f],
+            Op::BatchNorm {
+                input,
+                weight,
+                bias,
+                ..
+            } => vec![input, weight, bias],
+            Op::Concat(xs, _) => xs.iter().collect(),
+        }
+    }
+}

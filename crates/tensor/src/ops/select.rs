@@ -1,0 +1,66 @@
+//! Top-k, k-th value and sort along a dimension, by selection (O(n) per row, then a sort
+//! of the k selected). Results are not recorded by autograd: these feed gradient
+//! compression, which works on gradients, not inside the graph.
+
+use crate::storage::BackendStorage;
+use crate::{Error, Result, Tensor};
+
+impl Tensor {
+    /// The `k` largest (or smallest) entries along `dim`, sorted, and their U32 indices.
+    /// Ties keep the lower index first; NaN sorts as the largest value.
+    pub fn topk(&self, k: usize, dim: usize, largest: bool) -> Result<(Tensor, Tensor)> {
+        self.check_float("topk")?;
+        self.shape().check_dim(dim, "topk")?;
+        let last = self.rank() - 1;
+        if dim != last {
+            let (v, i) = self.transpose(dim, last)?.topk(k, last, largest)?;
+            return Ok((
+                v.transpose(dim, last)?.contiguous()?,
+                i.transpose(dim, last)?.contiguous()?,
+            ));
+        }
+        let cols = self.dims()[last];
+        if k > cols {
+            return Err(Error::BadShape {
+                op: "topk",
+                msg: format!("k = {k} exceeds dimension {dim} of size {cols}"),
+                shape: self.shape().clone(),
+            });
+        }
+        let rows = self.elem_count() / cols.max(1);
+        let x = self.contiguous()?.detach();
+        let (v, i) = x.storage().topk(rows, cols, k, largest)?;
+        let mut out = self.dims().to_vec();
+        out[last] = k;
+        Ok((
+            Tensor::from_storage(v, out.clone(), None),
+            Tensor::from_storage(i, out, None),
+        ))
+    }
+    /// The k-th smallest value along `dim` (k counts from 1, as `torch.kthvalue`) and its index.
+    pub fn kthvalue(&self, k: usize, dim: usize, keepdim: bool) -> Result<(Tensor, Tensor)> {
+        self.shape().check_dim(dim, "kthvalue")?;
+        if k == 0 || k > self.dims()[dim] {
+            return Err(Error::BadShape {
+                op: "kthvalue",
+                msg: format!("k = {k} is not in 1..={}", self.dims()[dim]),
+                shape: self.shape().clone(),
+            });
+        }
+        let (v, i) = self.topk(k, dim, false)?;
+        let (v, i) = (
+            v.narrow(dim, k - 1, 1)?.contiguous()?,
+            i.narrow(dim, k - 1, 1)?.contiguous()?,
+        );
+        if keepdim {
+            Ok((v, i))
+        } else {
+            Ok((v.squeeze(dim)?, i.squeeze(dim)?))
+        }
+    }
+    /// Sorted values along `dim` and the U32 permutation that sorts them.
+    pub fn sort(&self, dim: usize, descending: bool) -> Result<(Tensor, Tensor)> {
+        self.shape().check_dim(dim, "sort")?;
+        self.topk(self.dims()[dim], dim, descending)
+    }
+}

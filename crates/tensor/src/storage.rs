@@ -1,0 +1,486 @@
+//! The backend interface. `BackendStorage` is the set of kernels a device must provide;
+//! `CpuStorage` implements it today and `CudaStorage` (issue 8) will implement the same
+//! trait, so autograd and the tensor API never look at which device they run on.
+//!
+//! Kernels receive the layout of every strided input. The heavy kernels (matmul aside)
+//! take contiguous inputs: the tensor layer makes them contiguous first, which keeps each
+//! backend's kernels simple and fast.
+
+use crate::cpu::CpuStorage;
+use crate::{DType, Device, Layout, Result, Shape};
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum UnaryOp {
+    Neg,
+    Abs,
+    Sign,
+    Sqrt,
+    Exp,
+    Log,
+    Tanh,
+    Sigmoid,
+    Relu,
+    Sqr,
+    Recip,
+    /// `x * mul + add`.
+    Affine {
+        mul: f64,
+        add: f64,
+    },
+    Powf(f64),
+    Clamp {
+        min: f64,
+        max: f64,
+    },
+    /// 1 where `min <= x <= max`, else 0 (the gradient mask of `Clamp`).
+    InRange {
+        min: f64,
+        max: f64,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BinaryOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Maximum,
+    Minimum,
+    /// Comparisons produce 1 or 0 in the inputs' dtype.
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+impl BinaryOp {
+    pub fn is_comparison(self) -> bool {
+        matches!(
+            self,
+            BinaryOp::Eq | BinaryOp::Ne | BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge
+        )
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReduceOp {
+    Sum,
+    Max,
+    Min,
+    /// Index of the first maximum, as U32.
+    ArgMax,
+}
+
+/// Geometry of a 2-d convolution over NCHW input and OIHW weights (I = C_in / groups).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Conv2dParams {
+    pub batch: usize,
+    pub in_channels: usize,
+    pub in_h: usize,
+    pub in_w: usize,
+    pub out_channels: usize,
+    pub k_h: usize,
+    pub k_w: usize,
+    pub stride: (usize, usize),
+    pub padding: (usize, usize),
+    pub dilation: (usize, usize),
+    pub groups: usize,
+}
+
+impl Conv2dParams {
+    pub fn out_h(&self) -> usize {
+        (self.in_h + 2 * self.padding.0 - self.dilation.0 * (self.k_h - 1) - 1) / self.stride.0 + 1
+    }
+    pub fn out_w(&self) -> usize {
+        (self.in_w + 2 * self.padding.1 - self.dilation.1 * (self.k_w - 1) - 1) / self.stride.1 + 1
+    }
+    pub fn out_shape(&self) -> Shape {
+        Shape::new([self.batch, self.out_channels, self.out_h(), self.out_w()])
+    }
+    pub fn in_shape(&self) -> Shape {
+        Shape::new([self.batch, self.in_channels, self.in_h, self.in_w])
+    }
+    pub fn weight_shape(&self) -> Shape {
+        Shape::new([
+            self.out_channels,
+            self.in_channels / self.groups,
+            self.k_h,
+            self.k_w,
+        ])
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PoolKind {
+    Max,
+    /// Average; padded positions count in the divisor (PyTorch's `count_include_pad=True`).
+    Avg,
+}
+
+/// Geometry of 2-d pooling over NCHW input.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pool2dParams {
+    pub kind: PoolKind,
+    pub batch: usize,
+    pub channels: usize,
+    pub in_h: usize,
+    pub in_w: usize,
+    pub kernel: (usize, usize),
+    pub stride: (usize, usize),
+    pub padding: (usize, usize),
+}
+
+impl Pool2dParams {
+    pub fn out_h(&self) -> usize {
+        (self.in_h + 2 * self.padding.0 - self.kernel.0) / self.stride.0 + 1
+    }
+    pub fn out_w(&self) -> usize {
+        (self.in_w + 2 * self.padding.1 - self.kernel.1) / self.stride.1 + 1
+    }
+    pub fn out_shape(&self) -> Shape {
+        Shape::new([self.batch, self.channels, self.out_h(), self.out_w()])
+    }
+}
+
+/// Batch normalisation over dimension 1 of a contiguous `[N, C, rest...]` input.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BatchNormParams {
+    pub n: usize,
+    pub c: usize,
+    /// Product of the dimensions after C (1 for `[N, C]` input).
+    pub spatial: usize,
+    pub eps: f64,
+}
+
+/// Kernels a device backend provides. Outputs are always contiguous.
+pub trait BackendStorage: Sized {
+    fn dtype(&self) -> DType;
+    fn device(&self) -> Device;
+    fn to_cpu(&self) -> Result<CpuStorage>;
+
+    /// Contiguous copy of the elements of `layout`.
+    fn copy_strided(&self, layout: &Layout) -> Result<Self>;
+    /// Writes the elements of `src` (contiguous) into the strided view `dst_layout` of self.
+    fn copy_into(&mut self, dst_layout: &Layout, src: &Self) -> Result<()>;
+    fn to_dtype(&self, layout: &Layout, dtype: DType) -> Result<Self>;
+
+    fn unary(&self, layout: &Layout, op: UnaryOp) -> Result<Self>;
+    /// Both layouts already have the (broadcast) output shape.
+    fn binary(&self, lhs: &Layout, rhs: &Self, rhs_l: &Layout, op: BinaryOp) -> Result<Self>;
+    fn where_cond(
+        &self,
+        cond: &Layout,
+        t: &Self,
+        t_l: &Layout,
+        f: &Self,
+        f_l: &Layout,
+    ) -> Result<Self>;
+    /// Reduces `dims` to size 1 (keepdim form).
+    fn reduce(&self, layout: &Layout, dims: &[usize], op: ReduceOp) -> Result<Self>;
+
+    /// `[b, m, k] x [b, k, n]`, any strides within each matrix; `rhs` batch stride may be 0.
+    fn matmul(
+        &self,
+        lhs: &Layout,
+        rhs: &Self,
+        rhs_l: &Layout,
+        bmnk: (usize, usize, usize, usize),
+    ) -> Result<Self>;
+
+    fn conv2d(&self, weight: &Self, p: &Conv2dParams) -> Result<Self>;
+    /// Gradient with respect to the input, from `self` = gradient of the output.
+    fn conv2d_backward_input(&self, weight: &Self, p: &Conv2dParams) -> Result<Self>;
+    /// Gradient with respect to the weight, from `self` = input and the output's gradient.
+    fn conv2d_backward_weight(&self, grad_out: &Self, p: &Conv2dParams) -> Result<Self>;
+
+    fn pool2d(&self, p: &Pool2dParams) -> Result<Self>;
+    /// Gradient with respect to the input, from `self` = input and the output's gradient.
+    fn pool2d_backward(&self, grad_out: &Self, p: &Pool2dParams) -> Result<Self>;
+
+    /// Training mode: normalises with the batch statistics and returns them as
+    /// `(out, mean, invstd)`; evaluation mode: `stats = Some((running_mean, running_var))`.
+    fn batch_norm(
+        &self,
+        weight: &Self,
+        bias: &Self,
+        stats: Option<(&Self, &Self)>,
+        p: &BatchNormParams,
+    ) -> Result<(Self, Self, Self)>;
+    /// Returns `(d_input, d_weight, d_bias)`. `training` says whether mean/invstd were batch
+    /// statistics (so the input gradient flows through them too).
+    #[allow(clippy::too_many_arguments)]
+    fn batch_norm_backward(
+        &self,
+        grad_out: &Self,
+        weight: &Self,
+        mean: &Self,
+        invstd: &Self,
+        training: bool,
+        p: &BatchNormParams,
+    ) -> Result<(Self, Self, Self)>;
+
+    /// Softmax (or log-softmax) over the last dimension of a contiguous `[rows, cols]` view.
+    fn softmax_last(&self, rows: usize, cols: usize, log: bool) -> Result<Self>;
+    /// From `self` = the forward output.
+    fn softmax_last_backward(
+        &self,
+        grad_out: &Self,
+        rows: usize,
+        cols: usize,
+        log: bool,
+    ) -> Result<Self>;
+    /// Mean cross-entropy of `[n, c]` logits against U32 labels; returns `(loss [1], probs [n, c], count)`
+    /// where count is the number of labels that were not `ignore_index`.
+    fn cross_entropy(
+        &self,
+        labels: &Self,
+        n: usize,
+        c: usize,
+        ignore_index: Option<u32>,
+    ) -> Result<(Self, Self, usize)>;
+    /// From `self` = probabilities; `grad` is the loss's upstream gradient (a scalar).
+    fn cross_entropy_backward(
+        &self,
+        labels: &Self,
+        grad: f64,
+        n: usize,
+        c: usize,
+        ignore_index: Option<u32>,
+        count: usize,
+    ) -> Result<Self>;
+
+    /// Selects `ids` (U32, contiguous) along `dim` of a contiguous `shape`.
+    fn index_select(&self, shape: &Shape, ids: &Self, dim: usize) -> Result<Self>;
+    /// The transpose of `index_select`: zeros of `out_shape`, plus `self` added at `ids` along `dim`.
+    fn index_add(
+        &self,
+        src_shape: &Shape,
+        ids: &Self,
+        dim: usize,
+        out_shape: &Shape,
+    ) -> Result<Self>;
+
+    /// Top-k along the last dimension of a contiguous `[rows, cols]` view: `(values, U32 indices)`,
+    /// sorted (largest first when `largest`).
+    fn topk(&self, rows: usize, cols: usize, k: usize, largest: bool) -> Result<(Self, Self)>;
+}
+
+/// A tensor's storage, on whichever device holds it.
+#[derive(Debug)]
+pub enum Storage {
+    Cpu(CpuStorage),
+    // Cuda(crate::cuda::CudaStorage) arrives with issue 8.
+}
+
+impl Storage {
+    pub fn dtype(&self) -> DType {
+        match self {
+            Storage::Cpu(s) => s.dtype(),
+        }
+    }
+    pub fn device(&self) -> Device {
+        match self {
+            Storage::Cpu(s) => s.device(),
+        }
+    }
+    /// Number of elements held.
+    pub fn len(&self) -> usize {
+        match self {
+            Storage::Cpu(s) => s.len(),
+        }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    pub fn as_cpu(&self) -> &CpuStorage {
+        match self {
+            Storage::Cpu(s) => s,
+        }
+    }
+    pub fn as_cpu_mut(&mut self) -> &mut CpuStorage {
+        match self {
+            Storage::Cpu(s) => s,
+        }
+    }
+}
+
+/// Pairs two storages of the same device, or says which devices differ.
+fn same_device<'a>(
+    op: &'static str,
+    a: &'a Storage,
+    b: &'a Storage,
+) -> Result<(&'a CpuStorage, &'a CpuStorage)> {
+    match (a, b) {
+        (Storage::Cpu(a), Storage::Cpu(b)) => Ok((a, b)),
+        #[allow(unreachable_patterns)]
+        _ => Err(crate::Error::DeviceMismatch {
+            op,
+            lhs: a.device(),
+            rhs: b.device(),
+        }),
+    }
+}
+
+// Delegation to the backend that holds the data. With CUDA (issue 8) each method gains a
+// `Storage::Cuda` arm; nothing above this layer changes.
+impl BackendStorage for Storage {
+    fn dtype(&self) -> DType {
+        Storage::dtype(self)
+    }
+    fn device(&self) -> Device {
+        Storage::device(self)
+    }
+    fn to_cpu(&self) -> Result<CpuStorage> {
+        self.as_cpu().to_cpu()
+    }
+    fn copy_strided(&self, l: &Layout) -> Result<Self> {
+        self.as_cpu().copy_strided(l).map(Storage::Cpu)
+    }
+    fn copy_into(&mut self, dst_l: &Layout, src: &Self) -> Result<()> {
+        let src = src.as_cpu();
+        self.as_cpu_mut().copy_into(dst_l, src)
+    }
+    fn to_dtype(&self, l: &Layout, dtype: DType) -> Result<Self> {
+        self.as_cpu().to_dtype(l, dtype).map(Storage::Cpu)
+    }
+    fn unary(&self, l: &Layout, op: UnaryOp) -> Result<Self> {
+        self.as_cpu().unary(l, op).map(Storage::Cpu)
+    }
+    fn binary(&self, ll: &Layout, rhs: &Self, rl: &Layout, op: BinaryOp) -> Result<Self> {
+        let (a, b) = same_device("binary op", self, rhs)?;
+        a.binary(ll, b, rl, op).map(Storage::Cpu)
+    }
+    fn where_cond(
+        &self,
+        cl: &Layout,
+        t: &Self,
+        tl: &Layout,
+        f: &Self,
+        fl: &Layout,
+    ) -> Result<Self> {
+        let (c, t) = same_device("where_cond", self, t)?;
+        let (_, f) = same_device("where_cond", self, f)?;
+        c.where_cond(cl, t, tl, f, fl).map(Storage::Cpu)
+    }
+    fn reduce(&self, l: &Layout, dims: &[usize], op: ReduceOp) -> Result<Self> {
+        self.as_cpu().reduce(l, dims, op).map(Storage::Cpu)
+    }
+    fn matmul(
+        &self,
+        ll: &Layout,
+        rhs: &Self,
+        rl: &Layout,
+        bmnk: (usize, usize, usize, usize),
+    ) -> Result<Self> {
+        let (a, b) = same_device("matmul", self, rhs)?;
+        a.matmul(ll, b, rl, bmnk).map(Storage::Cpu)
+    }
+    fn conv2d(&self, w: &Self, p: &Conv2dParams) -> Result<Self> {
+        let (x, w) = same_device("conv2d", self, w)?;
+        x.conv2d(w, p).map(Storage::Cpu)
+    }
+    fn conv2d_backward_input(&self, w: &Self, p: &Conv2dParams) -> Result<Self> {
+        let (g, w) = same_device("conv2d backward", self, w)?;
+        g.conv2d_backward_input(w, p).map(Storage::Cpu)
+    }
+    fn conv2d_backward_weight(&self, gy: &Self, p: &Conv2dParams) -> Result<Self> {
+        let (x, g) = same_device("conv2d backward", self, gy)?;
+        x.conv2d_backward_weight(g, p).map(Storage::Cpu)
+    }
+    fn pool2d(&self, p: &Pool2dParams) -> Result<Self> {
+        self.as_cpu().pool2d(p).map(Storage::Cpu)
+    }
+    fn pool2d_backward(&self, gy: &Self, p: &Pool2dParams) -> Result<Self> {
+        let (x, g) = same_device("pool2d backward", self, gy)?;
+        x.pool2d_backward(g, p).map(Storage::Cpu)
+    }
+    fn batch_norm(
+        &self,
+        w: &Self,
+        b: &Self,
+        stats: Option<(&Self, &Self)>,
+        p: &BatchNormParams,
+    ) -> Result<(Self, Self, Self)> {
+        let (x, w) = same_device("batch_norm", self, w)?;
+        let (_, b) = same_device("batch_norm", self, b)?;
+        let stats = match stats {
+            Some((m, v)) => Some((
+                same_device("batch_norm", self, m)?.1,
+                same_device("batch_norm", self, v)?.1,
+            )),
+            None => None,
+        };
+        let (o, m, s) = x.batch_norm(w, b, stats, p)?;
+        Ok((Storage::Cpu(o), Storage::Cpu(m), Storage::Cpu(s)))
+    }
+    fn batch_norm_backward(
+        &self,
+        gy: &Self,
+        w: &Self,
+        mean: &Self,
+        invstd: &Self,
+        training: bool,
+        p: &BatchNormParams,
+    ) -> Result<(Self, Self, Self)> {
+        let (x, g) = same_device("batch_norm backward", self, gy)?;
+        let (w, m) = same_device("batch_norm backward", w, mean)?;
+        let (_, s) = same_device("batch_norm backward", self, invstd)?;
+        let (a, b, c) = x.batch_norm_backward(g, w, m, s, training, p)?;
+        Ok((Storage::Cpu(a), Storage::Cpu(b), Storage::Cpu(c)))
+    }
+    fn softmax_last(&self, rows: usize, cols: usize, log: bool) -> Result<Self> {
+        self.as_cpu()
+            .softmax_last(rows, cols, log)
+            .map(Storage::Cpu)
+    }
+    fn softmax_last_backward(&self, g: &Self, rows: usize, cols: usize, log: bool) -> Result<Self> {
+        let (y, g) = same_device("softmax backward", self, g)?;
+        y.softmax_last_backward(g, rows, cols, log)
+            .map(Storage::Cpu)
+    }
+    fn cross_entropy(
+        &self,
+        labels: &Self,
+        n: usize,
+        c: usize,
+        ignore: Option<u32>,
+    ) -> Result<(Self, Self, usize)> {
+        let (x, l) = same_device("cross_entropy", self, labels)?;
+        let (loss, probs, count) = x.cross_entropy(l, n, c, ignore)?;
+        Ok((Storage::Cpu(loss), Storage::Cpu(probs), count))
+    }
+    fn cross_entropy_backward(
+        &self,
+        labels: &Self,
+        grad: f64,
+        n: usize,
+        c: usize,
+        ignore: Option<u32>,
+        count: usize,
+    ) -> Result<Self> {
+        let (p, l) = same_device("cross_entropy backward", self, labels)?;
+        p.cross_entropy_backward(l, grad, n, c, ignore, count)
+            .map(Storage::Cpu)
+    }
+    fn index_select(&self, shape: &Shape, ids: &Self, dim: usize) -> Result<Self> {
+        let (x, i) = same_device("index_select", self, ids)?;
+        x.index_select(shape, i, dim).map(Storage::Cpu)
+    }
+    fn index_add(
+        &self,
+        src_shape: &Shape,
+        ids: &Self,
+        dim: usize,
+        out_shape: &Shape,
+    ) -> Result<Self> {
+        let (x, i) = same_device("index_add", self, ids)?;
+        x.index_add(src_shape, i, dim, out_shape).map(Storage::Cpu)
+    }
+    fn topk(&self, rows: usize, cols: usize, k: usize, largest: bool) -> Result<(Self, Self)> {
+        let (v, i) = self.as_cpu().topk(rows, cols, k, largest)?;
+        Ok((Storage::Cpu(v), Storage::Cpu(i)))
+    }
+}
