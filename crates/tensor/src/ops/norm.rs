@@ -5,6 +5,7 @@ use crate::storage::{BackendStorage, BatchNormParams};
 use crate::{Error, Result, Tensor};
 
 /// The normalised output and the statistics it used.
+#[derive(Debug)]
 pub struct BatchNormOutput {
     pub output: Tensor,
     /// Per-channel mean used (the batch's in training, the running one in evaluation).

@@ -1,0 +1,104 @@
+//! Bad input is an error that names the op and the shapes or values, never a panic.
+
+use tensor::{Conv2dOptions, DType, Device, Error, Pool2dOptions, Tensor};
+
+fn t(shape: &[usize]) -> Tensor {
+    Tensor::zeros(shape.to_vec(), DType::F32, Device::Cpu).unwrap()
+}
+
+fn msg(r: tensor::Result<impl std::fmt::Debug>) -> String {
+    r.expect_err("expected an error").to_string()
+}
+
+#[test]
+fn shape_mismatches_name_both_shapes() {
+    let m = msg(t(&[2, 3]).add(&t(&[4, 3])));
+    assert!(
+        m.contains("[2, 3]") && m.contains("[4, 3]") && m.contains("add"),
+        "{m}"
+    );
+    let m = msg(t(&[2, 3]).matmul(&t(&[4, 5])));
+    assert!(
+        m.contains("matmul") && m.contains("[2, 3]") && m.contains("[4, 5]"),
+        "{m}"
+    );
+    let m = msg(t(&[6]).reshape(vec![4, 2]));
+    assert!(
+        m.contains("reshape") && m.contains("[6]") && m.contains("[4, 2]"),
+        "{m}"
+    );
+    let m = msg(Tensor::cat(&[t(&[2, 3]), t(&[2, 4])], 0));
+    assert!(m.contains("cat"), "{m}");
+    let m = msg(t(&[1, 4, 5, 5]).conv2d(&t(&[8, 3, 3, 3]), Conv2dOptions::default()));
+    assert!(m.contains("conv2d") && m.contains("[8, 3, 3, 3]"), "{m}");
+    let m = msg(t(&[1, 4, 2, 2]).conv2d(&t(&[8, 4, 3, 3]), Conv2dOptions::default()));
+    assert!(m.contains("does not fit"), "{m}");
+    let m = msg(t(&[1, 2, 3, 3]).max_pool2d(Pool2dOptions::square(4)));
+    assert!(m.contains("max_pool2d"), "{m}");
+    let m = msg(t(&[4, 3, 2]).batch_norm(&t(&[2]), &t(&[3]), None, 1e-5));
+    assert!(m.contains("batch_norm"), "{m}");
+    let m = msg(Tensor::from_vec(vec![1.0f32; 5], vec![2, 3], Device::Cpu));
+    assert!(m.contains("5 elements") && m.contains("[2, 3]"), "{m}");
+    let m = msg(t(&[2, 3]).sum(&[2], false));
+    assert!(m.contains("dimension 2") && m.contains("rank 2"), "{m}");
+    let m = msg(t(&[2, 3]).narrow(1, 2, 2));
+    assert!(m.contains("narrow") && m.contains("2..4"), "{m}");
+}
+
+#[test]
+fn wrong_dtypes_are_refused() {
+    let f64t = Tensor::zeros(vec![2], DType::F64, Device::Cpu).unwrap();
+    assert!(matches!(
+        t(&[2]).add(&f64t),
+        Err(Error::DTypeMismatch { .. })
+    ));
+    let ids = Tensor::from_vec(vec![1u32, 2], 2, Device::Cpu).unwrap();
+    assert!(matches!(ids.exp(), Err(Error::UnsupportedDType { .. })));
+    // Labels must be indices.
+    let m = msg(t(&[2, 3]).cross_entropy(&t(&[2]), None));
+    assert!(m.contains("u32"), "{m}");
+    assert!(matches!(
+        ids.to_vec::<f32>(),
+        Err(Error::DTypeMismatch { .. })
+    ));
+}
+
+#[test]
+fn out_of_range_indices_and_labels() {
+    let table = t(&[5, 2]);
+    let ids = Tensor::from_vec(vec![1u32, 7], 2, Device::Cpu).unwrap();
+    let m = msg(table.embedding(&ids));
+    assert!(m.contains("index 7") && m.contains("size 5"), "{m}");
+    let labels = Tensor::from_vec(vec![0u32, 3], 2, Device::Cpu).unwrap();
+    let m = msg(t(&[2, 3]).cross_entropy(&labels, None));
+    assert!(m.contains("label 3") && m.contains("3 classes"), "{m}");
+    let m =
+        msg(t(&[2, 3]).cross_entropy(&Tensor::from_vec(vec![0u32], 1, Device::Cpu).unwrap(), None));
+    assert!(m.contains("[2, 3]") && m.contains("[1]"), "{m}");
+    let m = msg(t(&[2, 3]).topk(4, 1, true));
+    assert!(m.contains("k = 4"), "{m}");
+    let m = msg(t(&[3]).dropout(1.0, &mut tensor::Rng::new(0)));
+    assert!(m.contains("probability"), "{m}");
+}
+
+#[test]
+fn cuda_is_an_error_not_a_panic_and_auto_falls_back_to_the_cpu() {
+    assert_eq!(Device::cuda_if_available(0), Device::Cpu);
+    assert!(matches!(
+        Tensor::zeros(vec![2], DType::F32, Device::Cuda(0)),
+        Err(Error::CudaUnavailable(0, _))
+    ));
+}
+
+#[test]
+fn backward_needs_a_graph_and_a_scalar() {
+    let m = msg(t(&[1]).backward().map(|_| ()));
+    assert!(m.contains("does not depend on any variable"), "{m}");
+    let v = t(&[3]).to_var();
+    let m = msg(v.sqr().unwrap().backward().map(|_| ()));
+    assert!(m.contains("one-element"), "{m}");
+    let m = msg(tensor::no_grad(|| v.sqr().unwrap().sum_all().unwrap())
+        .backward()
+        .map(|_| ()));
+    assert!(m.contains("no_grad"), "{m}");
+}

@@ -1,0 +1,254 @@
+//! Forward values of ops that gradient checks do not cover (selection, comparisons,
+//! conversions), parallel paths on large inputs, and view/in-place semantics.
+
+mod common;
+use common::{assert_close, randn};
+use tensor::{no_grad, DType, Device, Rng, Tensor};
+
+fn f32s(v: Vec<f32>, shape: &[usize]) -> Tensor {
+    Tensor::from_vec(v, shape.to_vec(), Device::Cpu).unwrap()
+}
+
+#[test]
+fn topk_sort_kthvalue_argmax() {
+    let x = f32s(
+        vec![3., 1., 4., 1., 5., 9., 2., 6., 5., 3., 5., 8.],
+        &[2, 6],
+    );
+    let (v, i) = x.topk(3, 1, true).unwrap();
+    // Row 0 is [3, 1, 4, 1, 5, 9]; row 1 is [2, 6, 5, 3, 5, 8] (5 twice: lower index first).
+    assert_eq!(v.to_vec::<f32>().unwrap(), [9., 5., 4., 8., 6., 5.]);
+    assert_eq!(i.to_vec::<u32>().unwrap(), [5, 4, 2, 5, 1, 2]);
+    let (v, i) = x.topk(2, 1, false).unwrap();
+    assert_eq!(v.to_vec::<f32>().unwrap(), [1., 1., 2., 3.]);
+    assert_eq!(
+        i.to_vec::<u32>().unwrap(),
+        [1, 3, 0, 3],
+        "ties keep the lower index first"
+    );
+    let (s, p) = x.sort(1, false).unwrap();
+    assert_eq!(
+        s.to_vec::<f32>().unwrap(),
+        [1., 1., 3., 4., 5., 9., 2., 3., 5., 5., 6., 8.]
+    );
+    assert_eq!(
+        p.to_vec::<u32>().unwrap(),
+        [1, 3, 0, 2, 4, 5, 0, 3, 2, 4, 1, 5]
+    );
+    let (k, ki) = x.kthvalue(2, 1, false).unwrap();
+    assert_eq!(
+        (k.to_vec::<f32>().unwrap(), ki.to_vec::<u32>().unwrap()),
+        (vec![1., 3.], vec![3, 3])
+    );
+    assert_eq!(x.argmax(1, false).unwrap().to_vec::<u32>().unwrap(), [5, 5]);
+    assert_eq!(
+        x.argmax(0, false).unwrap().to_vec::<u32>().unwrap(),
+        [0, 1, 1, 1, 0, 0],
+        "a tie picks the first"
+    );
+    // Along a non-last dimension.
+    let (v0, i0) = x.topk(1, 0, true).unwrap();
+    assert_eq!(v0.dims(), [1, 6]);
+    assert_eq!(v0.to_vec::<f32>().unwrap(), [3., 6., 5., 3., 5., 9.]);
+    assert_eq!(i0.to_vec::<u32>().unwrap(), [0, 1, 1, 1, 0, 0]);
+}
+
+#[test]
+fn topk_of_a_large_row_matches_a_full_sort() {
+    let x = randn(&[1, 100_000], 3);
+    let (v, _) = x.topk(100, 1, true).unwrap();
+    let mut all = x.to_vec::<f64>().unwrap();
+    all.sort_by(|a, b| b.partial_cmp(a).unwrap());
+    assert_eq!(v.to_vec::<f64>().unwrap(), all[..100]);
+}
+
+#[test]
+fn comparisons_and_where() {
+    let a = f32s(vec![1., 2., 3.], &[3]);
+    let b = f32s(vec![2., 2., 2.], &[3]);
+    assert_eq!(a.lt(&b).unwrap().to_vec::<f32>().unwrap(), [1., 0., 0.]);
+    assert_eq!(a.le(&b).unwrap().to_vec::<f32>().unwrap(), [1., 1., 0.]);
+    assert_eq!(a.gt(&b).unwrap().to_vec::<f32>().unwrap(), [0., 0., 1.]);
+    assert_eq!(a.ge(&b).unwrap().to_vec::<f32>().unwrap(), [0., 1., 1.]);
+    assert_eq!(a.eq(&b).unwrap().to_vec::<f32>().unwrap(), [0., 1., 0.]);
+    assert_eq!(a.ne(&b).unwrap().to_vec::<f32>().unwrap(), [1., 0., 1.]);
+    let w = a.gt(&b).unwrap().where_cond(&a, &b.neg().unwrap()).unwrap();
+    assert_eq!(w.to_vec::<f32>().unwrap(), [-2., -2., 3.]);
+}
+
+#[test]
+fn reductions_values() {
+    let x = f32s((0..24).map(|v| v as f32).collect(), &[2, 3, 4]);
+    assert_eq!(
+        x.sum(&[1], false).unwrap().to_vec::<f32>().unwrap(),
+        [12., 15., 18., 21., 48., 51., 54., 57.]
+    );
+    assert_eq!(
+        x.max(&[2], false).unwrap().to_vec::<f32>().unwrap(),
+        [3., 7., 11., 15., 19., 23.]
+    );
+    assert_eq!(
+        x.min(&[0, 2], false).unwrap().to_vec::<f32>().unwrap(),
+        [0., 4., 8.]
+    );
+    assert_eq!(
+        x.sum(&[0, 2], false).unwrap().to_vec::<f32>().unwrap(),
+        [60., 92., 124.]
+    );
+    assert_eq!(x.mean_all().unwrap().to_scalar::<f32>().unwrap(), 11.5);
+    assert_eq!(x.sum(&[1], true).unwrap().dims(), [2, 1, 4]);
+}
+
+#[test]
+fn large_parallel_paths_match_serial_math() {
+    // Above the parallel threshold, and on strided views.
+    let x = randn(&[300, 400], 4);
+    let y = randn(&[400], 5);
+    let got = x.add(&y).unwrap().tanh().unwrap().to_vec::<f64>().unwrap();
+    let (xv, yv) = (x.to_vec::<f64>().unwrap(), y.to_vec::<f64>().unwrap());
+    let want: Vec<f64> = (0..xv.len())
+        .map(|i| (xv[i] + yv[i % 400]).tanh())
+        .collect();
+    assert_close(&got, &want, 1e-15, "broadcast add + tanh");
+    let t = x
+        .transpose(0, 1)
+        .unwrap()
+        .contiguous()
+        .unwrap()
+        .to_vec::<f64>()
+        .unwrap();
+    assert_eq!(t[1], xv[400]);
+    assert_eq!(t[300], xv[1]);
+    // A matmul large enough for gemm's own threading, against a naive f64 product.
+    let a = randn(&[96, 80], 6);
+    let b = randn(&[80, 72], 7);
+    let (av, bv) = (a.to_vec::<f64>().unwrap(), b.to_vec::<f64>().unwrap());
+    let mut want = vec![0.0; 96 * 72];
+    for i in 0..96 {
+        for k in 0..80 {
+            for j in 0..72 {
+                want[i * 72 + j] += av[i * 80 + k] * bv[k * 72 + j];
+            }
+        }
+    }
+    assert_close(
+        &a.matmul(&b).unwrap().to_vec::<f64>().unwrap(),
+        &want,
+        1e-12,
+        "matmul",
+    );
+    let a32 = a.to_dtype(DType::F32).unwrap();
+    let b32 = b.to_dtype(DType::F32).unwrap();
+    assert_close(
+        &a32.matmul(&b32).unwrap().to_vec_f64().unwrap(),
+        &want,
+        1e-4,
+        "matmul f32",
+    );
+}
+
+#[test]
+fn softmax_rows_sum_to_one_and_are_stable() {
+    let x = f32s(vec![1000., 1001., 1002., -5., 0., 5.], &[2, 3]);
+    let s = x
+        .softmax(1)
+        .unwrap()
+        .sum(&[1], false)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    assert!(s.iter().all(|v| (v - 1.0).abs() < 1e-6), "{s:?}");
+    let l = x.log_softmax(1).unwrap().to_vec::<f32>().unwrap();
+    assert!(l.iter().all(|v| v.is_finite()));
+}
+
+#[test]
+fn batch_norm_training_normalises_each_channel() {
+    let x = randn(&[8, 3, 4, 4], 8).affine(3.0, 2.0).unwrap();
+    let one = Tensor::ones(vec![3], DType::F64, Device::Cpu).unwrap();
+    let zero = Tensor::zeros(vec![3], DType::F64, Device::Cpu).unwrap();
+    let out = x.batch_norm(&one, &zero, None, 1e-5).unwrap();
+    let mean = out
+        .output
+        .mean(&[0, 2, 3], false)
+        .unwrap()
+        .to_vec::<f64>()
+        .unwrap();
+    let var = out
+        .output
+        .sqr()
+        .unwrap()
+        .mean(&[0, 2, 3], false)
+        .unwrap()
+        .to_vec::<f64>()
+        .unwrap();
+    assert!(mean.iter().all(|m| m.abs() < 1e-12), "{mean:?}");
+    assert!(var.iter().all(|v| (v - 1.0).abs() < 1e-4), "{var:?}");
+    assert_eq!(out.count, 8 * 16);
+    let direct = x.transpose(0, 1).unwrap().reshape(vec![3, 128]).unwrap();
+    let want_mean = direct.mean(&[1], false).unwrap().to_vec::<f64>().unwrap();
+    assert_close(
+        &out.mean.to_vec::<f64>().unwrap(),
+        &want_mean,
+        1e-12,
+        "batch mean",
+    );
+}
+
+#[test]
+fn no_grad_records_nothing_and_assign_updates_views_in_place() {
+    let w = randn(&[2, 3], 9).to_var();
+    let y = no_grad(|| w.sqr().unwrap());
+    assert!(!y.tracks_grad());
+    assert!(w.sqr().unwrap().tracks_grad());
+    let view = w.narrow(1, 1, 2).unwrap();
+    let new = Tensor::zeros(vec![2, 2], DType::F64, Device::Cpu).unwrap();
+    view.assign(&new).unwrap();
+    let after = w.to_vec::<f64>().unwrap();
+    assert_eq!([after[1], after[2], after[4], after[5]], [0.0; 4]);
+    assert_ne!(after[0], 0.0);
+}
+
+#[test]
+fn half_precision_round_trips() {
+    let x = f32s(vec![1.0, -2.5, 0.1, 65504.0], &[4]);
+    let h = x.to_f16_vec().unwrap();
+    let back = Tensor::from_f16(&h, 4, Device::Cpu)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    assert_eq!(back[..2], [1.0, -2.5]);
+    assert!((back[2] - 0.1).abs() < 1e-4);
+    assert_eq!(back[3], 65504.0);
+    let b = Tensor::from_bf16(&x.to_bf16_vec().unwrap(), 4, Device::Cpu)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    assert!((b[2] - 0.1).abs() < 1e-3);
+}
+
+#[test]
+fn dropout_is_reproducible_from_a_seed_and_unbiased() {
+    let x = Tensor::ones(vec![100_000], DType::F32, Device::Cpu).unwrap();
+    let a = x
+        .dropout(0.25, &mut Rng::new(11))
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    let b = x
+        .dropout(0.25, &mut Rng::new(11))
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    assert_eq!(a, b);
+    let mean = a.iter().map(|&v| v as f64).sum::<f64>() / a.len() as f64;
+    assert!((mean - 1.0).abs() < 0.01, "{mean}");
+    let zeros = a.iter().filter(|&&v| v == 0.0).count() as f64 / a.len() as f64;
+    assert!((zeros - 0.25).abs() < 0.01, "{zeros}");
+}
+
+#[test]
+fn tensors_cross_threads() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Tensor>();
+}
