@@ -1,1 +1,73 @@
-//! Shared helpers for the benchmark binaries (timing, reference scripts).
+//! Shared helpers for the benchmark binaries: thread-pool setup, best-of timing, and
+//! running the Python reference scripts in `benchmarks/reference/` in the same process
+//! tree, so every number we print has a reference measured in the same run.
+
+use anyhow::{bail, Context, Result};
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Instant;
+
+/// Threads to use: `--threads` if given, else `RAYON_NUM_THREADS`, else all cores.
+/// Configures rayon's global pool, which our kernels (and `gemm`) run on.
+pub fn init_threads(requested: Option<usize>) -> Result<usize> {
+    let n = requested
+        .or_else(|| {
+            std::env::var("RAYON_NUM_THREADS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+        });
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(n)
+        .build_global()
+        .context("configuring the rayon thread pool")?;
+    Ok(n)
+}
+
+/// Best wall time in seconds of `repeats` runs of `f`, after `warmup` untimed runs.
+/// The minimum is the least noisy estimate on a shared machine.
+pub fn best_of(warmup: usize, repeats: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+    for _ in 0..warmup {
+        f()?;
+    }
+    let mut best = f64::INFINITY;
+    for _ in 0..repeats.max(1) {
+        let t = Instant::now();
+        f()?;
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    Ok(best)
+}
+
+/// Path of a script in `benchmarks/reference/`.
+pub fn reference_script(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("reference")
+        .join(name)
+}
+
+/// Runs a reference script with `python3` (or `$PYTHON`) and parses the one JSON object it
+/// prints. An error says why (no Python, script failed, bad output) so callers can report
+/// the reference as missing rather than fail the whole benchmark.
+pub fn run_reference(script: &str, args: &[String]) -> Result<serde_json::Value> {
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+    let path = reference_script(script);
+    let out = Command::new(&python)
+        .arg(&path)
+        .args(args)
+        .output()
+        .with_context(|| format!("running {python} {}", path.display()))?;
+    if !out.status.success() {
+        bail!(
+            "{} failed: {}",
+            path.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    serde_json::from_slice(&out.stdout)
+        .with_context(|| format!("parsing the JSON printed by {}", path.display()))
+}

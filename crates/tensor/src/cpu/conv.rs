@@ -78,6 +78,18 @@ fn col2im<T: Float>(col: &[T], p: &Conv2dParams, c0: usize, cg: usize, img: &mut
                     }
                     let dst = &mut plane[iy as usize * w..(iy as usize + 1) * w];
                     let srow = &src[oy * ow..(oy + 1) * ow];
+                    if p.stride.1 == 1 {
+                        // The valid columns form one run: add it as a slice.
+                        let lo = (-x_off).max(0) as usize;
+                        let hi = ((w as isize - x_off).max(0) as usize).min(ow);
+                        if lo < hi {
+                            let s = (lo as isize + x_off) as usize;
+                            for (d, &v) in dst[s..s + hi - lo].iter_mut().zip(&srow[lo..hi]) {
+                                *d += v;
+                            }
+                        }
+                        continue;
+                    }
                     for (ox, &v) in srow.iter().enumerate() {
                         let ix = (ox * p.stride.1) as isize + x_off;
                         if ix >= 0 && ix < w as isize {
@@ -153,7 +165,55 @@ pub(crate) fn conv2d<T: Float>(x: &[T], wt: &[T], p: &Conv2dParams) -> Vec<T> {
     out
 }
 
+/// For stride 1, the input gradient is a convolution of the output gradient with the
+/// flipped weight, input and output channels swapped within each group, and padding
+/// `dilation·(k−1) − padding`: it then runs through the fast forward path, with no
+/// scatter (col2im) at all. Returns None where that identity does not apply.
+fn backward_input_as_convolution<T: Float>(gy: &[T], wt: &[T], p: &Conv2dParams) -> Option<Vec<T>> {
+    let reach_h = p.dilation.0 * (p.k_h - 1);
+    let reach_w = p.dilation.1 * (p.k_w - 1);
+    if p.stride != (1, 1) || reach_h < p.padding.0 || reach_w < p.padding.1 {
+        return None;
+    }
+    let d = dims(p);
+    let (kh, kw) = (p.k_h, p.k_w);
+    // flipped[g·cg + c, o, ky, kx] = w[g·og + o, c, kh−1−ky, kw−1−kx]
+    let mut flipped = vec![T::zero(); wt.len()];
+    for g in 0..p.groups {
+        for o in 0..d.og {
+            for c in 0..d.cg {
+                for ky in 0..kh {
+                    for kx in 0..kw {
+                        let src = (((g * d.og + o) * d.cg + c) * kh + ky) * kw + kx;
+                        let dst =
+                            (((g * d.cg + c) * d.og + o) * kh + (kh - 1 - ky)) * kw + (kw - 1 - kx);
+                        flipped[dst] = wt[src];
+                    }
+                }
+            }
+        }
+    }
+    let q = Conv2dParams {
+        batch: p.batch,
+        in_channels: p.out_channels,
+        in_h: p.out_h(),
+        in_w: p.out_w(),
+        out_channels: p.in_channels,
+        k_h: kh,
+        k_w: kw,
+        stride: (1, 1),
+        padding: (reach_h - p.padding.0, reach_w - p.padding.1),
+        dilation: p.dilation,
+        groups: p.groups,
+    };
+    debug_assert_eq!((q.out_h(), q.out_w()), (p.in_h, p.in_w));
+    Some(conv2d(gy, &flipped, &q))
+}
+
 pub(crate) fn conv2d_backward_input<T: Float>(gy: &[T], wt: &[T], p: &Conv2dParams) -> Vec<T> {
+    if let Some(gx) = backward_input_as_convolution(gy, wt, p) {
+        return gx;
+    }
     let d = dims(p);
     let mut gx = vec![T::zero(); p.batch * d.img_in];
     gx.par_chunks_mut(d.img_in).enumerate().for_each_init(
