@@ -8,6 +8,25 @@
 //!   a variable's gradient is final, so gradient exchange can overlap backward.
 //! - Backends implement [`storage::BackendStorage`]; today that is the CPU ([`cpu`]),
 //!   parallel with rayon (honouring `RAYON_NUM_THREADS`) and `gemm` for products.
+//!
+//! ```
+//! use tensor::{Conv2dOptions, DType, Device, Rng, Tensor};
+//! # fn main() -> tensor::Result<()> {
+//! let mut rng = Rng::new(42);
+//! let x = Tensor::randn(vec![8, 3, 32, 32], 0.0, 1.0, DType::F32, Device::Cpu, &mut rng)?;
+//! let w = Tensor::randn(vec![16, 3, 3, 3], 0.0, 0.1, DType::F32, Device::Cpu, &mut rng)?.to_var();
+//! let (tx, rx) = std::sync::mpsc::channel();
+//! w.register_grad_hook(move |g| tx.send(g.dims().to_vec()).unwrap())?;
+//!
+//! let y = x.conv2d(&w, Conv2dOptions { padding: (1, 1), ..Default::default() })?;
+//! let labels = Tensor::from_vec(vec![0u32, 1, 2, 3, 4, 5, 6, 7], 8, Device::Cpu)?;
+//! let loss = y.mean(&[2, 3], false)?.cross_entropy(&labels, None)?;
+//! let grads = loss.backward()?; // the hook fires during this call
+//! assert_eq!(rx.recv().unwrap(), [16, 3, 3, 3]);
+//! assert_eq!(grads.get(&w).unwrap().dims(), [16, 3, 3, 3]);
+//! # Ok(())
+//! # }
+//! ```
 
 mod backprop;
 pub mod cpu;

@@ -1,0 +1,77 @@
+//! 2-d convolution layer (NCHW), with groups for Caffe's AlexNet.
+
+use crate::init;
+use crate::module::{join, Ctx, Module, NamedTensor};
+use tensor::{Conv2dOptions, Result, Rng, Tensor};
+
+pub struct Conv2d {
+    pub weight: Tensor,
+    pub bias: Option<Tensor>,
+    pub options: Conv2dOptions,
+}
+
+impl Conv2d {
+    /// PyTorch's default initialisation (U(−1/√fan_in, 1/√fan_in) for weight and bias).
+    pub fn new(
+        inputs: usize,
+        outputs: usize,
+        kernel: (usize, usize),
+        options: Conv2dOptions,
+        bias: bool,
+        rng: &mut Rng,
+    ) -> Result<Self> {
+        let shape = [outputs, inputs / options.groups.max(1), kernel.0, kernel.1];
+        let bound = 1.0 / (init::fans(&shape).0.max(1) as f64).sqrt();
+        Ok(Conv2d {
+            weight: init::uniform(&shape, bound, rng)?,
+            bias: if bias {
+                Some(init::uniform(&[outputs], bound, rng)?)
+            } else {
+                None
+            },
+            options,
+        })
+    }
+    /// He initialisation N(0, 2/fan_out), as torchvision and the CIFAR ResNets use.
+    pub fn kaiming(
+        inputs: usize,
+        outputs: usize,
+        kernel: (usize, usize),
+        options: Conv2dOptions,
+        bias: bool,
+        rng: &mut Rng,
+    ) -> Result<Self> {
+        let shape = [outputs, inputs / options.groups.max(1), kernel.0, kernel.1];
+        Ok(Conv2d {
+            weight: init::kaiming_normal(&shape, init::fans(&shape).1, rng)?,
+            bias: if bias {
+                Some(init::constant(&[outputs], 0.0)?)
+            } else {
+                None
+            },
+            options,
+        })
+    }
+}
+
+impl Module for Conv2d {
+    fn forward(&self, x: &Tensor, _ctx: &mut Ctx) -> Result<Tensor> {
+        let y = x.conv2d(&self.weight, self.options)?;
+        match &self.bias {
+            Some(b) => y.add(&b.reshape(vec![1, b.elem_count(), 1, 1])?),
+            None => Ok(y),
+        }
+    }
+    fn params(&self, prefix: &str, out: &mut Vec<NamedTensor>) {
+        out.push(NamedTensor {
+            name: join(prefix, "weight"),
+            tensor: self.weight.clone(),
+        });
+        if let Some(b) = &self.bias {
+            out.push(NamedTensor {
+                name: join(prefix, "bias"),
+                tensor: b.clone(),
+            });
+        }
+    }
+}

@@ -1,0 +1,17 @@
+//! Dropout: active in training mode only, drawing its mask from the context's seeded RNG.
+
+use crate::module::{Ctx, Module, NamedTensor};
+use tensor::{Result, Tensor};
+
+pub struct Dropout(pub f64);
+
+impl Module for Dropout {
+    fn forward(&self, x: &Tensor, ctx: &mut Ctx) -> Result<Tensor> {
+        if ctx.training {
+            x.dropout(self.0, &mut ctx.rng)
+        } else {
+            Ok(x.clone())
+        }
+    }
+    fn params(&self, _prefix: &str, _out: &mut Vec<NamedTensor>) {}
+}

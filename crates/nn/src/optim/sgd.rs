@@ -1,0 +1,60 @@
+//! SGD with momentum, Nesterov momentum and L2 weight decay, as `torch.optim.SGD`
+//! (dampening 0): d = g + wd·p; buf = m·buf + d (buf = d at the first step);
+//! d = d + m·buf (Nesterov) or buf; p ← p − lr·d.
+
+use super::Optimizer;
+use std::collections::HashMap;
+use tensor::{no_grad, Error, Result, Tensor};
+
+pub struct Sgd {
+    pub lr: f64,
+    pub momentum: f64,
+    pub nesterov: bool,
+    pub weight_decay: f64,
+    buffers: HashMap<usize, Tensor>,
+}
+
+impl Sgd {
+    pub fn new(lr: f64, momentum: f64, nesterov: bool, weight_decay: f64) -> Result<Self> {
+        if nesterov && momentum <= 0.0 {
+            return Err(Error::msg("Sgd: Nesterov momentum needs momentum > 0"));
+        }
+        Ok(Sgd {
+            lr,
+            momentum,
+            nesterov,
+            weight_decay,
+            buffers: HashMap::new(),
+        })
+    }
+}
+
+impl Optimizer for Sgd {
+    fn update(&mut self, index: usize, param: &Tensor, grad: &Tensor) -> Result<()> {
+        no_grad(|| {
+            let mut d = grad.clone();
+            if self.weight_decay != 0.0 {
+                d = d.add(&param.scale(self.weight_decay)?)?;
+            }
+            if self.momentum != 0.0 {
+                let buf = match self.buffers.remove(&index) {
+                    Some(b) => b.scale(self.momentum)?.add(&d)?,
+                    None => d.contiguous()?.detach(),
+                };
+                d = if self.nesterov {
+                    d.add(&buf.scale(self.momentum)?)?
+                } else {
+                    buf.clone()
+                };
+                self.buffers.insert(index, buf);
+            }
+            param.assign(&param.sub(&d.scale(self.lr)?)?)
+        })
+    }
+    fn lr(&self) -> f64 {
+        self.lr
+    }
+    fn set_lr(&mut self, lr: f64) {
+        self.lr = lr;
+    }
+}
