@@ -1,29 +1,60 @@
 //! Parameter initialisation as the papers' reference frameworks do it, always from a
 //! seeded `Rng` so a seed reproduces a model exactly.
 
+use std::cell::Cell;
 use tensor::{DType, Device, Result, Rng, Tensor};
+
+thread_local! {
+    static DEFAULT_DTYPE: Cell<DType> = const { Cell::new(DType::F32) };
+}
+
+/// The dtype new parameters and buffers get on this thread (f32 unless changed).
+pub fn default_dtype() -> DType {
+    DEFAULT_DTYPE.with(|d| d.get())
+}
+
+/// Builds with `dtype` as the default parameter dtype (f64 for gradient checks), then
+/// restores the previous default.
+pub fn with_default_dtype<R>(dtype: DType, f: impl FnOnce() -> R) -> R {
+    let previous = DEFAULT_DTYPE.with(|d| d.replace(dtype));
+    struct Restore(DType);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            DEFAULT_DTYPE.with(|d| d.set(self.0));
+        }
+    }
+    let _restore = Restore(previous);
+    f()
+}
 
 /// He/Kaiming normal for ReLU networks: N(0, 2 / fan), with fan = fan_out as torchvision's
 /// ResNets use (`mode='fan_out'`), or fan_in.
 pub fn kaiming_normal(shape: &[usize], fan: usize, rng: &mut Rng) -> Result<Tensor> {
     let std = (2.0 / fan.max(1) as f64).sqrt();
-    Tensor::randn(shape.to_vec(), 0.0, std, DType::F32, Device::Cpu, rng).map(|t| t.to_var())
+    Tensor::randn(shape.to_vec(), 0.0, std, default_dtype(), Device::Cpu, rng).map(|t| t.to_var())
 }
 
 /// U(−bound, bound): PyTorch's default for Linear/Conv weights and biases uses
 /// bound = 1/√fan_in, and for LSTM/GRU bound = 1/√hidden.
 pub fn uniform(shape: &[usize], bound: f64, rng: &mut Rng) -> Result<Tensor> {
-    Tensor::rand_uniform(shape.to_vec(), -bound, bound, DType::F32, Device::Cpu, rng)
-        .map(|t| t.to_var())
+    Tensor::rand_uniform(
+        shape.to_vec(),
+        -bound,
+        bound,
+        default_dtype(),
+        Device::Cpu,
+        rng,
+    )
+    .map(|t| t.to_var())
 }
 
 pub fn constant(shape: &[usize], value: f64) -> Result<Tensor> {
-    Tensor::full(value, shape.to_vec(), DType::F32, Device::Cpu).map(|t| t.to_var())
+    Tensor::full(value, shape.to_vec(), default_dtype(), Device::Cpu).map(|t| t.to_var())
 }
 
 /// N(0, std²).
 pub fn normal(shape: &[usize], std: f64, rng: &mut Rng) -> Result<Tensor> {
-    Tensor::randn(shape.to_vec(), 0.0, std, DType::F32, Device::Cpu, rng).map(|t| t.to_var())
+    Tensor::randn(shape.to_vec(), 0.0, std, default_dtype(), Device::Cpu, rng).map(|t| t.to_var())
 }
 
 /// fan_in and fan_out of a weight of shape `[out, in, k...]`.

@@ -7,6 +7,7 @@
 
 pub mod init;
 pub mod layers;
+pub mod loss;
 mod module;
 pub mod optim;
 

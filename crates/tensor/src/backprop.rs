@@ -356,6 +356,17 @@ fn input_grads(op: &Op, node: &Tensor, g: &Tensor, needs: &[bool]) -> Result<Vec
         Op::IndexSelect { arg, ids, dim } => {
             vec![Some(g.index_add_into(ids, *dim, arg.shape())?)]
         }
+        Op::Custom { inputs, backward } => {
+            let grads = backward(g)?;
+            if grads.len() != inputs.len() {
+                return Err(Error::msg(format!(
+                    "custom op backward returned {} gradients for {} inputs",
+                    grads.len(),
+                    inputs.len()
+                )));
+            }
+            grads
+        }
         Op::Concat(xs, dim) => {
             let mut start = 0;
             let mut out = Vec::with_capacity(xs.len());

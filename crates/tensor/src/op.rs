@@ -57,6 +57,12 @@ pub(crate) enum Op {
         dim: usize,
     },
     Concat(Vec<Tensor>, usize),
+    /// An op defined outside this crate (e.g. nn's CTC loss): its backward maps the
+    /// output's gradient to one optional gradient per input.
+    Custom {
+        inputs: Vec<Tensor>,
+        backward: crate::CustomBackward,
+    },
 }
 
 impl Op {
@@ -89,7 +95,7 @@ impl Op {
                 bias,
                 ..
             } => vec![input, weight, bias],
-            Op::Concat(xs, _) => xs.iter().collect(),
+            Op::Concat(xs, _) | Op::Custom { inputs: xs, .. } => xs.iter().collect(),
         }
     }
 }

@@ -9,6 +9,7 @@ mod embedding;
 mod linear;
 mod norm;
 mod pool;
+mod rnn;
 
 pub use activation::{Activation, Flatten};
 pub use conv::Conv2d;
@@ -17,3 +18,4 @@ pub use embedding::Embedding;
 pub use linear::Linear;
 pub use norm::{BatchNorm, LayerNorm, LocalResponseNorm};
 pub use pool::{AdaptiveAvgPool2d, AvgPool2d, MaxPool2d};
+pub use rnn::{Rnn, RnnKind, RnnState};

@@ -3,6 +3,7 @@
 //! backend through `BackendStorage`, and records an `Op` for autograd.
 
 mod conv;
+mod custom;
 mod dropout;
 mod elementwise;
 mod index;
@@ -15,6 +16,7 @@ mod shape;
 mod softmax;
 
 pub use conv::Conv2dOptions;
+pub use custom::CustomBackward;
 pub use norm::BatchNormOutput;
 pub use pool::Pool2dOptions;
 

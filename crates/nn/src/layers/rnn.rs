@@ -1,0 +1,296 @@
+//! LSTM and GRU, multi-layer and optionally bidirectional, with PyTorch's parameter
+//! layout: per layer and direction `weight_ih_l{k}`, `weight_hh_l{k}`, `bias_ih_l{k}`,
+//! `bias_hh_l{k}` (suffix `_reverse` for the backward direction), gate order i, f, g, o
+//! (LSTM) and r, z, n (GRU), two bias vectors, all initialised U(−1/√H, 1/√H). Parameter
+//! counts and checkpoints therefore match `torch.nn.LSTM` / `torch.nn.GRU`.
+//!
+//! Sequences are time-major `[T, N, features]`. The input projection of every time step
+//! is one matrix product per layer; the recurrence is composed from primitive ops, so the
+//! recurrent weights are consumed at every step and their gradient-ready hook fires once,
+//! after the earliest step's backward.
+
+use crate::init;
+use crate::module::{join, Ctx, Module, NamedTensor};
+use tensor::{Error, Result, Rng, Tensor};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RnnKind {
+    Lstm,
+    Gru,
+}
+
+impl RnnKind {
+    fn gates(self) -> usize {
+        match self {
+            RnnKind::Lstm => 4,
+            RnnKind::Gru => 3,
+        }
+    }
+}
+
+struct Direction {
+    suffix: String,
+    w_ih: Tensor,
+    w_hh: Tensor,
+    b_ih: Tensor,
+    b_hh: Tensor,
+}
+
+/// Hidden state: `h` (and `c` for LSTM), each `[layers · directions, N, hidden]`.
+#[derive(Clone, Debug)]
+pub struct RnnState {
+    pub h: Tensor,
+    pub c: Option<Tensor>,
+}
+
+pub struct Rnn {
+    pub kind: RnnKind,
+    pub input_size: usize,
+    pub hidden: usize,
+    pub layers: usize,
+    pub bidirectional: bool,
+    /// Dropout on the outputs of every layer but the last (training only), as PyTorch.
+    pub dropout: f64,
+    dirs: Vec<Direction>,
+}
+
+impl Rnn {
+    pub fn new(
+        kind: RnnKind,
+        input_size: usize,
+        hidden: usize,
+        layers: usize,
+        bidirectional: bool,
+        dropout: f64,
+        rng: &mut Rng,
+    ) -> Result<Self> {
+        if layers == 0 || hidden == 0 {
+            return Err(Error::msg(format!(
+                "{kind:?}: needs at least one layer and one hidden unit"
+            )));
+        }
+        let bound = 1.0 / (hidden as f64).sqrt();
+        let nd = if bidirectional { 2 } else { 1 };
+        let g = kind.gates() * hidden;
+        let mut dirs = Vec::new();
+        for layer in 0..layers {
+            let inputs = if layer == 0 { input_size } else { hidden * nd };
+            for d in 0..nd {
+                dirs.push(Direction {
+                    suffix: format!("l{layer}{}", if d == 1 { "_reverse" } else { "" }),
+                    w_ih: init::uniform(&[g, inputs], bound, rng)?,
+                    w_hh: init::uniform(&[g, hidden], bound, rng)?,
+                    b_ih: init::uniform(&[g], bound, rng)?,
+                    b_hh: init::uniform(&[g], bound, rng)?,
+                });
+            }
+        }
+        Ok(Rnn {
+            kind,
+            input_size,
+            hidden,
+            layers,
+            bidirectional,
+            dropout,
+            dirs,
+        })
+    }
+    pub fn lstm(
+        input_size: usize,
+        hidden: usize,
+        layers: usize,
+        bidirectional: bool,
+        dropout: f64,
+        rng: &mut Rng,
+    ) -> Result<Self> {
+        Rnn::new(
+            RnnKind::Lstm,
+            input_size,
+            hidden,
+            layers,
+            bidirectional,
+            dropout,
+            rng,
+        )
+    }
+    pub fn gru(
+        input_size: usize,
+        hidden: usize,
+        layers: usize,
+        bidirectional: bool,
+        dropout: f64,
+        rng: &mut Rng,
+    ) -> Result<Self> {
+        Rnn::new(
+            RnnKind::Gru,
+            input_size,
+            hidden,
+            layers,
+            bidirectional,
+            dropout,
+            rng,
+        )
+    }
+    fn directions(&self) -> usize {
+        if self.bidirectional {
+            2
+        } else {
+            1
+        }
+    }
+    /// Features of the output: `hidden`, or `2 · hidden` when bidirectional (concatenated).
+    pub fn output_size(&self) -> usize {
+        self.hidden * self.directions()
+    }
+
+    /// Zero state for a batch of `n`.
+    pub fn zero_state(&self, n: usize, like: &Tensor) -> Result<RnnState> {
+        let shape = vec![self.layers * self.directions(), n, self.hidden];
+        let h = tensor::Tensor::zeros(shape.clone(), like.dtype(), like.device())?;
+        let c = match self.kind {
+            RnnKind::Lstm => Some(Tensor::zeros(shape, like.dtype(), like.device())?),
+            RnnKind::Gru => None,
+        };
+        Ok(RnnState { h, c })
+    }
+
+    /// Runs the whole sequence `x: [T, N, input_size]` from `state` (zeros if None).
+    /// Returns the last layer's outputs `[T, N, output_size]` and the final state.
+    pub fn forward_seq(
+        &self,
+        x: &Tensor,
+        state: Option<&RnnState>,
+        ctx: &mut Ctx,
+    ) -> Result<(Tensor, RnnState)> {
+        let d = x.dims();
+        if d.len() != 3 || d[2] != self.input_size {
+            return Err(Error::BadShape {
+                op: "Rnn::forward_seq",
+                msg: format!("expected [T, N, {}] (time-major)", self.input_size),
+                shape: x.shape().clone(),
+            });
+        }
+        let (steps, n) = (d[0], d[1]);
+        let zero;
+        let state = match state {
+            Some(s) => s,
+            None => {
+                zero = self.zero_state(n, x)?;
+                &zero
+            }
+        };
+        let nd = self.directions();
+        let mut layer_in = x.clone();
+        let (mut hs, mut cs) = (Vec::new(), Vec::new());
+        for layer in 0..self.layers {
+            let mut outs = Vec::with_capacity(nd);
+            for dir in 0..nd {
+                let idx = layer * nd + dir;
+                let w = &self.dirs[idx];
+                let h0 = state.h.narrow(0, idx, 1)?.squeeze(0)?;
+                let c0 = match &state.c {
+                    Some(c) => Some(c.narrow(0, idx, 1)?.squeeze(0)?),
+                    None => None,
+                };
+                let (y, h, c) = self.run_direction(w, &layer_in, h0, c0, dir == 1, steps)?;
+                outs.push(y);
+                hs.push(h);
+                cs.extend(c);
+            }
+            layer_in = if nd == 1 {
+                outs.remove(0)
+            } else {
+                Tensor::cat(&outs, 2)?
+            };
+            if layer + 1 < self.layers && ctx.training && self.dropout > 0.0 {
+                layer_in = layer_in.dropout(self.dropout, &mut ctx.rng)?;
+            }
+        }
+        let h = Tensor::stack(&hs, 0)?;
+        let c = if cs.is_empty() {
+            None
+        } else {
+            Some(Tensor::stack(&cs, 0)?)
+        };
+        Ok((layer_in, RnnState { h, c }))
+    }
+
+    /// One direction of one layer: returns `([T, N, H], h_last, c_last)`.
+    fn run_direction(
+        &self,
+        w: &Direction,
+        x: &Tensor,
+        mut h: Tensor,
+        mut c: Option<Tensor>,
+        reverse: bool,
+        steps: usize,
+    ) -> Result<(Tensor, Tensor, Option<Tensor>)> {
+        // Input projections of all steps in one product: [T, N, G·H].
+        let xp = x.matmul(&w.w_ih.transpose_last()?)?.add(&w.b_ih)?;
+        let w_hh_t = w.w_hh.transpose_last()?;
+        let mut outs: Vec<Option<Tensor>> = vec![None; steps];
+        let order: Vec<usize> = if reverse {
+            (0..steps).rev().collect()
+        } else {
+            (0..steps).collect()
+        };
+        for t in order {
+            let gx = xp.narrow(0, t, 1)?.squeeze(0)?;
+            let gh = h.matmul(&w_hh_t)?.add(&w.b_hh)?;
+            match self.kind {
+                RnnKind::Lstm => {
+                    let gates = gx.add(&gh)?.chunk(4, 1)?;
+                    let (i, f, g, o) = (
+                        gates[0].sigmoid()?,
+                        gates[1].sigmoid()?,
+                        gates[2].tanh()?,
+                        gates[3].sigmoid()?,
+                    );
+                    let prev = c
+                        .take()
+                        .ok_or_else(|| Error::msg("LSTM: missing cell state"))?;
+                    let cell = f.mul(&prev)?.add(&i.mul(&g)?)?;
+                    h = o.mul(&cell.tanh()?)?;
+                    c = Some(cell);
+                }
+                RnnKind::Gru => {
+                    let xg = gx.chunk(3, 1)?;
+                    let hg = gh.chunk(3, 1)?;
+                    let r = xg[0].add(&hg[0])?.sigmoid()?;
+                    let z = xg[1].add(&hg[1])?.sigmoid()?;
+                    let cand = xg[2].add(&r.mul(&hg[2])?)?.tanh()?;
+                    // h' = (1 − z)·n + z·h = n + z·(h − n)
+                    h = cand.add(&z.mul(&h.sub(&cand)?)?)?;
+                }
+            }
+            outs[t] = Some(h.clone());
+        }
+        let outs: Vec<Tensor> = outs
+            .into_iter()
+            .map(|o| o.ok_or_else(|| Error::msg("Rnn: empty sequence")))
+            .collect::<Result<_>>()?;
+        Ok((Tensor::stack(&outs, 0)?, h, c))
+    }
+}
+
+impl Module for Rnn {
+    /// The output sequence from a zero state.
+    fn forward(&self, x: &Tensor, ctx: &mut Ctx) -> Result<Tensor> {
+        Ok(self.forward_seq(x, None, ctx)?.0)
+    }
+    fn params(&self, prefix: &str, out: &mut Vec<NamedTensor>) {
+        for d in &self.dirs {
+            for (kind, t) in [
+                ("weight_ih", &d.w_ih),
+                ("weight_hh", &d.w_hh),
+                ("bias_ih", &d.b_ih),
+                ("bias_hh", &d.b_hh),
+            ] {
+                out.push(NamedTensor {
+                    name: join(prefix, &format!("{kind}_{}", d.suffix)),
+                    tensor: t.clone(),
+                });
+            }
+        }
+    }
+}
