@@ -8,6 +8,7 @@
 pub mod init;
 pub mod layers;
 pub mod loss;
+pub mod models;
 mod module;
 pub mod optim;
 

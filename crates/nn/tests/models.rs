@@ -1,0 +1,197 @@
+//! The papers' models: exact parameter counts, PyTorch-style names, output shapes, and an
+//! end-to-end check that the whole stack learns (a CIFAR ResNet fits a small synthetic
+//! task to near-zero training loss).
+
+use nn::optim::{Optimizer, Sgd};
+use nn::{models, Ctx, Module};
+use tensor::{DType, Device, Rng, Tensor};
+
+fn count(name: &str) -> usize {
+    models::by_name(name, &mut Rng::new(0))
+        .unwrap()
+        .param_count()
+}
+
+#[test]
+fn parameter_counts_match_the_papers() {
+    // DGC: ResNet-50 97.49 MiB, AlexNet 232.56 MiB, LSTM language model 194.68 MiB.
+    assert_eq!(count("resnet50"), 25_557_032);
+    assert_eq!(count("alexnet"), 60_965_224);
+    assert_eq!(count("lstm_lm"), 51_034_000);
+    let mib = |n: usize| n as f64 * 4.0 / (1u64 << 20) as f64;
+    assert_eq!(format!("{:.2}", mib(25_557_032)), "97.49");
+    assert_eq!(format!("{:.2}", mib(60_965_224)), "232.56");
+    assert_eq!(format!("{:.2}", mib(51_034_000)), "194.68");
+    // He et al.: ResNet-110 has about 1.7 M parameters.
+    let r110 = count("resnet110");
+    assert!((1_720_000..=1_740_000).contains(&r110), "{r110}");
+    // ResNet-20: 432 + 32 (stem) + 3·(2·2304 + 64) + (4608 + 9216 + 128) + 2·(2·9216 + 128)
+    //          + (18432 + 36864 + 256) + 2·(2·36864 + 256) + 650 (fc) = 269,722.
+    assert_eq!(count("resnet20"), 269_722);
+    assert_eq!(count("lenet5"), 431_080);
+    assert_eq!(count("vgg16"), 14_728_266);
+    assert_eq!(count("lstm_lm_medium"), 13_280_400);
+    // DGC's DeepSpeech (7 bidirectional GRU layers of 1200) within 5 % of 488.08 MiB.
+    let ds = mib(count("deepspeech"));
+    assert!((ds / 488.08 - 1.0).abs() < 0.05, "DeepSpeech {ds:.2} MiB");
+}
+
+#[test]
+fn names_are_pytorch_style_unique_and_ordered() {
+    for name in models::NAMES {
+        let m = models::by_name(name, &mut Rng::new(0)).unwrap();
+        let names: Vec<String> = m.named_params().into_iter().map(|p| p.name).collect();
+        let unique: std::collections::HashSet<&String> = names.iter().collect();
+        assert_eq!(
+            unique.len(),
+            names.len(),
+            "{name}: duplicate parameter names"
+        );
+    }
+    let r20: Vec<String> = models::by_name("resnet20", &mut Rng::new(0))
+        .unwrap()
+        .named_params()
+        .into_iter()
+        .map(|p| p.name)
+        .collect();
+    assert_eq!(
+        r20[..4],
+        [
+            "conv1.weight",
+            "bn1.weight",
+            "bn1.bias",
+            "layer1.0.conv1.weight"
+        ]
+    );
+    assert_eq!(
+        r20[r20.len() - 3..],
+        ["layer3.2.bn2.bias", "fc.weight", "fc.bias"]
+    );
+    let r50: Vec<String> = models::by_name("resnet50", &mut Rng::new(0))
+        .unwrap()
+        .named_params()
+        .into_iter()
+        .map(|p| p.name)
+        .collect();
+    assert!(r50.contains(&"layer1.0.downsample.0.weight".to_string()));
+    assert!(r50.contains(&"layer4.2.bn3.bias".to_string()));
+    assert_eq!(
+        r50.len(),
+        161,
+        "torchvision's ResNet-50 has 161 parameter tensors"
+    );
+    let lm: Vec<String> = models::by_name("lstm_lm", &mut Rng::new(0))
+        .unwrap()
+        .named_params()
+        .into_iter()
+        .map(|p| p.name)
+        .collect();
+    assert_eq!(
+        lm,
+        [
+            "encoder.weight",
+            "rnn.weight_ih_l0",
+            "rnn.weight_hh_l0",
+            "rnn.bias_ih_l0",
+            "rnn.bias_hh_l0",
+            "rnn.weight_ih_l1",
+            "rnn.weight_hh_l1",
+            "rnn.bias_ih_l1",
+            "rnn.bias_hh_l1",
+            "decoder.bias"
+        ]
+    );
+}
+
+#[test]
+fn outputs_have_the_expected_shapes() {
+    let mut rng = Rng::new(1);
+    for (name, batch) in [("resnet20", 2), ("vgg16", 2), ("lenet5", 3)] {
+        let m = models::by_name(name, &mut rng).unwrap();
+        let mut shape = vec![batch];
+        shape.extend(models::input_shape(name).unwrap());
+        let x = Tensor::randn(shape, 0.0, 1.0, DType::F32, Device::Cpu, &mut rng).unwrap();
+        assert_eq!(
+            m.forward(&x, &mut Ctx::eval()).unwrap().dims(),
+            [batch, 10],
+            "{name}"
+        );
+    }
+    let lm = models::lstm_lm(50, 16, 0.0, &mut rng).unwrap();
+    let ids = Tensor::from_vec((0..12u32).collect::<Vec<_>>(), vec![4, 3], Device::Cpu).unwrap();
+    assert_eq!(
+        lm.forward(&ids, &mut Ctx::eval()).unwrap().dims(),
+        [4, 3, 50]
+    );
+    // A small DeepSpeech: 161 bins, 9 frames → ⌈9/2⌉ = 5 output frames of 29 classes.
+    let ds = models::deepspeech(nn::layers::RnnKind::Gru, 2, 8, 29, &mut rng).unwrap();
+    let spec = Tensor::randn(
+        vec![2, 1, 161, 9],
+        0.0,
+        1.0,
+        DType::F32,
+        Device::Cpu,
+        &mut rng,
+    )
+    .unwrap();
+    assert_eq!(
+        ds.forward(&spec, &mut Ctx::train(0)).unwrap().dims(),
+        [5, 2, 29]
+    );
+    assert_eq!(models::conv_rows(161), 41);
+}
+
+/// 64 images of 3×16×16, 4 classes: the class is the quadrant holding a bright patch.
+fn quadrant_task(rng: &mut Rng) -> (Tensor, Vec<u32>) {
+    let n = 64;
+    let mut data = vec![0f32; n * 3 * 16 * 16];
+    let mut labels = Vec::new();
+    for i in 0..n {
+        let class = i % 4;
+        labels.push(class as u32);
+        let (y0, x0) = ((class / 2) * 8, (class % 2) * 8);
+        for c in 0..3 {
+            for y in 0..16 {
+                for x in 0..16 {
+                    let noise = (rng.normal() * 0.3) as f32;
+                    let bright = (y0..y0 + 8).contains(&y) && (x0..x0 + 8).contains(&x);
+                    data[((i * 3 + c) * 16 + y) * 16 + x] = noise + if bright { 1.0 } else { 0.0 };
+                }
+            }
+        }
+    }
+    (
+        Tensor::from_vec(data, vec![n, 3, 16, 16], Device::Cpu).unwrap(),
+        labels,
+    )
+}
+
+#[test]
+fn a_cifar_resnet_fits_a_learnable_task() {
+    let mut rng = Rng::new(3);
+    let model = models::resnet_cifar(8, 3, 4, &mut rng).unwrap();
+    let params: Vec<Tensor> = model.named_params().into_iter().map(|p| p.tensor).collect();
+    let mut opt = Sgd::new(0.05, 0.9, false, 0.0).unwrap();
+    let (images, labels) = quadrant_task(&mut rng);
+    let mut ctx = Ctx::train(0);
+    let batch = 16;
+    let mut losses = Vec::new();
+    for step in 0..60 {
+        let start = (step * batch) % 64;
+        let x = images.narrow(0, start, batch).unwrap();
+        let y =
+            Tensor::from_vec(labels[start..start + batch].to_vec(), batch, Device::Cpu).unwrap();
+        let loss = model
+            .forward(&x, &mut ctx)
+            .unwrap()
+            .cross_entropy(&y, None)
+            .unwrap();
+        losses.push(loss.to_scalar::<f32>().unwrap());
+        let grads = loss.backward().unwrap();
+        opt.step(&params, &grads).unwrap();
+    }
+    eprintln!("losses: {:?}", losses.iter().step_by(5).collect::<Vec<_>>());
+    let last: f32 = losses[losses.len() - 4..].iter().sum::<f32>() / 4.0;
+    assert!(losses[0] > 1.0, "initial loss {}", losses[0]);
+    assert!(last < 0.05, "training loss did not reach near zero: {last}");
+}
