@@ -1,0 +1,296 @@
+//! Golden values from PyTorch (float64): LSTM and GRU (outputs, final states, gradients
+//! of input and every parameter), CTC (loss and gradient through log-softmax), and a few
+//! steps of SGD-Nesterov with weight decay and of Adam. Fixtures are written by
+//! `benchmarks/reference/make_nn_fixtures.py`.
+
+use nn::layers::{Rnn, RnnState};
+use nn::loss::{ctc_loss, CtcReduction};
+use nn::optim::{Adam, Optimizer, Sgd};
+use nn::{init, Ctx, Module};
+use serde_json::Value;
+use tensor::{DType, Device, Rng, Tensor};
+
+const TOL: f64 = 1e-10;
+
+fn load(name: &str) -> Value {
+    let path = format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {path}: {e}"));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("parsing {path}: {e}"))
+}
+
+fn tensor(v: &Value) -> Tensor {
+    let shape: Vec<usize> = v["shape"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d.as_u64().unwrap() as usize)
+        .collect();
+    let data: Vec<f64> = v["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d.as_f64().unwrap())
+        .collect();
+    Tensor::from_vec(data, shape, Device::Cpu).unwrap()
+}
+
+fn check(what: &str, got: &Tensor, want: &Value) {
+    let w = tensor(want);
+    assert_eq!(got.dims(), w.dims(), "{what}: shape");
+    let (g, w) = (got.to_vec::<f64>().unwrap(), w.to_vec::<f64>().unwrap());
+    for (i, (a, b)) in g.iter().zip(&w).enumerate() {
+        assert!(
+            (a - b).abs() <= TOL * (1.0 + b.abs()),
+            "{what}[{i}]: got {a}, want {b}"
+        );
+    }
+}
+
+fn usize_of(v: &Value) -> usize {
+    v.as_u64().unwrap() as usize
+}
+
+fn rnn_cases(file: &str, lstm: bool) {
+    let cases = load(file);
+    for c in cases.as_array().unwrap() {
+        let name = c["name"].as_str().unwrap();
+        let build = |r: &mut Rng| {
+            let (i, h, l, b) = (
+                usize_of(&c["input_size"]),
+                usize_of(&c["hidden_size"]),
+                usize_of(&c["num_layers"]),
+                c["bidirectional"].as_bool().unwrap(),
+            );
+            if lstm {
+                Rnn::lstm(i, h, l, b, 0.0, r)
+            } else {
+                Rnn::gru(i, h, l, b, 0.0, r)
+            }
+        };
+        let rnn = init::with_default_dtype(DType::F64, || build(&mut Rng::new(0))).unwrap();
+        let params = rnn.named_params();
+        assert_eq!(
+            params.len(),
+            c["params"].as_object().unwrap().len(),
+            "{name}: parameter count"
+        );
+        for p in &params {
+            let value = c["params"]
+                .get(&p.name)
+                .unwrap_or_else(|| panic!("{name}: PyTorch has no parameter {}", p.name));
+            p.tensor.assign(&tensor(value)).unwrap();
+        }
+        let x = tensor(&c["x"]).to_var();
+        let state = RnnState {
+            h: tensor(&c["h0"]),
+            c: lstm.then(|| tensor(&c["c0"])),
+        };
+        let (y, s) = rnn
+            .forward_seq(&x, Some(&state), &mut Ctx::train(0))
+            .unwrap();
+        check(&format!("{name}: y"), &y, &c["y"]);
+        check(&format!("{name}: hn"), &s.h, &c["hn"]);
+        if lstm {
+            check(&format!("{name}: cn"), s.c.as_ref().unwrap(), &c["cn"]);
+        }
+        let grads = y.backward_with_grad(&tensor(&c["grad_y"])).unwrap();
+        check(
+            &format!("{name}: grad_x"),
+            grads.get(&x).unwrap(),
+            &c["grad_x"],
+        );
+        for p in &params {
+            check(
+                &format!("{name}: grad {}", p.name),
+                grads.get(&p.tensor).unwrap(),
+                &c["grads"][&p.name],
+            );
+        }
+    }
+}
+
+#[test]
+fn lstm_matches_pytorch() {
+    rnn_cases("lstm.json", true);
+}
+
+#[test]
+fn gru_matches_pytorch() {
+    rnn_cases("gru.json", false);
+}
+
+#[test]
+fn ctc_matches_pytorch() {
+    for c in load("ctc.json").as_array().unwrap() {
+        let name = c["name"].as_str().unwrap();
+        let logits = tensor(&c["logits"]).to_var();
+        let targets: Vec<Vec<u32>> = c["targets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| {
+                t.as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.as_u64().unwrap() as u32)
+                    .collect()
+            })
+            .collect();
+        let lengths: Vec<usize> = c["input_lengths"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(usize_of)
+            .collect();
+        let reduction = match c["reduction"].as_str().unwrap() {
+            "mean" => CtcReduction::Mean,
+            "sum" => CtcReduction::Sum,
+            other => panic!("{name}: unknown reduction {other}"),
+        };
+        let loss = ctc_loss(
+            &logits.log_softmax(2).unwrap(),
+            &targets,
+            &lengths,
+            reduction,
+            false,
+        )
+        .unwrap();
+        let want = c["loss"].as_f64().unwrap();
+        let got = loss.to_scalar::<f64>().unwrap();
+        assert!(
+            (got - want).abs() <= TOL * (1.0 + want.abs()),
+            "{name}: loss {got} vs {want}"
+        );
+        let grads = loss.backward().unwrap();
+        check(
+            &format!("{name}: grad_logits"),
+            grads.get(&logits).unwrap(),
+            &c["grad_logits"],
+        );
+    }
+}
+
+fn optimizer_case(c: &Value, mut opt: impl Optimizer, what: &str) {
+    let p = tensor(&c["param0"]);
+    for (step, (g, want)) in c["grads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(c["params_after"].as_array().unwrap())
+        .enumerate()
+    {
+        opt.update(0, &p, &tensor(g)).unwrap();
+        check(&format!("{what} step {step}"), &p, want);
+    }
+}
+
+#[test]
+fn optimizers_match_pytorch() {
+    let f = load("optim.json");
+    let s = &f["sgd"];
+    assert!(s["nesterov"].as_bool().unwrap());
+    let sgd = Sgd::new(
+        s["lr"].as_f64().unwrap(),
+        s["momentum"].as_f64().unwrap(),
+        true,
+        s["weight_decay"].as_f64().unwrap(),
+    )
+    .unwrap();
+    optimizer_case(s, sgd, "SGD-Nesterov with weight decay");
+    let a = &f["adam"];
+    let betas = a["betas"].as_array().unwrap();
+    let adam = Adam::new(
+        a["lr"].as_f64().unwrap(),
+        betas[0].as_f64().unwrap(),
+        betas[1].as_f64().unwrap(),
+        a["eps"].as_f64().unwrap(),
+        a["weight_decay"].as_f64().unwrap(),
+    );
+    optimizer_case(a, adam, "Adam with weight decay");
+}
+
+#[test]
+fn a_resnet20_training_step_matches_pytorch() {
+    let f = load("resnet20_step.json");
+    let model = init::with_default_dtype(DType::F64, || {
+        nn::models::resnet_cifar(20, 3, 10, &mut Rng::new(0))
+    })
+    .unwrap();
+    let params = model.named_params();
+    let names: Vec<&str> = f["param_names"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        params.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(),
+        names,
+        "parameter names and order differ from PyTorch's"
+    );
+    assert_eq!(model.param_count(), usize_of(&f["param_count"]));
+    // The fixture's deterministic parameters (its "param_rule").
+    for (p, param) in params.iter().enumerate() {
+        let t = &param.tensor;
+        let fan_in: usize = t.dims()[1..].iter().product();
+        let values: Vec<f64> = (0..t.elem_count())
+            .map(|j| {
+                let base = (1.3 * j as f64 + 0.7 * p as f64).sin();
+                match (param.name.ends_with(".weight"), t.rank()) {
+                    (true, r) if r >= 2 => base / (fan_in as f64).sqrt(),
+                    (true, _) => 1.0 + 0.1 * base,
+                    _ => 0.1 * base,
+                }
+            })
+            .collect();
+        t.assign(&Tensor::from_vec(values, t.dims().to_vec(), Device::Cpu).unwrap())
+            .unwrap();
+    }
+    let shape: Vec<usize> = f["input_shape"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(usize_of)
+        .collect();
+    let n: usize = shape.iter().product();
+    let x = Tensor::from_vec(
+        (0..n).map(|j| (0.1 * j as f64).sin()).collect::<Vec<_>>(),
+        shape,
+        Device::Cpu,
+    )
+    .unwrap();
+    let labels: Vec<u32> = f["labels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_u64().unwrap() as u32)
+        .collect();
+    let labels = Tensor::from_vec(labels, 4, Device::Cpu).unwrap();
+    let logits = model.forward(&x, &mut Ctx::train(0)).unwrap();
+    check("logits", &logits, &f["logits"]);
+    let loss = logits.cross_entropy(&labels, None).unwrap();
+    let want = f["loss"].as_f64().unwrap();
+    assert!((loss.to_scalar::<f64>().unwrap() - want).abs() < 1e-10 * (1.0 + want.abs()));
+    let grads = loss.backward().unwrap();
+    for (name, want) in f["grads"].as_object().unwrap() {
+        let p = params
+            .iter()
+            .find(|p| &p.name == name)
+            .unwrap_or_else(|| panic!("no parameter {name}"));
+        check(&format!("grad {name}"), grads.get(&p.tensor).unwrap(), want);
+    }
+    let buffers = model.named_buffers();
+    for (stat, key) in [
+        ("running_mean", "running_mean_after"),
+        ("running_var", "running_var_after"),
+    ] {
+        for (layer, want) in f[key].as_object().unwrap() {
+            let name = format!("{layer}.{stat}");
+            let b = buffers
+                .iter()
+                .find(|b| b.name == name)
+                .unwrap_or_else(|| panic!("no buffer {name}"));
+            check(&name, &b.tensor, want);
+        }
+    }
+}
