@@ -20,6 +20,8 @@ pub enum UnaryOp {
     Tanh,
     Sigmoid,
     Relu,
+    /// 1 where x > 0, else 0 (the ReLU gradient mask); zero gradient.
+    Step,
     Sqr,
     Recip,
     /// `x * mul + add`.
