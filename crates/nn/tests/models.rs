@@ -167,9 +167,9 @@ fn quadrant_task(rng: &mut Rng) -> (Tensor, Vec<u32>) {
 }
 
 #[test]
-fn a_cifar_resnet_fits_a_learnable_task() {
+fn resnet20_fits_a_learnable_task() {
     let mut rng = Rng::new(3);
-    let model = models::resnet_cifar(8, 3, 4, &mut rng).unwrap();
+    let model = models::resnet_cifar(20, 3, 4, &mut rng).unwrap();
     let params: Vec<Tensor> = model.named_params().into_iter().map(|p| p.tensor).collect();
     let mut opt = Sgd::new(0.05, 0.9, false, 0.0).unwrap();
     let (images, labels) = quadrant_task(&mut rng);

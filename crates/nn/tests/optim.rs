@@ -1,0 +1,99 @@
+//! Learning-rate schedules, reduce-on-plateau and gradient clipping (the optimizers'
+//! update rules are checked against PyTorch in golden.rs).
+
+use nn::optim::{clip_grad_norm, LrSchedule, ReduceOnPlateau};
+use tensor::{Device, Tensor};
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() < 1e-12
+}
+
+#[test]
+fn schedules() {
+    let base = 0.1;
+    assert!(close(LrSchedule::Constant.lr(base, 17.0), 0.1));
+    let step = LrSchedule::Step {
+        every: 30.0,
+        gamma: 0.1,
+    };
+    assert!(
+        close(step.lr(base, 29.9), 0.1)
+            && close(step.lr(base, 30.0), 0.01)
+            && close(step.lr(base, 65.0), 0.001)
+    );
+    // The CIFAR ResNet schedule: ×0.1 at epochs 80 and 120.
+    let multi = LrSchedule::MultiStep {
+        milestones: vec![80.0, 120.0],
+        gamma: 0.1,
+    };
+    assert!(
+        close(multi.lr(base, 79.0), 0.1)
+            && close(multi.lr(base, 80.0), 0.01)
+            && close(multi.lr(base, 160.0), 0.001)
+    );
+    let cos = LrSchedule::Cosine {
+        total: 10.0,
+        min_lr: 0.0,
+    };
+    assert!(
+        close(cos.lr(base, 0.0), 0.1)
+            && close(cos.lr(base, 5.0), 0.05)
+            && close(cos.lr(base, 10.0), 0.0)
+            && close(cos.lr(base, 12.0), 0.0)
+    );
+    // Goyal et al.'s linear warm-up over 5 epochs from base/10, then the multi-step schedule.
+    let warm = LrSchedule::Warmup {
+        epochs: 5.0,
+        start_factor: 0.1,
+        after: Box::new(multi),
+    };
+    assert!(
+        close(warm.lr(base, 0.0), 0.01)
+            && close(warm.lr(base, 2.5), 0.055)
+            && close(warm.lr(base, 5.0), 0.1)
+            && close(warm.lr(base, 90.0), 0.01)
+    );
+}
+
+#[test]
+fn reduce_on_plateau_waits_for_patience() {
+    let mut r = ReduceOnPlateau::new(0.5, 2);
+    let mut lr = 1.0;
+    for metric in [10.0, 9.0, 9.0, 9.0] {
+        lr = r.observe(metric, lr);
+    }
+    assert_eq!(
+        lr, 1.0,
+        "two evaluations without improvement are within patience"
+    );
+    lr = r.observe(9.0, lr);
+    assert_eq!(lr, 0.5, "the third one reduces");
+    lr = r.observe(8.0, lr);
+    assert_eq!(lr, 0.5);
+}
+
+#[test]
+fn clipping_scales_to_the_global_norm() {
+    let mut grads = vec![
+        Tensor::from_vec(vec![3.0f32, 0.0], 2, Device::Cpu).unwrap(),
+        Tensor::from_vec(vec![4.0f32], 1, Device::Cpu).unwrap(),
+    ];
+    let norm = clip_grad_norm(&mut grads, 1.0).unwrap();
+    assert!((norm - 5.0).abs() < 1e-9);
+    let after: f64 = grads
+        .iter()
+        .map(|g| {
+            g.to_vec::<f32>()
+                .unwrap()
+                .iter()
+                .map(|&v| (v as f64).powi(2))
+                .sum::<f64>()
+        })
+        .sum::<f64>()
+        .sqrt();
+    assert!((after - 1.0).abs() < 1e-5, "{after}");
+    // Below the threshold nothing changes.
+    let norm = clip_grad_norm(&mut grads, 10.0).unwrap();
+    assert!((norm - after).abs() < 1e-6);
+    assert!((grads[1].to_vec::<f32>().unwrap()[0] - 0.8).abs() < 1e-5);
+}
