@@ -1,0 +1,40 @@
+//! CIFAR-10 binary batches (`data_batch_1.bin` … `data_batch_5.bin`, `test_batch.bin`):
+//! records of one label byte and 3 × 32 × 32 pixel bytes (channel-major).
+
+use crate::error::{DataError, Result};
+use crate::image::ImageDataset;
+use std::path::Path;
+
+const RECORD: usize = 1 + 3 * 32 * 32;
+
+/// Reads and concatenates the given batch files (e.g. the five training batches).
+pub fn read_cifar10(files: &[&Path]) -> Result<ImageDataset> {
+    let mut pixels = Vec::new();
+    let mut labels = Vec::new();
+    for &path in files {
+        let bytes = std::fs::read(path).map_err(|e| DataError::io(path, e))?;
+        if bytes.is_empty() || bytes.len() % RECORD != 0 {
+            return Err(DataError::format(
+                path,
+                format!(
+                    "{} bytes is not a whole number of {RECORD}-byte CIFAR-10 records (truncated?)",
+                    bytes.len()
+                ),
+            ));
+        }
+        for (i, rec) in bytes.chunks_exact(RECORD).enumerate() {
+            if rec[0] >= 10 {
+                return Err(DataError::format(
+                    path,
+                    format!(
+                        "record {i}: label {} is out of range for 10 classes",
+                        rec[0]
+                    ),
+                ));
+            }
+            labels.push(rec[0] as u32);
+            pixels.extend_from_slice(&rec[1..]);
+        }
+    }
+    ImageDataset::new(pixels, labels, [3, 32, 32], 10)
+}

@@ -1,0 +1,83 @@
+//! The loader's batches: shapes, labels, prefetching over a whole epoch, augmentation.
+
+use data::{Augment, Dataset, ImageDataset, Loader, SyntheticImages};
+use std::sync::Arc;
+use tensor::Rng;
+
+#[test]
+fn an_epoch_yields_every_batch_of_the_shard() {
+    let ds: Arc<dyn Dataset> = Arc::new(SyntheticImages {
+        n: 100,
+        shape: [3, 8, 8],
+        classes: 10,
+        seed: 3,
+    });
+    let l = Loader::new(ds.clone(), 8, 1, 2, 0).unwrap();
+    let shard = l.shard(5);
+    let batches: Vec<_> = l.epoch(5).collect::<Result<_, _>>().unwrap();
+    assert_eq!(batches.len(), 6); // 50 samples per rank, batches of 8
+    for (b, batch) in batches.iter().enumerate() {
+        assert_eq!(batch.inputs.dims(), [8, 3, 8, 8]);
+        let want: Vec<u32> = shard[b * 8..(b + 1) * 8]
+            .iter()
+            .map(|&i| (i % 10) as u32)
+            .collect();
+        assert_eq!(batch.labels.to_vec::<u32>().unwrap(), want);
+    }
+    // The same epoch twice gives the same data.
+    let again: Vec<_> = l.epoch(5).collect::<Result<_, _>>().unwrap();
+    assert_eq!(
+        again[3].inputs.to_vec::<f32>().unwrap(),
+        batches[3].inputs.to_vec::<f32>().unwrap()
+    );
+    assert!(
+        Loader::new(ds, 60, 0, 2, 0).is_err(),
+        "a batch larger than a shard is refused"
+    );
+}
+
+#[test]
+fn cifar_augmentation_crops_and_flips() {
+    let pixels: Vec<u8> = (0..2 * 4 * 4).map(|i| (i * 8) as u8).collect();
+    let ds = ImageDataset::new(pixels, vec![0], [2, 4, 4], 1)
+        .unwrap()
+        .with_stats(vec![0.0, 0.0], vec![1.0, 1.0]);
+    let plain = ds
+        .batch(&[0], &mut Rng::new(0))
+        .unwrap()
+        .inputs
+        .to_vec::<f32>()
+        .unwrap();
+    assert_eq!(plain[1], 8.0 / 255.0);
+    let aug = ds.clone().with_augment(Augment { pad: 0, flip: true });
+    let mut flipped = false;
+    for seed in 0..8 {
+        let v = aug
+            .batch(&[0], &mut Rng::new(seed))
+            .unwrap()
+            .inputs
+            .to_vec::<f32>()
+            .unwrap();
+        if v != plain {
+            flipped = true;
+            assert_eq!(v[0], plain[3], "a flip reverses each row");
+        }
+    }
+    assert!(flipped);
+    let crop = ds.with_augment(Augment {
+        pad: 2,
+        flip: false,
+    });
+    let mut saw_zero_border = false;
+    for seed in 0..16 {
+        let v = crop
+            .batch(&[0], &mut Rng::new(seed))
+            .unwrap()
+            .inputs
+            .to_vec::<f32>()
+            .unwrap();
+        assert_eq!(v.len(), plain.len());
+        saw_zero_border |= v.iter().filter(|&&x| x == 0.0).count() > 1;
+    }
+    assert!(saw_zero_border, "crops reach into the zero padding");
+}

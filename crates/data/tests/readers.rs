@@ -1,0 +1,161 @@
+//! Every reader on small files written here, in the real formats, and their corrupt
+//! variants, which must fail with an error naming the file and the problem.
+
+use data::{read_cifar10, read_idx, read_mnist, Dataset, TextCorpus};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+fn dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("data-readers-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn idx_bytes(dims: &[u32], data: &[u8]) -> Vec<u8> {
+    let mut v = vec![0, 0, 0x08, dims.len() as u8];
+    for d in dims {
+        v.extend(d.to_be_bytes());
+    }
+    v.extend(data);
+    v
+}
+
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    e.write_all(bytes).unwrap();
+    e.finish().unwrap()
+}
+
+fn write(path: &Path, bytes: &[u8]) {
+    std::fs::write(path, bytes).unwrap();
+}
+
+fn err(r: data::Result<impl Sized>) -> String {
+    match r {
+        Ok(_) => panic!("expected an error"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn mnist_idx_plain_and_gzipped() {
+    let d = dir("idx");
+    let pixels: Vec<u8> = (0..3 * 4 * 5).map(|i| i as u8).collect();
+    write(&d.join("img"), &idx_bytes(&[3, 4, 5], &pixels));
+    write(&d.join("lab.gz"), &gzip(&idx_bytes(&[3], &[7, 0, 9])));
+    let ds = read_mnist(&d.join("img"), &d.join("lab.gz"), 10).unwrap();
+    assert_eq!(ds.len(), 3);
+    assert_eq!(ds.shape, [1, 4, 5]);
+    assert_eq!(ds.labels(), [7, 0, 9]);
+    assert_eq!(ds.image(2), &pixels[40..60]);
+    let a = read_idx(&d.join("img")).unwrap();
+    assert_eq!(a.dims, [3, 4, 5]);
+}
+
+#[test]
+fn corrupt_idx_files_are_named_errors() {
+    let d = dir("idx-bad");
+    let good_labels = idx_bytes(&[2], &[1, 2]);
+    write(&d.join("labels"), &good_labels);
+    // Wrong magic.
+    write(&d.join("magic"), &[1, 2, 3, 4, 0, 0, 0, 1, 9]);
+    let m = err(read_idx(&d.join("magic")));
+    assert!(m.contains("magic") && m.contains("magic"), "{m}");
+    assert!(m.contains(&d.join("magic").display().to_string()), "{m}");
+    // Truncated data.
+    let mut short = idx_bytes(&[2, 4, 4], &[0; 32]);
+    short.truncate(short.len() - 5);
+    write(&d.join("short"), &short);
+    let m = err(read_idx(&d.join("short")));
+    assert!(m.contains("need 32 bytes") && m.contains("has 27"), "{m}");
+    // Truncated gzip.
+    let mut gz = gzip(&idx_bytes(&[2, 4, 4], &[0; 32]));
+    gz.truncate(gz.len() / 2);
+    write(&d.join("broken.gz"), &gz);
+    assert!(err(read_idx(&d.join("broken.gz"))).contains("gzip"));
+    // Inconsistent counts.
+    write(&d.join("three"), &idx_bytes(&[3, 2, 2], &[0; 12]));
+    let m = err(read_mnist(&d.join("three"), &d.join("labels"), 10));
+    assert!(m.contains("2 labels for 3 images"), "{m}");
+    // Label out of range.
+    write(&d.join("two"), &idx_bytes(&[2, 2, 2], &[0; 8]));
+    write(&d.join("badlabels"), &idx_bytes(&[2], &[3, 12]));
+    let m = err(read_mnist(&d.join("two"), &d.join("badlabels"), 10));
+    assert!(
+        m.contains("label 12") && m.contains("10 classes") && m.contains("badlabels"),
+        "{m}"
+    );
+    // Missing file.
+    let m = err(read_idx(&d.join("nope")));
+    assert!(m.contains("nope"), "{m}");
+}
+
+#[test]
+fn cifar10_batches() {
+    let d = dir("cifar");
+    let mut rec = vec![3u8];
+    rec.extend((0..3072).map(|i| (i % 256) as u8));
+    let mut two = rec.clone();
+    two[0] = 9;
+    two.extend(&rec);
+    write(&d.join("a.bin"), &two);
+    write(&d.join("b.bin"), &rec);
+    let ds = read_cifar10(&[&d.join("a.bin"), &d.join("b.bin")]).unwrap();
+    assert_eq!(ds.len(), 3);
+    assert_eq!(ds.labels(), [9, 3, 3]);
+    assert_eq!(ds.image(1)[..3], [0, 1, 2]);
+    // Truncated record.
+    write(&d.join("short.bin"), &rec[..3000]);
+    assert!(err(read_cifar10(&[&d.join("short.bin")])).contains("not a whole number"));
+    // Label out of range.
+    let mut bad = rec.clone();
+    bad[0] = 10;
+    write(&d.join("bad.bin"), &bad);
+    let m = err(read_cifar10(&[&d.join("bad.bin")]));
+    assert!(m.contains("label 10") && m.contains("bad.bin"), "{m}");
+}
+
+#[test]
+fn ptb_text_layout() {
+    let d = dir("ptb");
+    write(
+        &d.join("ptb.train.txt"),
+        b" the cat sat \n the dog <unk> \n",
+    );
+    write(&d.join("ptb.valid.txt"), b" the cow sat \n");
+    write(&d.join("ptb.test.txt"), b" dog \n");
+    let c = TextCorpus::load(&d, "ptb").unwrap();
+    // <unk>, <eos>, the, cat, sat, dog
+    assert_eq!(c.vocab.len(), 6);
+    let word = |i: u32| c.vocab.words[i as usize].clone();
+    assert_eq!(
+        c.train.iter().map(|&i| word(i)).collect::<Vec<_>>(),
+        ["the", "cat", "sat", "<eos>", "the", "dog", "<unk>", "<eos>"]
+    );
+    assert_eq!(
+        c.valid.iter().map(|&i| word(i)).collect::<Vec<_>>(),
+        ["the", "<unk>", "sat", "<eos>"],
+        "out-of-vocabulary words read as <unk>"
+    );
+    assert_eq!(c.test.len(), 2);
+    assert!(err(TextCorpus::load(&dir("empty"), "ptb")).contains("ptb.train.txt"));
+}
+
+#[test]
+fn kjv_tokenisation() {
+    let t = data::prepare::tokenize_verse(
+        "Ge1:3 And God said, Let there be light: and there was light.",
+    );
+    assert_eq!(
+        t,
+        [
+            "and", "god", "said", ",", "let", "there", "be", "light", ":", "and", "there", "was",
+            "light", "."
+        ]
+    );
+    let t = data::prepare::tokenize_verse("Ps23:1 The LORD's shepherd (is) mine;");
+    assert_eq!(
+        t,
+        ["the", "lord", "'s", "shepherd", "(", "is", ")", "mine", ";"]
+    );
+}
