@@ -129,9 +129,9 @@ impl Dataset for ImageDataset {
             labels.push(self.labels[i]);
         }
         let n = indices.len();
-        Ok(Batch {
-            inputs: Tensor::from_vec(out, vec![n, c, h, w], Device::Cpu)?,
-            labels: Tensor::from_vec(labels, n, Device::Cpu)?,
-        })
+        Ok(Batch::new(
+            Tensor::from_vec(out, vec![n, c, h, w], Device::Cpu)?,
+            Tensor::from_vec(labels, n, Device::Cpu)?,
+        ))
     }
 }

@@ -16,6 +16,7 @@ mod image;
 mod loader;
 pub mod prepare;
 mod shard;
+pub mod speech;
 mod synthetic;
 mod text;
 

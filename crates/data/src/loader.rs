@@ -14,10 +14,25 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use tensor::{Rng, Tensor};
 
-/// A batch of inputs and their labels (U32).
+/// A batch of inputs and their labels (U32). Sequence datasets (speech) concatenate the
+/// labels and give each sample's input and label lengths; for the others these are empty.
 pub struct Batch {
     pub inputs: Tensor,
     pub labels: Tensor,
+    pub input_lengths: Vec<usize>,
+    pub label_lengths: Vec<usize>,
+}
+
+impl Batch {
+    /// A batch of fixed-size samples with one label each.
+    pub fn new(inputs: Tensor, labels: Tensor) -> Self {
+        Batch {
+            inputs,
+            labels,
+            input_lengths: Vec::new(),
+            label_lengths: Vec::new(),
+        }
+    }
 }
 
 pub trait Dataset: Send + Sync {

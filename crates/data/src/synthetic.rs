@@ -38,10 +38,10 @@ impl Dataset for SyntheticImages {
             }
         }
         let n = indices.len();
-        Ok(Batch {
-            inputs: Tensor::from_vec(data, vec![n, c, h, w], Device::Cpu)?,
-            labels: Tensor::from_vec(labels, n, Device::Cpu)?,
-        })
+        Ok(Batch::new(
+            Tensor::from_vec(data, vec![n, c, h, w], Device::Cpu)?,
+            Tensor::from_vec(labels, n, Device::Cpu)?,
+        ))
     }
 }
 

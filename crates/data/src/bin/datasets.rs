@@ -10,7 +10,10 @@
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
-use data::prepare::{prepare_fashion_mnist, prepare_kjv, FASHION_MNIST_SYSTEM_DIR};
+use data::prepare::{
+    prepare_fashion_mnist, prepare_kjv, prepare_speech, SpeechOptions, FASHION_MNIST_SYSTEM_DIR,
+};
+use data::speech::SpeechDataset;
 use data::{read_cifar10, read_mnist, Dataset, TextCorpus};
 use serde_json::json;
 use std::path::{Path, PathBuf};
@@ -24,11 +27,23 @@ struct Args {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Build a corpus: `fashion-mnist` (needs `apt-get install dataset-fashion-mnist`) or
-    /// `kjv` (needs `apt-get install bible-kjv`). The spoken corpus (`speech`) is not
-    /// implemented yet and says so.
+    /// Build a corpus: `fashion-mnist` (needs `apt-get install dataset-fashion-mnist`),
+    /// `kjv` (needs `apt-get install bible-kjv`) or `speech` (needs `apt-get install
+    /// espeak-ng`; --utterances, --test-utterances, --seed, --snr).
     Prepare {
         name: String,
+        /// speech: training utterances (AN4 has 948).
+        #[arg(long, default_value_t = 948)]
+        utterances: usize,
+        /// speech: test utterances, spoken by voices not used in training (AN4 has 130).
+        #[arg(long, default_value_t = 130)]
+        test_utterances: usize,
+        /// speech: seed of the corpus.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// speech: signal-to-noise ratio of the added white noise in dB (negative: none).
+        #[arg(long, default_value_t = 20.0, allow_hyphen_values = true)]
+        snr: f64,
         /// Output directory.
         #[arg(long)]
         out: PathBuf,
@@ -38,7 +53,7 @@ enum Cmd {
         source: Option<PathBuf>,
     },
     /// Count a prepared dataset: `fashion-mnist`, `mnist`, `cifar10`, `kjv` or `ptb` (words),
-    /// `kjv-char` or `ptb-char` (characters).
+    /// `kjv-char` or `ptb-char` (characters), `speech` (utterances).
     Stats {
         name: String,
         #[arg(long)]
@@ -80,18 +95,47 @@ fn mnist_stats(name: &str, dir: &Path) -> Result<serde_json::Value> {
 
 fn main() -> Result<()> {
     match Args::parse().command {
-        Cmd::Prepare { name, out, source } => match name.as_str() {
+        Cmd::Prepare {
+            name,
+            out,
+            source,
+            utterances,
+            test_utterances,
+            seed,
+            snr,
+        } => match name.as_str() {
             "fashion-mnist" => {
                 let src = source.unwrap_or_else(|| PathBuf::from(FASHION_MNIST_SYSTEM_DIR));
                 let (train, test) = prepare_fashion_mnist(&src, &out)?;
-                println!("fashion-mnist: {train} training and {test} test images in {}", out.display());
+                println!(
+                    "fashion-mnist: {train} training and {test} test images in {}",
+                    out.display()
+                );
             }
             "kjv" => {
                 let s = prepare_kjv(source.as_deref(), &out)?;
-                println!("kjv: {} verses, {} tokens, vocabulary {} in {}", s.verses, s.words, s.vocab, out.display());
+                println!(
+                    "kjv: {} verses, {} tokens, vocabulary {} in {}",
+                    s.verses,
+                    s.words,
+                    s.vocab,
+                    out.display()
+                );
             }
-            "speech" => bail!("prepare speech: the espeak-ng spoken corpus is not implemented yet (issue 4 is open)"),
-            other => bail!("unknown corpus {other:?}: choose fashion-mnist or kjv"),
+            "speech" => {
+                let opts = SpeechOptions {
+                    train: utterances,
+                    test: test_utterances,
+                    seed,
+                    snr_db: (snr >= 0.0).then_some(snr),
+                };
+                let (train, test) = prepare_speech(&out, &opts)?;
+                println!(
+                    "speech: {train} training and {test} test utterances in {}",
+                    out.display()
+                );
+            }
+            other => bail!("unknown corpus {other:?}: choose fashion-mnist, kjv or speech"),
         },
         Cmd::Stats { name, dir } => {
             let v = match name.as_str() {
@@ -114,7 +158,12 @@ fn main() -> Result<()> {
                     let words = count(&c.train) + count(&c.valid) + count(&c.test);
                     json!({"dataset": name, "train": s.train, "valid": s.valid, "test": s.test, "vocab": s.vocab, "words": words})
                 }
-                other => bail!("unknown dataset {other:?}: choose fashion-mnist, mnist, cifar10, kjv, ptb, kjv-char or ptb-char"),
+                "speech" => {
+                    let train = SpeechDataset::load(&dir.join("train_manifest.csv"))?;
+                    let test = SpeechDataset::load(&dir.join("test_manifest.csv"))?;
+                    json!({"dataset": name, "train": train.len(), "valid": null, "test": test.len(), "vocab": data::speech::ALPHABET.len(), "words": null})
+                }
+                other => bail!("unknown dataset {other:?}: choose fashion-mnist, mnist, cifar10, kjv, ptb, kjv-char, ptb-char or speech"),
             };
             println!("{v}");
         }

