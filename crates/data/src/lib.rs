@@ -1,5 +1,6 @@
 //! Datasets in their real formats (MNIST/Fashion-MNIST IDX, CIFAR-10 binary batches,
-//! Penn-Treebank-layout text), the corpora we can build on a machine with only package
+//! ImageNet-style folders of JPEG/PNG files, Penn-Treebank-layout text, WAV speech with
+//! transcripts), the corpora we can build on a machine with only package
 //! registries (`prepare`), CIFAR-style augmentation, synthetic data of any shape, and a
 //! loader that gives each worker a disjoint, deterministic shard and prefetches batches on
 //! a background thread.
@@ -11,6 +12,7 @@
 mod augment;
 mod cifar;
 mod error;
+mod folder;
 mod idx;
 mod image;
 mod loader;
@@ -23,9 +25,10 @@ mod text;
 pub use augment::Augment;
 pub use cifar::read_cifar10;
 pub use error::{DataError, Result};
+pub use folder::ImageFolder;
 pub use idx::{read_idx, read_mnist, IdxArray};
 pub use image::ImageDataset;
 pub use loader::{Batch, Dataset, Loader};
 pub use shard::{shard_indices, shard_range};
-pub use synthetic::{SyntheticImages, SyntheticTokens};
+pub use synthetic::{SyntheticImages, SyntheticSpeech, SyntheticTokens};
 pub use text::{CorpusStats, TextCorpus, TokenBatches, Vocab, EOS, UNK};

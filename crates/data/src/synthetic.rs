@@ -72,3 +72,53 @@ impl SyntheticTokens {
         out
     }
 }
+
+/// Spectrogram-shaped utterances (`[1, bins, frames]`, frames varying per utterance) with
+/// random label sequences in 1..classes, batched like `speech::SpeechDataset`.
+pub struct SyntheticSpeech {
+    pub n: usize,
+    pub bins: usize,
+    pub max_frames: usize,
+    pub classes: usize,
+    pub seed: u64,
+}
+
+impl Dataset for SyntheticSpeech {
+    fn len(&self) -> usize {
+        self.n
+    }
+    fn batch(&self, indices: &[usize], _rng: &mut Rng) -> Result<Batch> {
+        let per: Vec<(usize, Vec<u32>, Rng)> = indices
+            .iter()
+            .map(|&i| {
+                let mut r = Rng::new(self.seed ^ (i as u64).wrapping_mul(0xD6E8_FEB8_6659_FD93));
+                let frames = self.max_frames / 2 + r.below(self.max_frames / 2 + 1);
+                let labels = (0..1 + frames / 8)
+                    .map(|_| 1 + r.below(self.classes - 1) as u32)
+                    .collect();
+                (frames.max(1), labels, r)
+            })
+            .collect();
+        let t = per.iter().map(|p| p.0).max().unwrap_or(1);
+        let mut x = vec![0f32; indices.len() * self.bins * t];
+        let (mut labels, mut input_lengths, mut label_lengths) =
+            (Vec::new(), Vec::new(), Vec::new());
+        for (n, (frames, l, mut r)) in per.into_iter().enumerate() {
+            for b in 0..self.bins {
+                for f in 0..frames {
+                    x[(n * self.bins + b) * t + f] = r.normal() as f32;
+                }
+            }
+            input_lengths.push(frames);
+            label_lengths.push(l.len());
+            labels.extend(l);
+        }
+        let total = labels.len();
+        Ok(Batch {
+            inputs: Tensor::from_vec(x, vec![indices.len(), 1, self.bins, t], Device::Cpu)?,
+            labels: Tensor::from_vec(labels, total, Device::Cpu)?,
+            input_lengths,
+            label_lengths,
+        })
+    }
+}

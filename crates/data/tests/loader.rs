@@ -81,3 +81,24 @@ fn cifar_augmentation_crops_and_flips() {
     }
     assert!(saw_zero_border, "crops reach into the zero padding");
 }
+
+#[test]
+fn synthetic_speech_batches_carry_lengths() {
+    let ds = data::SyntheticSpeech {
+        n: 10,
+        bins: 161,
+        max_frames: 40,
+        classes: 29,
+        seed: 1,
+    };
+    let b = ds.batch(&[0, 1, 2, 3], &mut Rng::new(0)).unwrap();
+    assert_eq!(b.inputs.dims()[..3], [4, 1, 161]);
+    assert_eq!(b.inputs.dims()[3], *b.input_lengths.iter().max().unwrap());
+    assert_eq!(b.labels.elem_count(), b.label_lengths.iter().sum::<usize>());
+    assert!(b
+        .labels
+        .to_vec::<u32>()
+        .unwrap()
+        .iter()
+        .all(|&l| (1..29).contains(&l)));
+}

@@ -159,3 +159,44 @@ fn kjv_tokenisation() {
         ["the", "lord", "'s", "shepherd", "(", "is", ")", "mine", ";"]
     );
 }
+
+#[test]
+fn imagenet_style_folders() {
+    use data::ImageFolder;
+    let root = dir("folder");
+    for (class, color) in [("cat", [200u8, 10, 10]), ("dog", [10, 200, 10])] {
+        std::fs::create_dir_all(root.join(class)).unwrap();
+        for k in 0..3 {
+            let img = image::RgbImage::from_fn(40 + 10 * k, 30, |x, _| {
+                image::Rgb([color[0], color[1], (x * 4) as u8])
+            });
+            img.save(root.join(class).join(format!("{k}.png"))).unwrap();
+        }
+    }
+    std::fs::write(root.join("dog").join("notes.txt"), "not an image").unwrap();
+    let eval = ImageFolder::open(&root, 16, false).unwrap();
+    assert_eq!(eval.classes, ["cat", "dog"]);
+    assert_eq!(eval.len(), 6, "non-image files are ignored");
+    let mut rng = tensor::Rng::new(0);
+    let b = eval.batch(&[0, 5], &mut rng).unwrap();
+    assert_eq!(b.inputs.dims(), [2, 3, 16, 16]);
+    assert_eq!(b.labels.to_vec::<u32>().unwrap(), [0, 1]);
+    // Red channel of a "cat": (200/255 − 0.485) / 0.229 everywhere.
+    let v = b.inputs.to_vec::<f32>().unwrap();
+    assert!(
+        (v[0] - (200.0 / 255.0 - 0.485) / 0.229).abs() < 0.02,
+        "{}",
+        v[0]
+    );
+    let train = ImageFolder::open(&root, 16, true).unwrap();
+    assert_eq!(
+        train.batch(&[1, 2, 3], &mut rng).unwrap().inputs.dims(),
+        [3, 3, 16, 16]
+    );
+    // A corrupt image names the file.
+    std::fs::write(root.join("cat").join("bad.png"), b"\x89PNG broken").unwrap();
+    let broken = ImageFolder::open(&root, 16, false).unwrap();
+    let e = err(broken.batch(&[0, 1, 2, 3], &mut rng));
+    assert!(e.contains("bad.png"), "{e}");
+    assert!(err(ImageFolder::open(&dir("nofolders"), 16, false)).contains("no class sub-folders"));
+}

@@ -1,0 +1,142 @@
+//! ImageNet-style datasets: a root with one sub-folder per class holding JPEG or PNG
+//! files (`train/n01440764/*.JPEG`, …), decoded on demand (on the loader's prefetch
+//! thread). Training transform: random resized crop (area 8–100 %, aspect 3/4–4/3, as
+//! Inception/ResNet training) to `size`, random horizontal flip; evaluation: resize the
+//! shorter side to `size · 8/7` and take the centre `size × size` crop. Normalisation
+//! with the ImageNet channel statistics.
+
+use crate::error::{DataError, Result};
+use crate::loader::{Batch, Dataset};
+use image::imageops::FilterType;
+use image::RgbImage;
+use std::path::{Path, PathBuf};
+use tensor::{Device, Rng, Tensor};
+
+const MEAN: [f32; 3] = [0.485, 0.456, 0.406];
+const STD: [f32; 3] = [0.229, 0.224, 0.225];
+
+pub struct ImageFolder {
+    pub classes: Vec<String>,
+    files: Vec<(PathBuf, u32)>,
+    pub size: usize,
+    pub train: bool,
+}
+
+impl ImageFolder {
+    /// Lists `root/<class>/*.{jpg,jpeg,png}` (case-insensitive); classes sorted by name.
+    pub fn open(root: &Path, size: usize, train: bool) -> Result<Self> {
+        let read = |p: &Path| std::fs::read_dir(p).map_err(|e| DataError::io(p, e));
+        let mut classes: Vec<String> = read(root)?
+            .filter_map(|e| e.ok())
+            .filter(|e| e.path().is_dir())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        classes.sort();
+        if classes.is_empty() {
+            return Err(DataError::format(
+                root,
+                "no class sub-folders (expected root/<class>/<image files>)",
+            ));
+        }
+        let mut files = Vec::new();
+        for (label, class) in classes.iter().enumerate() {
+            let mut imgs: Vec<PathBuf> = read(&root.join(class))?
+                .filter_map(|e| e.ok())
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.extension().is_some_and(|x| {
+                        matches!(
+                            x.to_string_lossy().to_lowercase().as_str(),
+                            "jpg" | "jpeg" | "png"
+                        )
+                    })
+                })
+                .collect();
+            imgs.sort();
+            files.extend(imgs.into_iter().map(|p| (p, label as u32)));
+        }
+        if files.is_empty() {
+            return Err(DataError::format(
+                root,
+                "no JPEG or PNG files in any class folder",
+            ));
+        }
+        Ok(ImageFolder {
+            classes,
+            files,
+            size,
+            train,
+        })
+    }
+
+    fn load(&self, i: usize, rng: &mut Rng) -> Result<RgbImage> {
+        let (path, _) = &self.files[i];
+        let img = image::open(path)
+            .map_err(|e| DataError::format(path, format!("cannot decode image: {e}")))?
+            .to_rgb8();
+        let (w, h) = (img.width() as f64, img.height() as f64);
+        let s = self.size as u32;
+        if self.train {
+            // Random resized crop; fall back to the centre crop after 10 tries, as torchvision.
+            for _ in 0..10 {
+                let area = w * h * (0.08 + 0.92 * rng.uniform());
+                let ratio = ((3.0f64 / 4.0).ln()
+                    + ((4.0f64 / 3.0).ln() - (3.0f64 / 4.0).ln()) * rng.uniform())
+                .exp();
+                let (cw, ch) = ((area * ratio).sqrt().round(), (area / ratio).sqrt().round());
+                if cw >= 1.0 && ch >= 1.0 && cw <= w && ch <= h {
+                    let x = rng.below((w - cw) as usize + 1) as u32;
+                    let y = rng.below((h - ch) as usize + 1) as u32;
+                    let crop =
+                        image::imageops::crop_imm(&img, x, y, cw as u32, ch as u32).to_image();
+                    let mut out = image::imageops::resize(&crop, s, s, FilterType::Triangle);
+                    if rng.below(2) == 1 {
+                        image::imageops::flip_horizontal_in_place(&mut out);
+                    }
+                    return Ok(out);
+                }
+            }
+        }
+        // Resize the shorter side to size·8/7 (256 for 224), then the centre crop.
+        let short = (self.size as f64 * 8.0 / 7.0).round();
+        let scale = short / w.min(h);
+        let (rw, rh) = (
+            ((w * scale).round() as u32).max(s),
+            ((h * scale).round() as u32).max(s),
+        );
+        let resized = image::imageops::resize(&img, rw, rh, FilterType::Triangle);
+        Ok(image::imageops::crop_imm(&resized, (rw - s) / 2, (rh - s) / 2, s, s).to_image())
+    }
+}
+
+impl Dataset for ImageFolder {
+    fn len(&self) -> usize {
+        self.files.len()
+    }
+    fn batch(&self, indices: &[usize], rng: &mut Rng) -> Result<Batch> {
+        let s = self.size;
+        let mut data = Vec::with_capacity(indices.len() * 3 * s * s);
+        let mut labels = Vec::with_capacity(indices.len());
+        for &i in indices {
+            if i >= self.len() {
+                return Err(DataError::Msg(format!(
+                    "sample index {i} out of range for {} images",
+                    self.len()
+                )));
+            }
+            let img = self.load(i, rng)?;
+            for c in 0..3 {
+                data.extend(
+                    img.pixels()
+                        .map(|p| (p[c] as f32 / 255.0 - MEAN[c]) / STD[c]),
+                );
+            }
+            labels.push(self.files[i].1);
+        }
+        let n = indices.len();
+        Ok(Batch::new(
+            Tensor::from_vec(data, vec![n, 3, s, s], Device::Cpu)?,
+            Tensor::from_vec(labels, n, Device::Cpu)?,
+        ))
+    }
+}
