@@ -1,4 +1,32 @@
-//! Collectives between worker processes: rendezvous, TCP and NCCL backends, dense and
-//! sparse allreduce, byte accounting and the alpha-beta cost model.
+//! Collectives between worker processes over TCP.
 //!
-//! Skeleton: the contents arrive with issue 5 (see the README's roadmap).
+//! - [`Communicator::from_env`] joins a job from `RANK`, `WORLD_SIZE`, `MASTER_ADDR`,
+//!   `MASTER_PORT` (PyTorch's convention) and a shared token (`GRADEX_TOKEN` or
+//!   `GRADEX_TOKEN_FILE`); every pair of ranks gets one authenticated TCP connection.
+//! - Collectives: `barrier`, `broadcast`, ring `allreduce` of f32 (sum or average),
+//!   `allgather_v` of byte buffers, `send`/`recv`, and the sparse `topk_allreduce`
+//!   (allgather of indices and values, summed) and `gtopk_allreduce` (paper 002's tree of
+//!   ⊤ merges to rank 0, then a broadcast).
+//! - Every rank counts the bytes it sends and receives per collective ([`ByteCounters`]):
+//!   compression ratios are measured on the wire.
+//! - Frames are length-prefixed with a versioned header; a frame longer than the configured
+//!   maximum, of the wrong version or truncated is an error, never an allocation of a
+//!   size a peer chose. Every blocking call has a timeout; a dead peer ends the collective
+//!   with an error naming its rank.
+//!
+//! Not here yet (issue 5 is open): the NCCL backend, the α-β cost model, the emulated
+//! network script and the `comm_bench` benchmark.
+
+mod auth;
+mod communicator;
+mod counters;
+mod error;
+mod frame;
+mod rendezvous;
+mod sparse;
+
+pub use communicator::{CommConfig, Communicator, ReduceOp};
+pub use counters::{ByteCounters, Collective};
+pub use error::{CommError, Result};
+pub use frame::{decode_header, FrameHeader, FRAME_VERSION, HEADER_LEN};
+pub use sparse::{top_merge, SparseVec};

@@ -1,0 +1,425 @@
+//! The communicator: one authenticated TCP connection per peer, and the collectives.
+//! Every collective must be called in the same order on every rank; each call gets a
+//! sequence tag that receivers check, so a rank that diverges fails loudly instead of
+//! mixing up messages.
+
+use crate::counters::{ByteCounters, Collective};
+use crate::error::{CommError, Result};
+use crate::frame::{decode_header, encode_header, FrameHeader, HEADER_LEN};
+use crate::rendezvous::connect_mesh;
+use crate::sparse::{top_merge, SparseVec};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+#[derive(Clone, Debug)]
+pub struct CommConfig {
+    pub rank: usize,
+    pub world: usize,
+    pub master_addr: String,
+    pub master_port: u16,
+    /// Address this rank listens on for its peers (all interfaces by default).
+    pub bind_addr: String,
+    /// Shared secret every rank must prove it knows.
+    pub token: Vec<u8>,
+    /// Limit on every blocking operation, rendezvous included.
+    pub timeout: Duration,
+    /// Largest frame payload a peer may announce.
+    pub max_frame: u64,
+}
+
+impl CommConfig {
+    /// From `RANK`, `WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`, `GRADEX_TOKEN` (or
+    /// `GRADEX_TOKEN_FILE`), optional `GRADEX_BIND_ADDR` and `GRADEX_TIMEOUT_SECS`.
+    pub fn from_env() -> Result<Self> {
+        let var = |k: &str| {
+            std::env::var(k).map_err(|_| {
+                CommError::Config(format!(
+                    "{k} is not set (see the README on launching workers)"
+                ))
+            })
+        };
+        let num = |k: &str| -> Result<usize> {
+            var(k)?
+                .parse()
+                .map_err(|_| CommError::Config(format!("{k} is not a number")))
+        };
+        let token = match (
+            std::env::var("GRADEX_TOKEN"),
+            std::env::var("GRADEX_TOKEN_FILE"),
+        ) {
+            (Ok(t), _) => t.into_bytes(),
+            (_, Ok(f)) => std::fs::read(&f)
+                .map_err(|e| CommError::Config(format!("GRADEX_TOKEN_FILE {f}: {e}")))?,
+            _ => {
+                return Err(CommError::Config(
+                    "set GRADEX_TOKEN or GRADEX_TOKEN_FILE to the job's shared token".into(),
+                ))
+            }
+        };
+        let timeout = std::env::var("GRADEX_TIMEOUT_SECS")
+            .ok()
+            .and_then(|t| t.parse().ok())
+            .unwrap_or(60.0);
+        let cfg = CommConfig {
+            rank: num("RANK")?,
+            world: num("WORLD_SIZE")?,
+            master_addr: var("MASTER_ADDR")?,
+            master_port: num("MASTER_PORT")? as u16,
+            bind_addr: std::env::var("GRADEX_BIND_ADDR").unwrap_or_else(|_| "0.0.0.0".into()),
+            token,
+            timeout: Duration::from_secs_f64(timeout),
+            max_frame: 1 << 32,
+        };
+        if cfg.world == 0 || cfg.rank >= cfg.world {
+            return Err(CommError::Config(format!(
+                "RANK {} is not in 0..WORLD_SIZE ({})",
+                cfg.rank, cfg.world
+            )));
+        }
+        Ok(cfg)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReduceOp {
+    Sum,
+    Average,
+}
+
+pub struct Communicator {
+    rank: usize,
+    world: usize,
+    max_frame: u64,
+    writers: Vec<Option<TcpStream>>,
+    readers: Vec<Option<TcpStream>>,
+    counters: ByteCounters,
+    seq: u32,
+}
+
+fn send_frame(w: &mut TcpStream, peer: usize, tag: u32, payload: &[u8]) -> Result<()> {
+    let h = encode_header(&FrameHeader {
+        kind: 0,
+        tag,
+        len: payload.len() as u64,
+    });
+    w.write_all(&h)
+        .and_then(|_| w.write_all(payload))
+        .map_err(|e| CommError::Peer {
+            peer,
+            op: "send",
+            source: e,
+        })
+}
+
+fn recv_frame(r: &mut TcpStream, peer: usize, tag: u32, max: u64) -> Result<Vec<u8>> {
+    let mut h = [0u8; HEADER_LEN];
+    r.read_exact(&mut h).map_err(|e| CommError::Peer {
+        peer,
+        op: "receive",
+        source: e,
+    })?;
+    let h = decode_header(&h, max).map_err(|msg| CommError::Protocol { peer, msg })?;
+    if h.tag != tag {
+        return Err(CommError::Protocol { peer, msg: format!("frame of collective #{} arrived during #{tag}: ranks called collectives in different orders", h.tag) });
+    }
+    let mut payload = vec![0u8; h.len as usize];
+    r.read_exact(&mut payload).map_err(|e| CommError::Peer {
+        peer,
+        op: "receive",
+        source: e,
+    })?;
+    Ok(payload)
+}
+
+fn f32s_to_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn bytes_to_f32s(b: &[u8], peer: usize, expect: usize) -> Result<Vec<f32>> {
+    if b.len() != 4 * expect {
+        return Err(CommError::Protocol {
+            peer,
+            msg: format!("{} bytes where {expect} floats were due", b.len()),
+        });
+    }
+    Ok(b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect())
+}
+
+/// The range of `0..n` in segment `i` of `parts` (sizes differ by at most one).
+fn segment(n: usize, parts: usize, i: usize) -> std::ops::Range<usize> {
+    let (base, extra) = (n / parts, n % parts);
+    let start = i * base + i.min(extra);
+    start..start + base + usize::from(i < extra)
+}
+
+impl Communicator {
+    /// Joins the job described by `cfg` (blocks until every rank has connected).
+    pub fn connect(cfg: &CommConfig) -> Result<Self> {
+        if cfg.world == 0 || cfg.rank >= cfg.world {
+            return Err(CommError::Config(format!(
+                "rank {} of world {}",
+                cfg.rank, cfg.world
+            )));
+        }
+        let streams = connect_mesh(cfg)?;
+        let mut readers = Vec::with_capacity(cfg.world);
+        for (p, s) in streams.iter().enumerate() {
+            readers.push(match s {
+                Some(s) => Some(s.try_clone().map_err(|e| CommError::Peer {
+                    peer: p,
+                    op: "setup",
+                    source: e,
+                })?),
+                None => None,
+            });
+        }
+        Ok(Communicator {
+            rank: cfg.rank,
+            world: cfg.world,
+            max_frame: cfg.max_frame,
+            writers: streams,
+            readers,
+            counters: ByteCounters::default(),
+            seq: 0,
+        })
+    }
+    /// Joins the job described by the environment (see [`CommConfig::from_env`]).
+    pub fn from_env() -> Result<Self> {
+        Communicator::connect(&CommConfig::from_env()?)
+    }
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+    pub fn world_size(&self) -> usize {
+        self.world
+    }
+    pub fn counters(&self) -> &ByteCounters {
+        &self.counters
+    }
+
+    fn next_tag(&mut self) -> u32 {
+        self.seq = self.seq.wrapping_add(1);
+        self.seq
+    }
+    fn send_to(&mut self, peer: usize, tag: u32, kind: Collective, payload: &[u8]) -> Result<()> {
+        let w = self.writers[peer]
+            .as_mut()
+            .ok_or_else(|| CommError::Config(format!("no connection to rank {peer}")))?;
+        send_frame(w, peer, tag, payload)?;
+        self.counters.sent(kind, payload.len(), HEADER_LEN);
+        Ok(())
+    }
+    fn recv_from(&mut self, peer: usize, tag: u32, kind: Collective) -> Result<Vec<u8>> {
+        let r = self.readers[peer]
+            .as_mut()
+            .ok_or_else(|| CommError::Config(format!("no connection to rank {peer}")))?;
+        let p = recv_frame(r, peer, tag, self.max_frame)?;
+        self.counters.received(kind, p.len(), HEADER_LEN);
+        Ok(p)
+    }
+    /// Sends `payload` to `to` while receiving from `from`, concurrently (a ring step; both
+    /// directions busy, and no deadlock when both sides' socket buffers are full).
+    fn exchange(
+        &mut self,
+        to: usize,
+        tag: u32,
+        kind: Collective,
+        payload: &[u8],
+        from: usize,
+    ) -> Result<Vec<u8>> {
+        let max = self.max_frame;
+        let w = self.writers[to]
+            .as_mut()
+            .ok_or_else(|| CommError::Config(format!("no connection to rank {to}")))?;
+        let r = self.readers[from]
+            .as_mut()
+            .ok_or_else(|| CommError::Config(format!("no connection to rank {from}")))?;
+        let (sent, got) = std::thread::scope(|s| {
+            let sender = s.spawn(move || send_frame(w, to, tag, payload));
+            let got = recv_frame(r, from, tag, max);
+            let sent = sender
+                .join()
+                .unwrap_or_else(|_| Err(CommError::Config("sender thread panicked".into())));
+            (sent, got)
+        });
+        sent?;
+        let got = got?;
+        self.counters.sent(kind, payload.len(), HEADER_LEN);
+        self.counters.received(kind, got.len(), HEADER_LEN);
+        Ok(got)
+    }
+
+    /// Point-to-point send (matched by a `recv` on `peer`, in the same collective order).
+    pub fn send(&mut self, peer: usize, payload: &[u8]) -> Result<()> {
+        let tag = self.next_tag();
+        self.send_to(peer, tag, Collective::SendRecv, payload)
+    }
+    pub fn recv(&mut self, peer: usize) -> Result<Vec<u8>> {
+        let tag = self.next_tag();
+        self.recv_from(peer, tag, Collective::SendRecv)
+    }
+
+    /// Returns when every rank has called it.
+    pub fn barrier(&mut self) -> Result<()> {
+        let tag = self.next_tag();
+        if self.rank == 0 {
+            for p in 1..self.world {
+                self.recv_from(p, tag, Collective::Barrier)?;
+            }
+            for p in 1..self.world {
+                self.send_to(p, tag, Collective::Barrier, &[])?;
+            }
+        } else {
+            self.send_to(0, tag, Collective::Barrier, &[])?;
+            self.recv_from(0, tag, Collective::Barrier)?;
+        }
+        Ok(())
+    }
+
+    /// `root`'s bytes on every rank, along a binomial tree (log₂ P rounds).
+    pub fn broadcast(&mut self, root: usize, data: &[u8]) -> Result<Vec<u8>> {
+        let tag = self.next_tag();
+        self.broadcast_tagged(root, data, tag, Collective::Broadcast)
+    }
+    fn broadcast_tagged(
+        &mut self,
+        root: usize,
+        data: &[u8],
+        tag: u32,
+        kind: Collective,
+    ) -> Result<Vec<u8>> {
+        let p = self.world;
+        let vr = (self.rank + p - root) % p;
+        let mut buf = if vr == 0 { Some(data.to_vec()) } else { None };
+        let mut mask = 1;
+        while mask < p {
+            if vr < mask {
+                if vr + mask < p {
+                    let dst = (vr + mask + root) % p;
+                    let b = buf.as_deref().unwrap_or_default().to_vec();
+                    self.send_to(dst, tag, kind, &b)?;
+                }
+            } else if vr < 2 * mask {
+                let src = (vr - mask + root) % p;
+                buf = Some(self.recv_from(src, tag, kind)?);
+            }
+            mask <<= 1;
+        }
+        Ok(buf.unwrap_or_default())
+    }
+
+    /// Ring allreduce (reduce-scatter, then allgather) of `data` in place. Every rank ends
+    /// with bitwise-identical values: each segment is summed once, in ring order, and then
+    /// copied.
+    pub fn allreduce(&mut self, data: &mut [f32], op: ReduceOp) -> Result<()> {
+        let tag = self.next_tag();
+        let (p, r, n) = (self.world, self.rank, data.len());
+        if p > 1 {
+            let (right, left) = ((r + 1) % p, (r + p - 1) % p);
+            for s in 0..p - 1 {
+                let send_seg = segment(n, p, (r + p - s) % p);
+                let recv_seg = segment(n, p, (r + 2 * p - s - 1) % p);
+                let got = self.exchange(
+                    right,
+                    tag,
+                    Collective::Allreduce,
+                    &f32s_to_bytes(&data[send_seg]),
+                    left,
+                )?;
+                let got = bytes_to_f32s(&got, left, recv_seg.len())?;
+                for (d, g) in data[recv_seg].iter_mut().zip(got) {
+                    *d += g;
+                }
+            }
+            for s in 0..p - 1 {
+                let send_seg = segment(n, p, (r + 1 + p - s) % p);
+                let recv_seg = segment(n, p, (r + p - s) % p);
+                let got = self.exchange(
+                    right,
+                    tag,
+                    Collective::Allreduce,
+                    &f32s_to_bytes(&data[send_seg]),
+                    left,
+                )?;
+                let got = bytes_to_f32s(&got, left, recv_seg.len())?;
+                data[recv_seg].copy_from_slice(&got);
+            }
+        }
+        if op == ReduceOp::Average {
+            let inv = 1.0 / p as f32;
+            data.iter_mut().for_each(|v| *v *= inv);
+        }
+        Ok(())
+    }
+
+    /// Every rank's buffer (of any length) on every rank, by a ring (P − 1 steps).
+    pub fn allgather_v(&mut self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
+        let tag = self.next_tag();
+        self.allgather_tagged(data, tag, Collective::AllgatherV)
+    }
+    fn allgather_tagged(
+        &mut self,
+        data: &[u8],
+        tag: u32,
+        kind: Collective,
+    ) -> Result<Vec<Vec<u8>>> {
+        let (p, r) = (self.world, self.rank);
+        let mut blocks: Vec<Vec<u8>> = vec![Vec::new(); p];
+        blocks[r] = data.to_vec();
+        let (right, left) = ((r + 1) % p, (r + p - 1) % p);
+        for s in 0..p.saturating_sub(1) {
+            let send_idx = (r + p - s) % p;
+            let recv_idx = (r + 2 * p - s - 1) % p;
+            let out = std::mem::take(&mut blocks[send_idx]);
+            let got = self.exchange(right, tag, kind, &out, left)?;
+            blocks[send_idx] = out;
+            blocks[recv_idx] = got;
+        }
+        Ok(blocks)
+    }
+
+    /// TopKAllReduce: every rank's sparse vector gathered and summed (ranks' values added
+    /// in rank order, so the result is identical everywhere). O(kP) traffic per rank.
+    pub fn topk_allreduce(&mut self, local: &SparseVec) -> Result<SparseVec> {
+        let tag = self.next_tag();
+        let blocks = self.allgather_tagged(&local.encode(), tag, Collective::TopkAllreduce)?;
+        let mut acc = SparseVec::default();
+        for (peer, b) in blocks.iter().enumerate() {
+            let v = SparseVec::decode(b).map_err(|msg| CommError::Protocol { peer, msg })?;
+            acc = top_merge(&acc, &v, usize::MAX);
+        }
+        Ok(acc)
+    }
+
+    /// gTopKAllReduce (paper 002, Alg. 3): the ⊤ merge (sum by index, keep the k largest
+    /// magnitudes, ties to the smaller index) applied up a binomial tree to rank 0, whose
+    /// result is then broadcast down the same tree: O(k log P) traffic per rank, any world
+    /// size. Note that truncating at every level makes this the tree's result, which can
+    /// differ from the top-k of the full sum when an index small on one side is large
+    /// after summation; that is the algorithm the paper defines.
+    pub fn gtopk_allreduce(&mut self, local: &SparseVec, k: usize) -> Result<SparseVec> {
+        let tag = self.next_tag();
+        let (p, r) = (self.world, self.rank);
+        let mut cur = top_merge(local, &SparseVec::default(), k);
+        let mut mask = 1;
+        while mask < p {
+            if r & mask != 0 {
+                self.send_to(r - mask, tag, Collective::GtopkAllreduce, &cur.encode())?;
+                break;
+            } else if r + mask < p {
+                let got = self.recv_from(r + mask, tag, Collective::GtopkAllreduce)?;
+                let theirs = SparseVec::decode(&got).map_err(|msg| CommError::Protocol {
+                    peer: r + mask,
+                    msg,
+                })?;
+                cur = top_merge(&cur, &theirs, k);
+            }
+            mask <<= 1;
+        }
+        let bytes = self.broadcast_tagged(0, &cur.encode(), tag, Collective::GtopkAllreduce)?;
+        SparseVec::decode(&bytes).map_err(|msg| CommError::Protocol { peer: 0, msg })
+    }
+}

@@ -1,0 +1,359 @@
+//! Collectives against serial computations, for world sizes 1–8 (powers of two and not),
+//! on loopback. Each rank runs on its own thread with its own sockets; one test runs real
+//! worker processes.
+
+use comm::{top_merge, CommConfig, CommError, Communicator, ReduceOp, SparseVec};
+use std::time::{Duration, Instant};
+use tensor::Rng;
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn config(rank: usize, world: usize, port: u16, token: &str, timeout: Duration) -> CommConfig {
+    CommConfig {
+        rank,
+        world,
+        master_addr: "127.0.0.1".into(),
+        master_port: port,
+        bind_addr: "127.0.0.1".into(),
+        token: token.as_bytes().to_vec(),
+        timeout,
+        max_frame: 1 << 30,
+    }
+}
+
+/// Runs `f` on every rank of a loopback job; results in rank order.
+fn job<T: Send>(world: usize, f: impl Fn(&mut Communicator) -> T + Sync) -> Vec<T> {
+    let port = free_port();
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..world)
+            .map(|rank| {
+                let f = &f;
+                s.spawn(move || {
+                    let mut c = Communicator::connect(&config(
+                        rank,
+                        world,
+                        port,
+                        "secret",
+                        Duration::from_secs(20),
+                    ))
+                    .unwrap();
+                    f(&mut c)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+fn data(rank: usize, n: usize) -> Vec<f32> {
+    let mut r = Rng::new(rank as u64 + 1);
+    (0..n).map(|_| r.normal() as f32).collect()
+}
+
+#[test]
+fn allreduce_matches_the_serial_sum_for_worlds_1_to_8() {
+    for world in 1..=8 {
+        for n in [0, 1, 7, 1000] {
+            let out = job(world, |c| {
+                let mut d = data(c.rank(), n);
+                c.allreduce(&mut d, ReduceOp::Sum).unwrap();
+                let mut a = data(c.rank(), n);
+                c.allreduce(&mut a, ReduceOp::Average).unwrap();
+                (d, a)
+            });
+            let want: Vec<f64> = (0..n)
+                .map(|i| (0..world).map(|r| data(r, n)[i] as f64).sum())
+                .collect();
+            for (rank, (sum, avg)) in out.iter().enumerate() {
+                assert_eq!(
+                    sum, &out[0].0,
+                    "world {world}: rank {rank} differs from rank 0"
+                );
+                for i in 0..n {
+                    assert!(
+                        (sum[i] as f64 - want[i]).abs() < 1e-4,
+                        "world {world} n {n}: {} vs {}",
+                        sum[i],
+                        want[i]
+                    );
+                    assert!((avg[i] as f64 - want[i] / world as f64).abs() < 1e-4);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn allgather_v_broadcast_barrier_and_point_to_point() {
+    for world in 1..=8 {
+        let out = job(world, |c| {
+            let r = c.rank();
+            let mine: Vec<u8> = (0..r * 3).map(|i| (i + r) as u8).collect();
+            let all = c.allgather_v(&mine).unwrap();
+            c.barrier().unwrap();
+            let root = world / 2;
+            let b = c
+                .broadcast(root, if r == root { b"from the root" } else { b"" })
+                .unwrap();
+            if world > 1 {
+                if r == 0 {
+                    c.send(world - 1, b"ping").unwrap();
+                } else if r == world - 1 {
+                    assert_eq!(c.recv(0).unwrap(), b"ping");
+                }
+            }
+            (all, b)
+        });
+        for (all, b) in out {
+            for (r, block) in all.iter().enumerate() {
+                assert_eq!(
+                    block,
+                    &(0..r * 3).map(|i| (i + r) as u8).collect::<Vec<u8>>()
+                );
+            }
+            assert_eq!(b, b"from the root");
+        }
+    }
+}
+
+fn sparse(rank: usize, n: u32, nnz: usize) -> SparseVec {
+    let mut r = Rng::new(100 + rank as u64);
+    SparseVec::new(
+        (0..nnz)
+            .map(|_| (r.below(n as usize) as u32, r.normal() as f32))
+            .collect(),
+    )
+}
+
+#[test]
+fn topk_allreduce_is_the_sum_of_the_sparse_vectors() {
+    for world in 1..=8 {
+        let out = job(world, |c| {
+            c.topk_allreduce(&sparse(c.rank(), 1000, 30)).unwrap()
+        });
+        let mut want = vec![0f64; 1000];
+        for r in 0..world {
+            let s = sparse(r, 1000, 30);
+            for (i, v) in s.indices.iter().zip(&s.values) {
+                want[*i as usize] += *v as f64;
+            }
+        }
+        for got in &out {
+            assert_eq!(got, &out[0]);
+            for (i, v) in got.indices.iter().zip(&got.values) {
+                assert!((*v as f64 - want[*i as usize]).abs() < 1e-5);
+            }
+            assert_eq!(got.len(), want.iter().filter(|&&v| v != 0.0).count());
+        }
+    }
+}
+
+/// The serial definition of gTopKAllReduce: ⊤ up the binomial tree to rank 0.
+fn gtopk_serial(world: usize, k: usize) -> SparseVec {
+    let mut cur: Vec<SparseVec> = (0..world)
+        .map(|r| top_merge(&sparse(r, 1000, 40), &SparseVec::default(), k))
+        .collect();
+    let mut mask = 1;
+    while mask < world {
+        for r in (0..world).step_by(2 * mask) {
+            if r + mask < world {
+                cur[r] = top_merge(&cur[r], &cur[r + mask], k);
+            }
+        }
+        mask <<= 1;
+    }
+    cur.swap_remove(0)
+}
+
+#[test]
+fn gtopk_allreduce_follows_the_tree_definition() {
+    for world in 1..=8 {
+        let k = 25;
+        let out = job(world, |c| {
+            c.gtopk_allreduce(&sparse(c.rank(), 1000, 40), k).unwrap()
+        });
+        let want = gtopk_serial(world, k);
+        for got in &out {
+            assert_eq!(got, &want, "world {world}");
+            assert_eq!(got.len(), k.min(got.len()));
+        }
+        // With k at least the total support, it is the exact sum (TopKAllReduce's result).
+        let exact = job(world, |c| {
+            (
+                c.gtopk_allreduce(&sparse(c.rank(), 1000, 40), 100_000)
+                    .unwrap(),
+                c.topk_allreduce(&sparse(c.rank(), 1000, 40)).unwrap(),
+            )
+        });
+        for (g, t) in exact {
+            assert_eq!(g.indices, t.indices);
+            for (a, b) in g.values.iter().zip(&t.values) {
+                assert!((a - b).abs() < 1e-5);
+            }
+        }
+    }
+}
+
+#[test]
+fn top_merge_sums_and_keeps_the_largest_magnitudes() {
+    let a = SparseVec::new(vec![(1, 1.0), (3, -5.0), (7, 0.5)]);
+    let b = SparseVec::new(vec![(3, 2.0), (4, -2.5), (7, 0.5)]);
+    let m = top_merge(&a, &b, 2);
+    assert_eq!(m.indices, [3, 4]);
+    assert_eq!(m.values, [-3.0, -2.5]);
+    // Ties go to the smaller index.
+    let t = top_merge(
+        &SparseVec::new(vec![(9, 1.0), (2, -1.0)]),
+        &SparseVec::default(),
+        1,
+    );
+    assert_eq!(t.indices, [2]);
+}
+
+#[test]
+fn byte_counters_measure_the_ring() {
+    let (world, n) = (4, 1000);
+    let out = job(world, |c| {
+        let mut d = data(c.rank(), n);
+        c.allreduce(&mut d, ReduceOp::Sum).unwrap();
+        c.counters().by_kind[&comm::Collective::Allreduce]
+    });
+    for t in out {
+        // 2(P − 1) steps of one segment of n/P floats each.
+        assert_eq!(t.payload_sent, (2 * (world - 1) * (n / world) * 4) as u64);
+        assert_eq!(t.payload_received, t.payload_sent);
+        assert_eq!(
+            t.total_sent,
+            t.payload_sent + (2 * (world - 1) * comm::HEADER_LEN) as u64
+        );
+    }
+}
+
+#[test]
+fn a_peer_with_the_wrong_token_is_refused() {
+    let port = free_port();
+    let results: Vec<Result<Communicator, CommError>> = std::thread::scope(|s| {
+        let a = s.spawn(move || {
+            Communicator::connect(&config(0, 2, port, "right", Duration::from_secs(5)))
+        });
+        let b = s.spawn(move || {
+            Communicator::connect(&config(1, 2, port, "wrong", Duration::from_secs(5)))
+        });
+        vec![a.join().unwrap(), b.join().unwrap()]
+    });
+    let e0 = results[0]
+        .as_ref()
+        .err()
+        .expect("rank 0 must refuse")
+        .to_string();
+    assert!(e0.contains("does not know the job token"), "{e0}");
+    assert!(results[1].is_err(), "rank 1 must not join");
+}
+
+#[test]
+fn a_dead_peer_ends_the_collective_with_an_error_naming_it() {
+    let port = free_port();
+    let timeout = Duration::from_secs(3);
+    let start = Instant::now();
+    let errors: Vec<Option<String>> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..3)
+            .map(|rank| {
+                s.spawn(move || {
+                    let mut c =
+                        Communicator::connect(&config(rank, 3, port, "t", timeout)).unwrap();
+                    if rank == 2 {
+                        return None; // dies: its sockets close
+                    }
+                    let mut d = vec![1.0f32; 10_000];
+                    c.allreduce(&mut d, ReduceOp::Sum)
+                        .err()
+                        .map(|e| e.to_string())
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(start.elapsed() < timeout * 3, "took {:?}", start.elapsed());
+    for e in errors.iter().take(2) {
+        let e = e.as_ref().expect("the survivors must fail");
+        assert!(e.contains("rank "), "{e}");
+    }
+    assert!(
+        errors.iter().flatten().any(|e| e.contains("rank 2")),
+        "{errors:?}"
+    );
+}
+
+#[test]
+fn the_frame_decoder_rejects_garbage_without_panicking() {
+    let mut r = Rng::new(9);
+    for len in 0..64 {
+        for _ in 0..200 {
+            let bytes: Vec<u8> = (0..len).map(|_| r.below(256) as u8).collect();
+            let _ = comm::decode_header(&bytes, 1 << 20);
+        }
+    }
+    let mut ok = vec![b'G', b'X', comm::FRAME_VERSION, 0, 1, 0, 0, 0];
+    ok.extend((1u64 << 40).to_le_bytes());
+    let e = comm::decode_header(&ok, 1 << 20).unwrap_err();
+    assert!(e.contains("exceeds the maximum"), "{e}");
+    ok[2] = 9;
+    assert!(comm::decode_header(&ok, 1 << 50)
+        .unwrap_err()
+        .contains("version"));
+    assert!(comm::decode_header(&ok[..10], 1 << 50)
+        .unwrap_err()
+        .contains("truncated"));
+}
+
+/// Real processes: this test re-runs its own executable as three workers.
+#[test]
+fn multi_process_allreduce_on_loopback() {
+    if let Ok(rank) = std::env::var("COMM_TEST_WORKER_RANK") {
+        let mut c = Communicator::from_env().unwrap();
+        let mut d = vec![rank.parse::<f32>().unwrap() + 1.0; 100];
+        c.allreduce(&mut d, ReduceOp::Sum).unwrap();
+        assert!(d.iter().all(|&v| v == 6.0), "{d:?}");
+        return;
+    }
+    let port = free_port().to_string();
+    let exe = std::env::current_exe().unwrap();
+    let children: Vec<_> = (0..3)
+        .map(|rank| {
+            std::process::Command::new(&exe)
+                .args([
+                    "--exact",
+                    "multi_process_allreduce_on_loopback",
+                    "--nocapture",
+                ])
+                .env("COMM_TEST_WORKER_RANK", rank.to_string())
+                .env("RANK", rank.to_string())
+                .env("WORLD_SIZE", "3")
+                .env("MASTER_ADDR", "127.0.0.1")
+                .env("MASTER_PORT", &port)
+                .env("GRADEX_TOKEN", "process-token")
+                .env("GRADEX_BIND_ADDR", "127.0.0.1")
+                .env("GRADEX_TIMEOUT_SECS", "20")
+                // Captured, so the workers' own test summaries do not mix into ours.
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for c in children {
+        let out = c.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "a worker process failed:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
