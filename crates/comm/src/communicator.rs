@@ -94,8 +94,15 @@ pub struct Communicator {
     writers: Vec<Option<TcpStream>>,
     readers: Vec<Option<TcpStream>>,
     counters: ByteCounters,
+    /// Sequence number of the collectives called so far (the same on every rank).
     seq: u32,
+    /// Point-to-point messages are matched per pair, not globally: counts per peer.
+    p2p_sent: Vec<u32>,
+    p2p_received: Vec<u32>,
 }
+
+/// Tags of point-to-point messages live in their own space (high bit set).
+const P2P: u32 = 1 << 31;
 
 fn send_frame(w: &mut TcpStream, peer: usize, tag: u32, payload: &[u8]) -> Result<()> {
     let h = encode_header(&FrameHeader {
@@ -132,20 +139,96 @@ fn recv_frame(r: &mut TcpStream, peer: usize, tag: u32, max: u64) -> Result<Vec<
     Ok(payload)
 }
 
-fn f32s_to_bytes(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
+// The wire format is little-endian; f32 slices go on the wire as their own bytes.
+#[cfg(not(target_endian = "little"))]
+compile_error!("comm's wire format is little-endian; big-endian targets need a byte-swapping path");
 
-fn bytes_to_f32s(b: &[u8], peer: usize, expect: usize) -> Result<Vec<f32>> {
-    if b.len() != 4 * expect {
+/// Receives a frame whose payload is exactly `into.len()` floats, straight into `into`.
+fn recv_f32_into(r: &mut TcpStream, peer: usize, tag: u32, into: &mut [f32]) -> Result<()> {
+    let mut h = [0u8; HEADER_LEN];
+    r.read_exact(&mut h).map_err(|e| CommError::Peer {
+        peer,
+        op: "receive",
+        source: e,
+    })?;
+    let h = decode_header(&h, (into.len() * 4) as u64)
+        .map_err(|msg| CommError::Protocol { peer, msg })?;
+    if h.tag != tag {
+        return Err(CommError::Protocol { peer, msg: format!("frame of collective #{} arrived during #{tag}: ranks called collectives in different orders", h.tag) });
+    }
+    if h.len as usize != into.len() * 4 {
         return Err(CommError::Protocol {
             peer,
-            msg: format!("{} bytes where {expect} floats were due", b.len()),
+            msg: format!("{} bytes where {} floats were due", h.len, into.len()),
         });
     }
-    Ok(b.chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect())
+    r.read_exact(bytemuck::cast_slice_mut(into))
+        .map_err(|e| CommError::Peer {
+            peer,
+            op: "receive",
+            source: e,
+        })
+}
+
+/// Floats read per chunk when a received segment is added into place: small enough to
+/// stay in cache while it is added, while the kernel keeps receiving the next chunk.
+const ADD_CHUNK: usize = 1 << 18;
+
+/// Receives a frame of exactly `into.len()` floats and adds it into `into`, chunk by chunk.
+fn recv_f32_add(
+    r: &mut TcpStream,
+    peer: usize,
+    tag: u32,
+    into: &mut [f32],
+    scratch: &mut [f32],
+) -> Result<()> {
+    let mut h = [0u8; HEADER_LEN];
+    r.read_exact(&mut h).map_err(|e| CommError::Peer {
+        peer,
+        op: "receive",
+        source: e,
+    })?;
+    let h = decode_header(&h, (into.len() * 4) as u64)
+        .map_err(|msg| CommError::Protocol { peer, msg })?;
+    if h.tag != tag || h.len as usize != into.len() * 4 {
+        return Err(CommError::Protocol {
+            peer,
+            msg: format!(
+                "frame #{} of {} bytes where #{tag} with {} floats was due",
+                h.tag,
+                h.len,
+                into.len()
+            ),
+        });
+    }
+    for chunk in into.chunks_mut(ADD_CHUNK) {
+        let buf = &mut scratch[..chunk.len()];
+        r.read_exact(bytemuck::cast_slice_mut(buf))
+            .map_err(|e| CommError::Peer {
+                peer,
+                op: "receive",
+                source: e,
+            })?;
+        for (d, g) in chunk.iter_mut().zip(buf.iter()) {
+            *d += *g;
+        }
+    }
+    Ok(())
+}
+
+/// A shared view of `a` and a mutable view of `b`, two disjoint ranges of `data`.
+fn split_ranges(
+    data: &mut [f32],
+    a: std::ops::Range<usize>,
+    b: std::ops::Range<usize>,
+) -> (&[f32], &mut [f32]) {
+    if a.start >= b.end {
+        let (lo, hi) = data.split_at_mut(a.start);
+        (&hi[..a.len()], &mut lo[b])
+    } else {
+        let (lo, hi) = data.split_at_mut(b.start);
+        (&lo[a], &mut hi[..b.len()])
+    }
 }
 
 /// The range of `0..n` in segment `i` of `parts` (sizes differ by at most one).
@@ -184,6 +267,8 @@ impl Communicator {
             readers,
             counters: ByteCounters::default(),
             seq: 0,
+            p2p_sent: vec![0; cfg.world],
+            p2p_received: vec![0; cfg.world],
         })
     }
     /// Joins the job described by the environment (see [`CommConfig::from_env`]).
@@ -201,8 +286,17 @@ impl Communicator {
     }
 
     fn next_tag(&mut self) -> u32 {
-        self.seq = self.seq.wrapping_add(1);
+        self.seq = self.seq.wrapping_add(1) & !P2P;
         self.seq
+    }
+    fn check_peer(&self, peer: usize) -> Result<()> {
+        if peer >= self.world || peer == self.rank {
+            return Err(CommError::Config(format!(
+                "rank {} cannot exchange messages with rank {peer} in a world of {}",
+                self.rank, self.world
+            )));
+        }
+        Ok(())
     }
     fn send_to(&mut self, peer: usize, tag: u32, kind: Collective, payload: &[u8]) -> Result<()> {
         let w = self.writers[peer]
@@ -252,13 +346,18 @@ impl Communicator {
         Ok(got)
     }
 
-    /// Point-to-point send (matched by a `recv` on `peer`, in the same collective order).
+    /// Point-to-point send, matched by the next `recv` from this rank on `peer` (messages
+    /// between a pair arrive in order; other ranks need not take part).
     pub fn send(&mut self, peer: usize, payload: &[u8]) -> Result<()> {
-        let tag = self.next_tag();
+        self.check_peer(peer)?;
+        self.p2p_sent[peer] = self.p2p_sent[peer].wrapping_add(1);
+        let tag = P2P | (self.p2p_sent[peer] & !P2P);
         self.send_to(peer, tag, Collective::SendRecv, payload)
     }
     pub fn recv(&mut self, peer: usize) -> Result<Vec<u8>> {
-        let tag = self.next_tag();
+        self.check_peer(peer)?;
+        self.p2p_received[peer] = self.p2p_received[peer].wrapping_add(1);
+        let tag = P2P | (self.p2p_received[peer] & !P2P);
         self.recv_from(peer, tag, Collective::SendRecv)
     }
 
@@ -311,41 +410,65 @@ impl Communicator {
         Ok(buf.unwrap_or_default())
     }
 
+    /// Sends `send` to `to` while receiving exactly `recv.len()` floats from `from`, either
+    /// into `recv` or (with `add_scratch`) added into it; no copies beyond the kernel's.
+    fn exchange_f32(
+        &mut self,
+        to: usize,
+        tag: u32,
+        send: &[f32],
+        from: usize,
+        recv: &mut [f32],
+        add_scratch: Option<&mut [f32]>,
+    ) -> Result<()> {
+        let w = self.writers[to]
+            .as_mut()
+            .ok_or_else(|| CommError::Config(format!("no connection to rank {to}")))?;
+        let r = self.readers[from]
+            .as_mut()
+            .ok_or_else(|| CommError::Config(format!("no connection to rank {from}")))?;
+        let (sent, got) = std::thread::scope(|s| {
+            let sender = s.spawn(move || send_frame(w, to, tag, bytemuck::cast_slice(send)));
+            let got = match add_scratch {
+                Some(scratch) => recv_f32_add(r, from, tag, recv, scratch),
+                None => recv_f32_into(r, from, tag, recv),
+            };
+            (
+                sender
+                    .join()
+                    .unwrap_or_else(|_| Err(CommError::Config("sender thread panicked".into()))),
+                got,
+            )
+        });
+        sent?;
+        got?;
+        self.counters
+            .sent(Collective::Allreduce, send.len() * 4, HEADER_LEN);
+        self.counters
+            .received(Collective::Allreduce, recv.len() * 4, HEADER_LEN);
+        Ok(())
+    }
+
     /// Ring allreduce (reduce-scatter, then allgather) of `data` in place. Every rank ends
     /// with bitwise-identical values: each segment is summed once, in ring order, and then
-    /// copied.
+    /// copied. Segments travel as their own bytes; the allgather receives in place.
     pub fn allreduce(&mut self, data: &mut [f32], op: ReduceOp) -> Result<()> {
         let tag = self.next_tag();
         let (p, r, n) = (self.world, self.rank, data.len());
         if p > 1 {
             let (right, left) = ((r + 1) % p, (r + p - 1) % p);
+            let mut scratch = vec![0f32; ADD_CHUNK.min(segment(n, p, 0).len())];
             for s in 0..p - 1 {
                 let send_seg = segment(n, p, (r + p - s) % p);
                 let recv_seg = segment(n, p, (r + 2 * p - s - 1) % p);
-                let got = self.exchange(
-                    right,
-                    tag,
-                    Collective::Allreduce,
-                    &f32s_to_bytes(&data[send_seg]),
-                    left,
-                )?;
-                let got = bytes_to_f32s(&got, left, recv_seg.len())?;
-                for (d, g) in data[recv_seg].iter_mut().zip(got) {
-                    *d += g;
-                }
+                let (send, recv) = split_ranges(data, send_seg, recv_seg);
+                self.exchange_f32(right, tag, send, left, recv, Some(&mut scratch))?;
             }
             for s in 0..p - 1 {
                 let send_seg = segment(n, p, (r + 1 + p - s) % p);
                 let recv_seg = segment(n, p, (r + p - s) % p);
-                let got = self.exchange(
-                    right,
-                    tag,
-                    Collective::Allreduce,
-                    &f32s_to_bytes(&data[send_seg]),
-                    left,
-                )?;
-                let got = bytes_to_f32s(&got, left, recv_seg.len())?;
-                data[recv_seg].copy_from_slice(&got);
+                let (send, recv) = split_ranges(data, send_seg, recv_seg);
+                self.exchange_f32(right, tag, send, left, recv, None)?;
             }
         }
         if op == ReduceOp::Average {

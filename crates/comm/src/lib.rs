@@ -14,11 +14,13 @@
 //!   size a peer chose. Every blocking call has a timeout; a dead peer ends the collective
 //!   with an error naming its rank.
 //!
-//! Not here yet (issue 5 is open): the NCCL backend, the α-β cost model, the emulated
-//! network script and the `comm_bench` benchmark.
+//! - The α-β cost model of paper 002's Table I ([`AlphaBeta`]), fitted from a ping-pong.
+//!
+//! Not here yet (issue 5 is open): the NCCL backend and the emulated-network script.
 
 mod auth;
 mod communicator;
+mod cost;
 mod counters;
 mod error;
 mod frame;
@@ -26,6 +28,7 @@ mod rendezvous;
 mod sparse;
 
 pub use communicator::{CommConfig, Communicator, ReduceOp};
+pub use cost::{ping_pong, AlphaBeta};
 pub use counters::{ByteCounters, Collective};
 pub use error::{CommError, Result};
 pub use frame::{decode_header, FrameHeader, FRAME_VERSION, HEADER_LEN};

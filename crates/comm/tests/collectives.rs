@@ -102,12 +102,17 @@ fn allgather_v_broadcast_barrier_and_point_to_point() {
                 .broadcast(root, if r == root { b"from the root" } else { b"" })
                 .unwrap();
             if world > 1 {
+                // Only two ranks talk; the others go straight on to the next collective.
                 if r == 0 {
                     c.send(world - 1, b"ping").unwrap();
+                    c.send(world - 1, b"pong").unwrap();
                 } else if r == world - 1 {
                     assert_eq!(c.recv(0).unwrap(), b"ping");
+                    assert_eq!(c.recv(0).unwrap(), b"pong");
                 }
+                assert!(c.send(r, b"self").is_err());
             }
+            c.barrier().unwrap();
             (all, b)
         });
         for (all, b) in out {

@@ -1,0 +1,294 @@
+//! Collectives on local worker processes: dense allreduce, TopKAllReduce and
+//! gTopKAllReduce (density 0.001) from 4 KiB to 128 MiB, each beside the α-β prediction
+//! of paper 002's Table I (α, β fitted by a ping-pong between ranks 0 and 1 in the same
+//! run), the plain two-process socket copy as the loopback reference, and PyTorch's Gloo
+//! allreduce on the same sizes (`reference/gloo_allreduce.py`). Ends with the model's
+//! extrapolation to 16, 32 and 64 workers (paper 002's Figure 9 question).
+//!
+//! `comm_bench --world 4` launches 4 workers of itself on this machine; with RANK,
+//! WORLD_SIZE, MASTER_ADDR, MASTER_PORT and GRADEX_TOKEN already set (e.g. inside the
+//! emulated network) it runs as one worker of that job.
+
+use anyhow::{bail, Context, Result};
+use benchmarks::run_reference;
+use clap::Parser;
+use comm::{ping_pong, AlphaBeta, Collective, Communicator, ReduceOp, SparseVec};
+use serde_json::{json, Value};
+use std::time::Instant;
+use tensor::Rng;
+
+#[derive(Parser, Clone)]
+#[command(
+    about = "Dense and sparse collectives on local worker processes, measured against the alpha-beta model and Gloo"
+)]
+struct Args {
+    /// Worker processes to launch.
+    #[arg(long, default_value_t = 4)]
+    world: usize,
+    /// Transport (only tcp exists today; nccl arrives with the GPU work).
+    #[arg(long, default_value = "tcp")]
+    backend: String,
+    /// Message sizes in bytes.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "4096,65536,1048576,16777216,67108864,134217728"
+    )]
+    sizes: Vec<usize>,
+    /// Density of the sparse collectives (k = density × elements).
+    #[arg(long, default_value_t = 0.001)]
+    density: f64,
+    /// Timed repetitions per point (best reported).
+    #[arg(long, default_value_t = 3)]
+    repeats: usize,
+    /// Skip the Gloo reference.
+    #[arg(long)]
+    no_reference: bool,
+    /// Print a JSON array instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Also write the rows as CSV here.
+    #[arg(long)]
+    csv: Option<std::path::PathBuf>,
+}
+
+fn launch(args: &Args) -> Result<()> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let mut token = [0u8; 16];
+    Rng::new(Instant::now().elapsed().as_nanos() as u64 ^ std::process::id() as u64)
+        .shuffle(&mut token);
+    let token: String = (0..16)
+        .map(|i| {
+            format!(
+                "{:02x}",
+                (i as u8).wrapping_mul(37) ^ token[i] ^ (std::process::id() as u8)
+            )
+        })
+        .collect();
+    let exe = std::env::current_exe()?;
+    let children: Vec<_> = (0..args.world)
+        .map(|rank| {
+            std::process::Command::new(&exe)
+                .args(std::env::args().skip(1))
+                .env("RANK", rank.to_string())
+                .env("WORLD_SIZE", args.world.to_string())
+                .env("MASTER_ADDR", "127.0.0.1")
+                .env("MASTER_PORT", port.to_string())
+                .env("GRADEX_TOKEN", &token)
+                .env("GRADEX_BIND_ADDR", "127.0.0.1")
+                .spawn()
+                .with_context(|| format!("starting worker {rank}"))
+        })
+        .collect::<Result<_>>()?;
+    let mut failed = None;
+    for (rank, mut c) in children.into_iter().enumerate() {
+        if !c.wait()?.success() && failed.is_none() {
+            failed = Some(rank);
+        }
+    }
+    if let Some(rank) = failed {
+        bail!("worker {rank} failed");
+    }
+    Ok(())
+}
+
+fn best<F: FnMut(&mut Communicator) -> comm::Result<()>>(
+    c: &mut Communicator,
+    reps: usize,
+    mut f: F,
+) -> Result<f64> {
+    let mut best = f64::INFINITY;
+    for _ in 0..reps.max(1) {
+        c.barrier()?;
+        let t = Instant::now();
+        f(c)?;
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    Ok(best)
+}
+
+fn sparse(rank: usize, n: usize, k: usize) -> SparseVec {
+    let mut r = Rng::new(rank as u64 + 7);
+    SparseVec::new(
+        (0..k)
+            .map(|_| (r.below(n) as u32, r.normal() as f32))
+            .collect(),
+    )
+}
+
+fn worker(args: &Args) -> Result<()> {
+    let mut c = Communicator::from_env()?;
+    let (rank, p) = (c.rank(), c.world_size());
+    if p < 2 {
+        bail!("comm_bench needs at least 2 workers");
+    }
+    // α and β from a ping-pong between ranks 0 and 1.
+    let pp_sizes: Vec<usize> = (0..=12).map(|i| 1usize << (2 * i).min(27)).collect();
+    let samples = ping_pong(&mut c, &pp_sizes, 5)?;
+    let model = AlphaBeta::fit(&samples);
+    let mut rows: Vec<Value> = Vec::new();
+    for &bytes in &args.sizes {
+        let n = (bytes / 4).max(1);
+        let k = ((n as f64 * args.density).round() as usize).max(1);
+        // Socket copy: one-way time of `bytes` between ranks 0 and 1.
+        let copy = ping_pong(&mut c, &[bytes], args.repeats)?;
+        if let Some(&(_, t)) = copy.first() {
+            rows.push(json!({"collective": "socket_copy", "world": 2, "bytes": bytes, "density": null, "measured_s": t, "predicted_s": model.alpha + bytes as f64 * model.beta, "gbit_per_s": bytes as f64 * 8.0 / t / 1e9}));
+        }
+        let mut data = vec![1.0f32; n];
+        let t = best(&mut c, args.repeats, |c| {
+            c.allreduce(&mut data, ReduceOp::Sum)
+        })?;
+        let busbw = bytes as f64 / t * 2.0 * (p as f64 - 1.0) / p as f64 * 8.0 / 1e9;
+        rows.push(json!({"collective": "allreduce", "world": p, "bytes": bytes, "density": null, "measured_s": t, "predicted_s": model.allreduce(p, bytes), "gbit_per_s": busbw}));
+        let local = sparse(rank, n, k);
+        for (name, kind) in [
+            ("topk_allreduce", Collective::TopkAllreduce),
+            ("gtopk_allreduce", Collective::GtopkAllreduce),
+        ] {
+            let before = c
+                .counters()
+                .by_kind
+                .get(&kind)
+                .copied()
+                .unwrap_or_default()
+                .total_sent;
+            let t = best(&mut c, args.repeats, |c| {
+                if kind == Collective::TopkAllreduce {
+                    c.topk_allreduce(&local).map(|_| ())
+                } else {
+                    c.gtopk_allreduce(&local, k).map(|_| ())
+                }
+            })?;
+            let sent = (c.counters().by_kind[&kind].total_sent - before) as f64
+                / args.repeats.max(1) as f64;
+            let predicted = if kind == Collective::TopkAllreduce {
+                model.topk_allreduce(p, k)
+            } else {
+                model.gtopk_allreduce(p, k)
+            };
+            rows.push(json!({"collective": name, "world": p, "bytes": bytes, "density": args.density, "measured_s": t, "predicted_s": predicted, "gbit_per_s": sent * 8.0 / t / 1e9}));
+        }
+    }
+    c.barrier()?;
+    if rank != 0 {
+        return Ok(());
+    }
+    // Gloo, same sizes, same world, after our workers are done with the cores.
+    let gloo: Option<Value> = if args.no_reference {
+        None
+    } else {
+        let sizes = args
+            .sizes
+            .iter()
+            .map(|s| s.to_string())
+            .collect::<Vec<_>>()
+            .join(",");
+        match run_reference(
+            "gloo_allreduce.py",
+            &[
+                "--world".into(),
+                p.to_string(),
+                "--sizes".into(),
+                sizes,
+                "--repeats".into(),
+                args.repeats.to_string(),
+            ],
+        ) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                eprintln!("comm_bench: Gloo reference unavailable ({e:#})");
+                None
+            }
+        }
+    };
+    for r in rows.iter_mut().filter(|r| r["collective"] == "allreduce") {
+        let g = gloo
+            .as_ref()
+            .and_then(|g| g["seconds"][r["bytes"].to_string()].as_f64());
+        r["gloo_s"] = json!(g);
+        r["ours_over_gloo"] = json!(g.and_then(|g| r["measured_s"].as_f64().map(|m| m / g)));
+    }
+    if let Some(path) = &args.csv {
+        let mut s = String::from(
+            "collective,world,bytes,density,measured_s,predicted_s,gbit_per_s,gloo_s\n",
+        );
+        for r in &rows {
+            s += &format!(
+                "{},{},{},{},{},{},{},{}\n",
+                r["collective"].as_str().unwrap_or(""),
+                r["world"],
+                r["bytes"],
+                r["density"],
+                r["measured_s"],
+                r["predicted_s"],
+                r["gbit_per_s"],
+                r.get("gloo_s").unwrap_or(&Value::Null)
+            );
+        }
+        std::fs::write(path, s).with_context(|| format!("writing {}", path.display()))?;
+    }
+    if args.json {
+        println!("{}", Value::Array(rows));
+        return Ok(());
+    }
+    println!(
+        "world {p}, backend {}; fitted alpha = {:.1} us, beta = {:.3} ns/byte ({:.2} Gbit/s)",
+        args.backend,
+        model.alpha * 1e6,
+        model.beta * 1e9,
+        8.0 / model.beta / 1e9
+    );
+    println!(
+        "{:<16} {:>11} {:>12} {:>12} {:>8} {:>10} {:>10}",
+        "collective", "bytes", "measured ms", "model ms", "Gbit/s", "gloo ms", "ours/gloo"
+    );
+    let f = |v: &Value, scale: f64| {
+        v.as_f64()
+            .map_or("-".into(), |x| format!("{:.3}", x * scale))
+    };
+    for r in &rows {
+        println!(
+            "{:<16} {:>11} {:>12} {:>12} {:>8} {:>10} {:>10}",
+            r["collective"].as_str().unwrap_or(""),
+            r["bytes"],
+            f(&r["measured_s"], 1e3),
+            f(&r["predicted_s"], 1e3),
+            f(&r["gbit_per_s"], 1.0),
+            f(r.get("gloo_s").unwrap_or(&Value::Null), 1e3),
+            f(r.get("ours_over_gloo").unwrap_or(&Value::Null), 1.0)
+        );
+    }
+    let m = *args.sizes.iter().max().unwrap_or(&(1 << 20));
+    let k = ((m / 4) as f64 * args.density) as usize;
+    println!(
+        "\nmodel extrapolation for {m} bytes, density {}: ms (dense / TopK / gTopK)",
+        args.density
+    );
+    for w in [p, 8, 16, 32, 64] {
+        println!(
+            "  {w:>3} workers: {:>10.3} {:>10.3} {:>10.3}",
+            model.allreduce(w, m) * 1e3,
+            model.topk_allreduce(w, k) * 1e3,
+            model.gtopk_allreduce(w, k) * 1e3
+        );
+    }
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    if args.backend != "tcp" {
+        bail!(
+            "backend {:?} is not implemented yet: only tcp (NCCL arrives with the GPU work)",
+            args.backend
+        );
+    }
+    if std::env::var("RANK").is_ok() {
+        worker(&args)
+    } else {
+        launch(&args)
+    }
+}
