@@ -1,7 +1,7 @@
 //! Collectives on local worker processes: dense allreduce, TopKAllReduce and
 //! gTopKAllReduce (density 0.001) from 4 KiB to 128 MiB, each beside the α-β prediction
-//! of paper 002's Table I (α, β fitted by a ping-pong between ranks 0 and 1 in the same
-//! run), the plain two-process socket copy as the loopback reference, and PyTorch's Gloo
+//! of paper 002's Table I (α, β fitted by a ping-pong of all rank pairs at once, in the
+//! same run), the plain two-process socket copy as the loopback reference, and PyTorch's Gloo
 //! allreduce on the same sizes (`reference/gloo_allreduce.py`). Ends with the model's
 //! extrapolation to 16, 32 and 64 workers (paper 002's Figure 9 question).
 //!
@@ -124,7 +124,7 @@ fn worker(args: &Args) -> Result<()> {
     if p < 2 {
         bail!("comm_bench needs at least 2 workers");
     }
-    // α and β from a ping-pong between ranks 0 and 1.
+    // α and β from a ping-pong of every pair of ranks at once (rank 0's pair reports).
     let pp_sizes: Vec<usize> = (0..=12).map(|i| 1usize << (2 * i).min(27)).collect();
     let samples = ping_pong(&mut c, &pp_sizes, 5)?;
     let model = AlphaBeta::fit(&samples);
@@ -132,7 +132,7 @@ fn worker(args: &Args) -> Result<()> {
     for &bytes in &args.sizes {
         let n = (bytes / 4).max(1);
         let k = ((n as f64 * args.density).round() as usize).max(1);
-        // Socket copy: one-way time of `bytes` between ranks 0 and 1.
+        // Socket copy: one-way time of `bytes` between ranks 0 and 1, all pairs busy.
         let copy = ping_pong(&mut c, &[bytes], args.repeats)?;
         if let Some(&(_, t)) = copy.first() {
             rows.push(json!({"collective": "socket_copy", "world": 2, "bytes": bytes, "density": null, "measured_s": t, "predicted_s": model.alpha + bytes as f64 * model.beta, "gbit_per_s": bytes as f64 * 8.0 / t / 1e9}));
@@ -267,7 +267,10 @@ fn worker(args: &Args) -> Result<()> {
         "\nmodel extrapolation for {m} bytes, density {}: ms (dense / TopK / gTopK)",
         args.density
     );
-    for w in [p, 8, 16, 32, 64] {
+    let mut worlds = vec![p, 8, 16, 32, 64];
+    worlds.sort_unstable();
+    worlds.dedup();
+    for w in worlds {
         println!(
             "  {w:>3} workers: {:>10.3} {:>10.3} {:>10.3}",
             model.allreduce(w, m) * 1e3,

@@ -29,16 +29,37 @@ fn log2_ceil(p: usize) -> f64 {
 }
 
 impl AlphaBeta {
-    /// Least-squares fit of `t = α + nβ` to (bytes, one-way seconds) samples.
+    /// Fit of `t = α + nβ` to (bytes, one-way seconds) samples, each parameter where it
+    /// shows: β is the least-squares slope over the larger half of the message sizes (the
+    /// bandwidth regime), α the smallest message's time less its transfer time (the
+    /// latency regime). A single least-squares line over all sizes lets the largest
+    /// messages decide α (often negative), and a relative-error fit trusts small messages
+    /// that buffers and token-bucket bursts let through faster than the link's rate.
     pub fn fit(samples: &[(usize, f64)]) -> AlphaBeta {
-        let n = samples.len().max(1) as f64;
-        let mx = samples.iter().map(|s| s.0 as f64).sum::<f64>() / n;
-        let my = samples.iter().map(|s| s.1).sum::<f64>() / n;
-        let sxx: f64 = samples.iter().map(|s| (s.0 as f64 - mx).powi(2)).sum();
-        let sxy: f64 = samples.iter().map(|s| (s.0 as f64 - mx) * (s.1 - my)).sum();
+        let mut s: Vec<(f64, f64)> = samples
+            .iter()
+            .filter(|x| x.1 > 0.0)
+            .map(|&(n, t)| (n as f64, t))
+            .collect();
+        if s.is_empty() {
+            return AlphaBeta {
+                alpha: 0.0,
+                beta: 0.0,
+            };
+        }
+        s.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let upper = &s[s.len() / 2..];
+        let m = upper.len() as f64;
+        let (mx, my) = (
+            upper.iter().map(|p| p.0).sum::<f64>() / m,
+            upper.iter().map(|p| p.1).sum::<f64>() / m,
+        );
+        let sxx: f64 = upper.iter().map(|p| (p.0 - mx).powi(2)).sum();
+        let sxy: f64 = upper.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
         let beta = if sxx > 0.0 { (sxy / sxx).max(0.0) } else { 0.0 };
+        let (n0, t0) = s[0];
         AlphaBeta {
-            alpha: (my - beta * mx).max(0.0),
+            alpha: (t0 - n0 * beta).max(0.0),
             beta,
         }
     }
@@ -64,33 +85,37 @@ impl AlphaBeta {
     }
 }
 
-/// Ping-pong between ranks 0 and 1 (others wait): for each size, the best over `reps`
-/// round trips, halved. Every rank must call it; only ranks 0 and 1 get samples.
+/// Ping-pong in pairs (0↔1, 2↔3, …), all pairs at once so that the measurement sees the
+/// same load as a collective in which every rank is busy (on an oversubscribed machine
+/// or a shared switch that load is part of α and β). For each size, the best over `reps`
+/// round trips, halved. Every rank must call it; ranks in a pair get samples (a last,
+/// unpaired rank gets none).
 pub fn ping_pong(
     comm: &mut Communicator,
     sizes: &[usize],
     reps: usize,
 ) -> Result<Vec<(usize, f64)>> {
+    let (rank, world) = (comm.rank(), comm.world_size());
+    let partner = rank ^ 1;
     let mut out = Vec::new();
     for &n in sizes {
         let buf = vec![0u8; n];
         let mut best = f64::INFINITY;
         for _ in 0..reps.max(1) {
-            match comm.rank() {
-                0 => {
-                    let t = Instant::now();
-                    comm.send(1, &buf)?;
-                    comm.recv(1)?;
-                    best = best.min(t.elapsed().as_secs_f64() / 2.0);
-                }
-                1 => {
-                    let got = comm.recv(0)?;
-                    comm.send(0, &got)?;
-                }
-                _ => {}
+            if partner >= world {
+                continue;
+            }
+            if rank % 2 == 0 {
+                let t = Instant::now();
+                comm.send(partner, &buf)?;
+                comm.recv(partner)?;
+                best = best.min(t.elapsed().as_secs_f64() / 2.0);
+            } else {
+                let got = comm.recv(partner)?;
+                comm.send(partner, &got)?;
             }
         }
-        if comm.rank() < 2 {
+        if partner < world {
             out.push((n, best));
         }
     }
@@ -103,7 +128,12 @@ mod tests {
     use super::*;
     #[test]
     fn fit_recovers_a_line_and_predictions_follow_table_one() {
-        let ab = AlphaBeta::fit(&[(0, 1e-4), (1000, 1.1e-4), (1_000_000, 1.01e-2)]);
+        let ab = AlphaBeta::fit(&[
+            (0, 1e-4),
+            (1000, 1.1e-4),
+            (100_000, 1.1e-3),
+            (1_000_000, 1.01e-2),
+        ]);
         assert!(
             (ab.alpha - 1e-4).abs() < 1e-7 && (ab.beta - 1e-8).abs() < 1e-11,
             "{ab:?}"

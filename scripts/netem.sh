@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# An emulated cluster network on this machine, for measuring collectives the way the
+# papers did on real Ethernet: WORKERS network namespaces (gx0 … gxN-1), each a "host"
+# with one veth link to a bridge that lives in its own hub namespace (gxhub), so nothing
+# touches this machine's own network. Every link is shaped to RATE (default 1gbit) in
+# both directions with a token bucket (tbf), with optional DELAY (netem). One worker of COMMAND runs per
+# namespace with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, GRADEX_TOKEN and
+# GRADEX_BIND_ADDR set; everything is torn down on exit, also on Ctrl-C or failure.
+#
+#   scripts/netem.sh --workers 8 [--rate 1gbit] [--delay 0.1ms] -- target/release/comm_bench --sizes 1048576
+#
+# Needs root (network namespaces) and iproute2. Traffic stays inside the namespaces.
+set -euo pipefail
+
+workers=8 rate=1gbit delay="" subnet=10.213.7 port=29500
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --workers) workers=$2; shift 2 ;;
+    --rate) rate=$2; shift 2 ;;
+    --delay) delay=$2; shift 2 ;;
+    --) shift; break ;;
+    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    *) echo "netem.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+[ $# -gt 0 ] || { echo "netem.sh: give the command to run after --" >&2; exit 2; }
+[ "$(id -u)" = 0 ] || { echo "netem.sh: needs root for network namespaces" >&2; exit 2; }
+[ "$workers" -ge 1 ] && [ "$workers" -le 250 ] || { echo "netem.sh: --workers must be 1..250" >&2; exit 2; }
+
+cleanup() {
+  for ((i = 0; i < workers; i++)); do ip netns del "gx$i" 2>/dev/null || true; done
+  ip netns del gxhub 2>/dev/null || true
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+cleanup
+
+shape() { # namespace device
+  # Rate with a token bucket (tbf is in every kernel); delay, if asked for, with netem
+  # above it (not every kernel has sch_netem: then --delay fails with tc's message).
+  if [ -n "$delay" ]; then
+    tc -n "$1" qdisc add dev "$2" root handle 1: netem delay "$delay" \
+      || { echo "netem.sh: --delay needs the kernel's netem qdisc (sch_netem)" >&2; exit 2; }
+    tc -n "$1" qdisc add dev "$2" parent 1: handle 2: tbf rate "$rate" burst 256kb latency 50ms
+  else
+    tc -n "$1" qdisc add dev "$2" root tbf rate "$rate" burst 256kb latency 50ms
+  fi
+}
+
+ip netns add gxhub
+ip -n gxhub link set lo up
+ip -n gxhub link add br0 type bridge
+ip -n gxhub link set br0 up
+for ((i = 0; i < workers; i++)); do
+  ip netns add "gx$i"
+  ip link add "veth$i" netns "gx$i" type veth peer name "port$i" netns gxhub
+  ip -n "gx$i" link set lo up
+  ip -n "gx$i" addr add "$subnet.$((i + 1))/24" dev "veth$i"
+  ip -n "gx$i" link set "veth$i" up
+  ip -n gxhub link set "port$i" master br0
+  ip -n gxhub link set "port$i" up
+  shape "gx$i" "veth$i"   # the host's upload
+  shape gxhub "port$i"    # its download
+done
+
+token=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
+pids=()
+for ((i = 0; i < workers; i++)); do
+  ip netns exec "gx$i" env RANK=$i WORLD_SIZE="$workers" MASTER_ADDR="$subnet.1" MASTER_PORT=$port \
+    GRADEX_TOKEN="$token" GRADEX_BIND_ADDR="$subnet.$((i + 1))" "$@" &
+  pids+=($!)
+done
+status=0
+for i in "${!pids[@]}"; do
+  if ! wait "${pids[$i]}"; then
+    echo "netem.sh: worker $i failed" >&2
+    status=1
+  fi
+done
+exit $status
