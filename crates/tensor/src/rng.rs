@@ -56,7 +56,7 @@ impl Rng {
     /// Uniform integer in 0..n (n > 0), by Lemire's multiply-shift (bias below 2^-32 for n < 2^32).
     #[inline]
     pub fn below(&mut self, n: usize) -> usize {
-        ((self.next_u64() >> 32) * n as u64 >> 32) as usize
+        (((self.next_u64() >> 32) * n as u64) >> 32) as usize
     }
     /// Standard normal sample (Box-Muller).
     pub fn normal(&mut self) -> f64 {

@@ -111,7 +111,7 @@ fn zip_map<T: Float>(
         }
         // A contiguous tensor against a broadcast one (a bias row, a per-channel column):
         // walk the broadcast side by rows of its innermost dense run.
-        (Some(a), None) => broadcast_rows(&lhs[a], rhs, rl, |x, y| f(x, y)),
+        (Some(a), None) => broadcast_rows(&lhs[a], rhs, rl, &f),
         (None, Some(b)) => broadcast_rows(&rhs[b], lhs, ll, |y, x| f(x, y)),
         (None, None) => ll
             .strided_index()

@@ -11,7 +11,7 @@ fn cmp<T: Float>(a: T, b: T) -> Ordering {
 }
 
 pub(crate) fn topk<T: Float>(x: &[T], cols: usize, k: usize, largest: bool) -> (Vec<T>, Vec<u32>) {
-    let rows = if cols == 0 { 0 } else { x.len() / cols };
+    let rows = x.len().checked_div(cols).unwrap_or(0);
     let per_row: Vec<(Vec<T>, Vec<u32>)> = (0..rows)
         .into_par_iter()
         .map(|r| {
