@@ -123,23 +123,42 @@ fn send_frame(w: &mut TcpStream, peer: usize, tag: u32, payload: &[u8]) -> Resul
         })
 }
 
-fn recv_frame(r: &mut TcpStream, peer: usize, tag: u32, max: u64) -> Result<Vec<u8>> {
-    let mut h = [0u8; HEADER_LEN];
-    r.read_exact(&mut h).map_err(|e| CommError::Peer {
+fn read_failed(peer: usize) -> impl Fn(std::io::Error) -> CommError {
+    move |source| CommError::Peer {
         peer,
         op: "receive",
-        source: e,
-    })?;
+        source,
+    }
+}
+
+/// Reads and checks the next header from `peer`: version, length bound, and the tag of
+/// the collective in progress. With `exact`, the payload must be exactly that long.
+fn read_header(
+    r: &mut TcpStream,
+    peer: usize,
+    tag: u32,
+    max: u64,
+    exact: Option<u64>,
+) -> Result<FrameHeader> {
+    let mut h = [0u8; HEADER_LEN];
+    r.read_exact(&mut h).map_err(read_failed(peer))?;
     let h = decode_header(&h, max).map_err(|msg| CommError::Protocol { peer, msg })?;
     if h.tag != tag {
         return Err(CommError::Protocol { peer, msg: format!("frame of collective #{} arrived during #{tag}: ranks called collectives in different orders", h.tag) });
     }
+    if let Some(len) = exact.filter(|&len| len != h.len) {
+        return Err(CommError::Protocol {
+            peer,
+            msg: format!("{} bytes where {len} were due", h.len),
+        });
+    }
+    Ok(h)
+}
+
+fn recv_frame(r: &mut TcpStream, peer: usize, tag: u32, max: u64) -> Result<Vec<u8>> {
+    let h = read_header(r, peer, tag, max, None)?;
     let mut payload = vec![0u8; h.len as usize];
-    r.read_exact(&mut payload).map_err(|e| CommError::Peer {
-        peer,
-        op: "receive",
-        source: e,
-    })?;
+    r.read_exact(&mut payload).map_err(read_failed(peer))?;
     Ok(payload)
 }
 
@@ -149,29 +168,10 @@ compile_error!("comm's wire format is little-endian; big-endian targets need a b
 
 /// Receives a frame whose payload is exactly `into.len()` floats, straight into `into`.
 fn recv_f32_into(r: &mut TcpStream, peer: usize, tag: u32, into: &mut [f32]) -> Result<()> {
-    let mut h = [0u8; HEADER_LEN];
-    r.read_exact(&mut h).map_err(|e| CommError::Peer {
-        peer,
-        op: "receive",
-        source: e,
-    })?;
-    let h = decode_header(&h, (into.len() * 4) as u64)
-        .map_err(|msg| CommError::Protocol { peer, msg })?;
-    if h.tag != tag {
-        return Err(CommError::Protocol { peer, msg: format!("frame of collective #{} arrived during #{tag}: ranks called collectives in different orders", h.tag) });
-    }
-    if h.len as usize != into.len() * 4 {
-        return Err(CommError::Protocol {
-            peer,
-            msg: format!("{} bytes where {} floats were due", h.len, into.len()),
-        });
-    }
+    let bytes = (into.len() * 4) as u64;
+    read_header(r, peer, tag, bytes, Some(bytes))?;
     r.read_exact(bytemuck::cast_slice_mut(into))
-        .map_err(|e| CommError::Peer {
-            peer,
-            op: "receive",
-            source: e,
-        })
+        .map_err(read_failed(peer))
 }
 
 /// Floats read per chunk when a received segment is added into place: small enough to
@@ -186,33 +186,12 @@ fn recv_f32_add(
     into: &mut [f32],
     scratch: &mut [f32],
 ) -> Result<()> {
-    let mut h = [0u8; HEADER_LEN];
-    r.read_exact(&mut h).map_err(|e| CommError::Peer {
-        peer,
-        op: "receive",
-        source: e,
-    })?;
-    let h = decode_header(&h, (into.len() * 4) as u64)
-        .map_err(|msg| CommError::Protocol { peer, msg })?;
-    if h.tag != tag || h.len as usize != into.len() * 4 {
-        return Err(CommError::Protocol {
-            peer,
-            msg: format!(
-                "frame #{} of {} bytes where #{tag} with {} floats was due",
-                h.tag,
-                h.len,
-                into.len()
-            ),
-        });
-    }
+    let bytes = (into.len() * 4) as u64;
+    read_header(r, peer, tag, bytes, Some(bytes))?;
     for chunk in into.chunks_mut(ADD_CHUNK) {
         let buf = &mut scratch[..chunk.len()];
         r.read_exact(bytemuck::cast_slice_mut(buf))
-            .map_err(|e| CommError::Peer {
-                peer,
-                op: "receive",
-                source: e,
-            })?;
+            .map_err(read_failed(peer))?;
         for (d, g) in chunk.iter_mut().zip(buf.iter()) {
             *d += *g;
         }
