@@ -1,4 +1,7 @@
 //! Gradient-exchange methods of the five papers (dense, gradient dropping, local
 //! gradients, DGC, gTop-k, SBC, QSGD and baselines), each with its exact wire format.
 //!
-//! Skeleton: the contents arrive with issue 6 (see the README's roadmap).
+//! Done so far: the shared wire codecs ([`codec`]) with decoders that reject malformed
+//! input. The methods themselves arrive next (issue 6 is open).
+
+pub mod codec;

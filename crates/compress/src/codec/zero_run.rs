@@ -1,0 +1,59 @@
+//! DGC's wire format: the nonzero values of a sparse gradient as 32-bit floats, each
+//! preceded by a 16-bit little-endian count of the zeros before it. A run longer than
+//! 65,534 is written as escape records (count 0xFFFF, no value: "65,535 zeros, keep
+//! going"). Trailing zeros are implied by the tensor length both sides know. At density
+//! 0.001 that is 6 bytes per nonzero against 4 per element dense: about 667×.
+
+use super::{CodecError, Result};
+
+const ESCAPE: u16 = u16::MAX;
+
+pub fn encode(dense: &[f32]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut run: usize = 0;
+    for &v in dense {
+        if v == 0.0 {
+            run += 1;
+            continue;
+        }
+        while run >= ESCAPE as usize {
+            out.extend(ESCAPE.to_le_bytes());
+            run -= ESCAPE as usize;
+        }
+        out.extend((run as u16).to_le_bytes());
+        out.extend(v.to_le_bytes());
+        run = 0;
+    }
+    out
+}
+
+/// Decodes into a dense vector of length `n`.
+pub fn decode(bytes: &[u8], n: usize) -> Result<Vec<f32>> {
+    let mut out = vec![0f32; n];
+    let (mut i, mut pos) = (0, 0usize);
+    while i < bytes.len() {
+        let run = u16::from_le_bytes([
+            bytes[i],
+            *bytes
+                .get(i + 1)
+                .ok_or(CodecError::Truncated("zero-run count"))?,
+        ]);
+        i += 2;
+        pos += run as usize;
+        if run == ESCAPE {
+            continue;
+        }
+        let v = bytes
+            .get(i..i + 4)
+            .ok_or(CodecError::Truncated("zero-run value"))?;
+        let slot = out.get_mut(pos).ok_or_else(|| {
+            CodecError::Invalid(format!(
+                "value at position {pos} beyond the tensor's {n} elements"
+            ))
+        })?;
+        *slot = f32::from_le_bytes([v[0], v[1], v[2], v[3]]);
+        pos += 1;
+        i += 4;
+    }
+    Ok(out)
+}

@@ -1,0 +1,166 @@
+//! Every codec round-trips (property tests); every decoder survives random and truncated
+//! input with an error, never a panic; Golomb coding costs what the SBC paper's formula
+//! (5) says; DGC's format reaches its compression bound.
+
+use compress::codec::{elias, golomb, half, plain, zero_run, BitReader, BitWriter};
+use proptest::prelude::*;
+use tensor::Rng;
+
+fn sparse_dense(n: usize, density: f64, seed: u64) -> Vec<f32> {
+    let mut r = Rng::new(seed);
+    (0..n)
+        .map(|_| {
+            if r.uniform() < density {
+                r.normal() as f32 + 0.1
+            } else {
+                0.0
+            }
+        })
+        .collect()
+}
+
+proptest! {
+    // No failure files: a failing case is printed, and test runs write nothing into the tree.
+    #![proptest_config(ProptestConfig { cases: 64, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn zero_run_round_trips(n in 0usize..200_000, density in 0.0f64..0.05, seed in any::<u64>()) {
+        let d = sparse_dense(n, density, seed);
+        prop_assert_eq!(zero_run::decode(&zero_run::encode(&d), n).unwrap(), d);
+    }
+
+    #[test]
+    fn golomb_round_trips(n in 1usize..100_000, density in 0.0001f64..0.5, seed in any::<u64>()) {
+        let d = sparse_dense(n, density, seed);
+        let pos: Vec<u32> = d.iter().enumerate().filter(|(_, &v)| v != 0.0).map(|(i, _)| i as u32).collect();
+        let b = golomb::optimal_b(density);
+        let bytes = golomb::encode(&pos, b).unwrap();
+        prop_assert_eq!(golomb::decode(&bytes, pos.len(), b, n).unwrap(), pos);
+    }
+
+    #[test]
+    fn elias_round_trips(values in prop::collection::vec(1u64..u64::MAX / 2, 0..200)) {
+        let mut w = BitWriter::new();
+        for &v in &values { elias::write(&mut w, v).unwrap(); }
+        let bytes = w.finish();
+        let mut r = BitReader::new(&bytes);
+        for &v in &values { prop_assert_eq!(elias::read(&mut r).unwrap(), v); }
+    }
+
+    #[test]
+    fn qsgd_buckets_round_trip(d in 1usize..2000, s in 1u32..256, seed in any::<u64>()) {
+        let mut r = Rng::new(seed);
+        let mut entries = Vec::new();
+        for i in 0..d { if r.below(4) == 0 { entries.push((i as u32, r.below(2) == 1, 1 + r.below(s as usize) as u32)); } }
+        let bucket = elias::QuantizedBucket { norm: r.normal() as f32, entries };
+        let mut w = BitWriter::new();
+        elias::encode_qsgd(&mut w, &bucket).unwrap();
+        let bytes = w.finish();
+        prop_assert_eq!(elias::decode_qsgd(&mut BitReader::new(&bytes), d, s).unwrap(), bucket);
+    }
+
+    #[test]
+    fn plain_round_trips(pairs in prop::collection::btree_map(0u32..10_000, -1e6f32..1e6, 0..300)) {
+        let (idx, val): (Vec<u32>, Vec<f32>) = pairs.into_iter().unzip();
+        prop_assert_eq!(plain::decode(&plain::encode(&idx, &val).unwrap(), 10_000).unwrap(), (idx, val));
+    }
+
+    #[test]
+    fn half_round_trips_within_f16_rounding(val in prop::collection::vec(-65_000f32..65_000.0, 0..300)) {
+        let back = half::decode(&half::encode(&val), val.len()).unwrap();
+        // Round to nearest: relative error at most 2^-11 for normal values, and an
+        // absolute 2^-25 around zero (subnormals).
+        for (a, b) in val.iter().zip(back) { prop_assert!((a - b).abs() <= a.abs() * 2f32.powi(-11) + 2f32.powi(-24), "{a} -> {b}"); }
+    }
+}
+
+#[test]
+fn decoders_survive_random_and_truncated_input() {
+    let mut r = Rng::new(42);
+    for len in 0..300 {
+        for _ in 0..20 {
+            let bytes: Vec<u8> = (0..len).map(|_| r.below(256) as u8).collect();
+            let _ = zero_run::decode(&bytes, 1000);
+            let _ = golomb::decode(&bytes, 50, 3, 1000);
+            let _ = golomb::decode(&bytes, 50, 62, 1000);
+            let _ = elias::decode_qsgd(&mut BitReader::new(&bytes), 512, 15);
+            let _ = plain::decode(&bytes, 1000);
+            let _ = half::decode(&bytes, 7);
+            let mut br = BitReader::new(&bytes);
+            while elias::read(&mut br).is_ok() {}
+        }
+    }
+    // Valid streams cut short are errors, not partial results.
+    let d = sparse_dense(5000, 0.01, 1);
+    let full = zero_run::encode(&d);
+    assert!(zero_run::decode(&full[..full.len() - 1], 5000).is_err());
+    assert!(
+        zero_run::decode(&full, 10).is_err(),
+        "values beyond the tensor are rejected"
+    );
+    let pos: Vec<u32> = (0..5000).step_by(97).collect();
+    let g = golomb::encode(&pos, 6).unwrap();
+    assert!(golomb::decode(&g[..g.len() / 2], pos.len(), 6, 5000).is_err());
+    let p = plain::encode(&[1, 2], &[1.0, 2.0]).unwrap();
+    assert!(plain::decode(&p[..p.len() - 1], 10).is_err());
+    assert!(
+        plain::decode(&p, 2).is_err(),
+        "indices beyond the tensor are rejected"
+    );
+}
+
+#[test]
+fn golomb_average_bits_match_formula_five() {
+    for p in [0.001, 0.01, 0.1] {
+        let n = 2_000_000;
+        let d = sparse_dense(n, p, 7);
+        let pos: Vec<u32> = d
+            .iter()
+            .enumerate()
+            .filter(|(_, &v)| v != 0.0)
+            .map(|(i, _)| i as u32)
+            .collect();
+        let b = golomb::optimal_b(p);
+        let bits = golomb::encode(&pos, b).unwrap().len() as f64 * 8.0;
+        let measured = bits / pos.len() as f64;
+        let formula = golomb::expected_bits(p, b);
+        eprintln!("p {p}: b* = {b}, {measured:.3} bits per position measured, {formula:.3} by formula (5)");
+        assert!(
+            (measured / formula - 1.0).abs() < 0.02,
+            "p {p}: {measured:.3} bits vs formula {formula:.3} (b* = {b})"
+        );
+    }
+    // The worked example: p = 0.01 gives b* = 6 and about 8.1 bits per position.
+    assert_eq!(golomb::optimal_b(0.01), 6);
+    assert!((golomb::expected_bits(0.01, 6) - 8.108).abs() < 0.01);
+}
+
+#[test]
+fn elias_code_lengths_follow_the_recursion() {
+    let len = |k: u64| {
+        let mut w = BitWriter::new();
+        elias::write(&mut w, k).unwrap();
+        w.len_bits()
+    };
+    // ω(1) = 0, ω(2) = 100, ω(4) = 101000, ω(16) = 10100100000.
+    assert_eq!((len(1), len(2), len(3), len(4), len(16)), (1, 3, 3, 6, 11));
+    assert!(elias::write(&mut BitWriter::new(), 0).is_err());
+}
+
+#[test]
+fn dgc_format_reaches_about_667x_at_density_one_in_a_thousand() {
+    let n = 1_000_000;
+    let mut r = Rng::new(3);
+    let mut d = vec![0f32; n];
+    let mut k = 0;
+    while k < n / 1000 {
+        let i = r.below(n);
+        if d[i] == 0.0 {
+            d[i] = 1.0;
+            k += 1;
+        }
+    }
+    let ratio = (4 * n) as f64 / zero_run::encode(&d).len() as f64;
+    eprintln!("DGC zero-run format at density 0.001: {ratio:.1}x");
+    assert!(ratio > 600.0 && ratio <= 667.0, "{ratio}");
+}
