@@ -27,6 +27,19 @@ impl Rng {
             ],
         }
     }
+    /// The generator's full state, for checkpoints: a resumed run continues the stream.
+    pub fn state(&self) -> [u64; 4] {
+        self.s
+    }
+    /// A generator at a saved [`Rng::state`]. The all-zero state is not one xoshiro can
+    /// reach or leave, so it is refused.
+    pub fn from_state(s: [u64; 4]) -> Option<Self> {
+        if s == [0; 4] {
+            None
+        } else {
+            Some(Rng { s })
+        }
+    }
     /// An independent stream for worker `rank` of a job seeded with `seed`.
     pub fn for_rank(seed: u64, rank: usize) -> Self {
         Rng::new(
