@@ -470,6 +470,67 @@ impl Communicator {
         Ok(())
     }
 
+    /// Ring allreduce whose wire carries IEEE half precision (2 bytes per value): the
+    /// dense 16-bit baseline. Partial sums are kept in f32 on the rank that adds them and
+    /// rounded to f16 only for transmission; each segment's final sum is rounded once by
+    /// the rank that completes it and copied from there, so every rank ends with identical
+    /// values, all representable in f16.
+    pub fn allreduce_f16(&mut self, data: &mut [f32], op: ReduceOp) -> Result<()> {
+        let tag = self.next_tag();
+        let (p, r, n) = (self.world, self.rank, data.len());
+        let to_f16 = |v: &[f32]| -> Vec<u8> {
+            v.iter()
+                .flat_map(|&x| half::f16::from_f32(x).to_le_bytes())
+                .collect()
+        };
+        let check = |got: &[u8], want: usize, peer: usize| -> Result<()> {
+            if got.len() == 2 * want {
+                Ok(())
+            } else {
+                Err(CommError::Protocol {
+                    peer,
+                    msg: format!("{} bytes for a half-precision segment of {want}", got.len()),
+                })
+            }
+        };
+        if p > 1 {
+            let (right, left) = ((r + 1) % p, (r + p - 1) % p);
+            for s in 0..p - 1 {
+                let send_seg = segment(n, p, (r + p - s) % p);
+                let recv_seg = segment(n, p, (r + 2 * p - s - 1) % p);
+                let payload = to_f16(&data[send_seg]);
+                let got = self.exchange(right, tag, Collective::Allreduce, &payload, left)?;
+                check(&got, recv_seg.len(), left)?;
+                for (d, c) in data[recv_seg].iter_mut().zip(got.chunks_exact(2)) {
+                    *d += half::f16::from_le_bytes([c[0], c[1]]).to_f32();
+                }
+            }
+            // This rank completed segment (r + 1) % p: round it once, then circulate it.
+            let own = segment(n, p, (r + 1) % p);
+            for v in &mut data[own] {
+                *v = half::f16::from_f32(*v).to_f32();
+            }
+            for s in 0..p - 1 {
+                let send_seg = segment(n, p, (r + 1 + p - s) % p);
+                let recv_seg = segment(n, p, (r + p - s) % p);
+                let payload = to_f16(&data[send_seg]);
+                let got = self.exchange(right, tag, Collective::Allreduce, &payload, left)?;
+                check(&got, recv_seg.len(), left)?;
+                for (d, c) in data[recv_seg].iter_mut().zip(got.chunks_exact(2)) {
+                    *d = half::f16::from_le_bytes([c[0], c[1]]).to_f32();
+                }
+            }
+        } else {
+            data.iter_mut()
+                .for_each(|v| *v = half::f16::from_f32(*v).to_f32());
+        }
+        if op == ReduceOp::Average {
+            let inv = 1.0 / p as f32;
+            data.iter_mut().for_each(|v| *v *= inv);
+        }
+        Ok(())
+    }
+
     /// Every rank's buffer (of any length) on every rank, by a ring (P − 1 steps).
     pub fn allgather_v(&mut self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
         let tag = self.next_tag();

@@ -45,7 +45,8 @@ pub fn sampled_threshold(
     if k * 4 >= n {
         return exact_topk(values, k);
     }
-    let samples = ((n as f64 * sample_fraction).ceil() as usize).clamp(k.min(n).max(64), n);
+    // At least 64 samples (and at least k) so that the threshold is not one draw's luck.
+    let samples = ((n as f64 * sample_fraction).ceil() as usize).clamp(k.max(64).min(n), n);
     let mut sample: Vec<f32> = (0..samples).map(|_| values[rng.below(n)].abs()).collect();
     // The threshold that lets k of n through lets k·samples/n of the sample through.
     let keep = ((k as f64 * samples as f64 / n as f64).ceil() as usize).clamp(1, samples);

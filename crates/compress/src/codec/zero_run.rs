@@ -27,10 +27,43 @@ pub fn encode(dense: &[f32]) -> Vec<u8> {
     out
 }
 
-/// Decodes into a dense vector of length `n`.
-pub fn decode(bytes: &[u8], n: usize) -> Result<Vec<f32>> {
-    let mut out = vec![0f32; n];
-    let (mut i, mut pos) = (0, 0usize);
+/// Encodes a sparse vector given as ascending `indices` and their `values` (the same bytes
+/// as [`encode`] of the dense vector, without materialising it; a selected value that is
+/// exactly zero is still written).
+pub fn encode_sparse(indices: &[u32], values: &[f32]) -> Result<Vec<u8>> {
+    if indices.len() != values.len() {
+        return Err(CodecError::Invalid(format!(
+            "{} indices for {} values",
+            indices.len(),
+            values.len()
+        )));
+    }
+    let mut out = Vec::with_capacity(6 * indices.len());
+    let mut next: u64 = 0;
+    for (&i, &v) in indices.iter().zip(values) {
+        if (i as u64) < next {
+            return Err(CodecError::Invalid(format!(
+                "indices must be strictly increasing ({i} after {})",
+                next.saturating_sub(1)
+            )));
+        }
+        let mut run = i as u64 - next;
+        while run >= ESCAPE as u64 {
+            out.extend(ESCAPE.to_le_bytes());
+            run -= ESCAPE as u64;
+        }
+        out.extend((run as u16).to_le_bytes());
+        out.extend(v.to_le_bytes());
+        next = i as u64 + 1;
+    }
+    Ok(out)
+}
+
+/// Adds the decoded values into `out` (whose length is the tensor's); returns how many
+/// values the message held.
+pub fn decode_add(bytes: &[u8], out: &mut [f32]) -> Result<usize> {
+    let n = out.len();
+    let (mut i, mut pos, mut count) = (0, 0usize, 0);
     while i < bytes.len() {
         let run = u16::from_le_bytes([
             bytes[i],
@@ -51,9 +84,17 @@ pub fn decode(bytes: &[u8], n: usize) -> Result<Vec<f32>> {
                 "value at position {pos} beyond the tensor's {n} elements"
             ))
         })?;
-        *slot = f32::from_le_bytes([v[0], v[1], v[2], v[3]]);
+        *slot += f32::from_le_bytes([v[0], v[1], v[2], v[3]]);
         pos += 1;
         i += 4;
+        count += 1;
     }
+    Ok(count)
+}
+
+/// Decodes into a dense vector of length `n`.
+pub fn decode(bytes: &[u8], n: usize) -> Result<Vec<f32>> {
+    let mut out = vec![0f32; n];
+    decode_add(bytes, &mut out)?;
     Ok(out)
 }

@@ -1,0 +1,113 @@
+//! Pieces every method's exchange is built from: timing of the compression and
+//! communication parts, the dense averaged allreduce, the allgather of encoded messages
+//! decoded peer by peer, and the sparse-to-dense scatter.
+
+use crate::codec::CodecError;
+use crate::method::{Update, UpdateKind, WireStats};
+use crate::{CompressError, Result};
+use comm::{Communicator, ReduceOp};
+use std::time::Instant;
+
+/// Accumulates compression and communication seconds into a [`WireStats`].
+pub(crate) struct Meter {
+    pub stats: WireStats,
+}
+
+impl Meter {
+    pub fn new(elements: usize) -> Self {
+        Meter {
+            stats: WireStats {
+                elements,
+                dense_bytes: 4 * elements,
+                ..WireStats::default()
+            },
+        }
+    }
+    pub fn compress<T>(&mut self, f: impl FnOnce() -> T) -> T {
+        let t = Instant::now();
+        let out = f();
+        self.stats.compress_seconds += t.elapsed().as_secs_f64();
+        out
+    }
+    pub fn comm<T>(&mut self, f: impl FnOnce() -> T) -> T {
+        let t = Instant::now();
+        let out = f();
+        self.stats.comm_seconds += t.elapsed().as_secs_f64();
+        out
+    }
+    pub fn update(self, values: Vec<f32>, kind: UpdateKind) -> Update {
+        Update {
+            values,
+            kind,
+            stats: self.stats,
+        }
+    }
+}
+
+/// The ring allreduce of `values`, averaged: the dense exchange (and the fallback every
+/// sparse method uses for tensors below its size threshold).
+pub(crate) fn dense_average(comm: &mut Communicator, values: &[f32]) -> Result<Update> {
+    let mut m = Meter::new(values.len());
+    let mut out = values.to_vec();
+    m.comm(|| comm.allreduce(&mut out, ReduceOp::Average))?;
+    m.stats.sent_values = values.len();
+    m.stats.message_bytes = 4 * values.len();
+    Ok(m.update(out, UpdateKind::Gradient))
+}
+
+/// How many entries a density keeps of `n`: ⌈density·n⌉, at least one of a non-empty tensor.
+pub(crate) fn keep_count(density: f64, n: usize) -> usize {
+    if n == 0 {
+        0
+    } else {
+        ((density * n as f64).ceil() as usize).clamp(1, n)
+    }
+}
+
+/// Allgathers this rank's encoded `message` and hands every rank's message (this one's
+/// included, in rank order so that sums are identical everywhere) to `decode_add`.
+pub(crate) fn allgather_decode(
+    comm: &mut Communicator,
+    m: &mut Meter,
+    method: &'static str,
+    param: usize,
+    message: &[u8],
+    mut decode_add: impl FnMut(&[u8]) -> std::result::Result<(), CodecError>,
+) -> Result<()> {
+    m.stats.message_bytes += message.len();
+    let all = m.comm(|| comm.allgather_v(message))?;
+    m.compress(|| {
+        for (peer, bytes) in all.iter().enumerate() {
+            decode_add(bytes).map_err(|source| CompressError::Decode {
+                method,
+                peer,
+                param,
+                source,
+            })?;
+        }
+        Ok(())
+    })
+}
+
+/// `values` scaled by `s` in place.
+pub(crate) fn scale(values: &mut [f32], s: f32) {
+    values.iter_mut().for_each(|v| *v *= s);
+}
+
+/// Checks that a gradient and the weights have the size [`crate::Method::init`] gave.
+pub(crate) fn check_len(method: &str, index: usize, expected: Option<usize>, got: &[&[f32]]) -> Result<usize> {
+    let n = expected.ok_or_else(|| {
+        CompressError::Usage(format!(
+            "{method}: parameter {index} was not declared to init (call init with every parameter first)"
+        ))
+    })?;
+    for g in got {
+        if g.len() != n {
+            return Err(CompressError::Usage(format!(
+                "{method}: parameter {index} has {n} elements, but a buffer of {} was passed",
+                g.len()
+            )));
+        }
+    }
+    Ok(n)
+}

@@ -1,0 +1,148 @@
+//! The interface every gradient-exchange method implements.
+//!
+//! A method owns the whole exchange of one parameter's gradient: its per-parameter state
+//! (residual, momentum, a copy of the weights at the last synchronisation), selection or
+//! quantisation, encoding, the collective, decoding and aggregation. The trainer calls,
+//! per step and on every rank in the same order:
+//!
+//! 1. [`Method::begin_step`] with the step and epoch (warm-up schedules read them);
+//! 2. [`Method::exchange`] for each parameter as its gradient becomes final (on the
+//!    compression thread, while backward continues); it returns an [`Update`];
+//! 3. the optimizer applies each update (see [`UpdateKind`]);
+//! 4. [`Method::after_step`] for each parameter, in index order: methods with
+//!    communication delay (SBC, FedAvg) or periodic averaging (`local`) communicate here.
+//!
+//! Scale convention: every method returns the *average* over workers (the papers' sums
+//! divided by the world size), so the learning rate means the same as for dense SGD.
+
+use crate::Result;
+use comm::Communicator;
+
+/// What the trainer tells a method about one parameter, once, before training.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ParamSpec {
+    pub name: String,
+    pub shape: Vec<usize>,
+}
+
+impl ParamSpec {
+    pub fn new(name: impl Into<String>, shape: &[usize]) -> Self {
+        ParamSpec {
+            name: name.into(),
+            shape: shape.to_vec(),
+        }
+    }
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+}
+
+/// Where training is: the global step (from 0) and the epoch as a fraction.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct StepInfo {
+    pub step: u64,
+    pub epoch: f64,
+}
+
+/// How the optimizer must apply an update.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UpdateKind {
+    /// An (averaged) gradient: the optimizer applies its momentum and weight decay.
+    Gradient,
+    /// A step direction that already contains momentum and weight decay (DGC's momentum
+    /// correction): apply `w -= lr * d` and nothing else.
+    Direction,
+}
+
+/// What one exchange put on the wire, for this rank and this parameter.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct WireStats {
+    /// Elements of the parameter.
+    pub elements: usize,
+    /// Values this rank contributed (nonzeros for sparse methods, all for dense ones).
+    pub sent_values: usize,
+    /// Bytes of this rank's encoded message (what the paper's compression ratio counts).
+    pub message_bytes: usize,
+    /// Bytes the same tensor takes as dense f32 (4 per element).
+    pub dense_bytes: usize,
+    /// Seconds spent selecting, quantising, encoding and decoding.
+    pub compress_seconds: f64,
+    /// Seconds spent inside collectives.
+    pub comm_seconds: f64,
+}
+
+impl WireStats {
+    /// Fraction of the elements this rank sent.
+    pub fn density(&self) -> f64 {
+        if self.elements == 0 {
+            0.0
+        } else {
+            self.sent_values as f64 / self.elements as f64
+        }
+    }
+    pub fn add(&mut self, o: &WireStats) {
+        self.elements += o.elements;
+        self.sent_values += o.sent_values;
+        self.message_bytes += o.message_bytes;
+        self.dense_bytes += o.dense_bytes;
+        self.compress_seconds += o.compress_seconds;
+        self.comm_seconds += o.comm_seconds;
+    }
+}
+
+/// The result of [`Method::exchange`] for one parameter.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Update {
+    pub values: Vec<f32>,
+    pub kind: UpdateKind,
+    pub stats: WireStats,
+}
+
+/// Per-parameter state that a checkpoint must hold for a bit-exact resume.
+pub type StateTensors = Vec<(String, Vec<f32>)>;
+
+pub trait Method: Send {
+    /// The method's name as chosen on the command line.
+    fn name(&self) -> &'static str;
+    /// Its resolved options, e.g. `dgc(density=0.001, momentum_correction=true, ...)`.
+    fn describe(&self) -> String;
+    /// Called once, before the first step, with every parameter in order (the same
+    /// order on every rank).
+    fn init(&mut self, params: &[ParamSpec]) -> Result<()>;
+    fn begin_step(&mut self, _info: StepInfo) {}
+    /// Exchanges the local gradient of parameter `index` (whose current weights are
+    /// `weights`) and returns what the optimizer applies.
+    fn exchange(
+        &mut self,
+        comm: &mut Communicator,
+        index: usize,
+        weights: &[f32],
+        grad: &[f32],
+    ) -> Result<Update>;
+    /// After the optimizer has applied this step's updates: methods that communicate
+    /// weights (delay, periodic averaging) do so here and may overwrite `weights`.
+    /// Returns what went on the wire, if anything.
+    fn after_step(
+        &mut self,
+        _comm: &mut Communicator,
+        _index: usize,
+        _weights: &mut [f32],
+    ) -> Result<Option<WireStats>> {
+        Ok(None)
+    }
+    /// The state a resume needs (residuals, momenta, weight copies, RNG), named.
+    fn state(&self) -> StateTensors {
+        Vec::new()
+    }
+    fn load_state(&mut self, state: &StateTensors) -> Result<()> {
+        if state.is_empty() {
+            Ok(())
+        } else {
+            Err(crate::CompressError::Usage(format!(
+                "{} keeps no state, but the checkpoint has {} tensors for it",
+                self.name(),
+                state.len()
+            )))
+        }
+    }
+}

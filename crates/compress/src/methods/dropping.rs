@@ -1,0 +1,206 @@
+//! Gradient dropping (Aji & Heafield; paper 001 Alg. 1) as `topk`, and its combination
+//! with the local gradient (paper 001 Alg. 2) as `local`.
+//!
+//! Per parameter and step: `E += L` (the residual absorbs the local gradient), the k
+//! entries of largest |E| become the sparse `S` and are cleared from `E`, and
+//! TopKAllReduce sums every rank's `S` into `G`. `topk` hands `G` to the optimizer.
+//! `local` hands it a combination `C` with the dense local gradient:
+//!
+//! - SUM: `C = (G + L) / 2`
+//! - PARTIAL: `C = G − S + L` (the other ranks' sparse gradients plus the whole local one)
+//! - ERROR: `C = G + E`, then `E = 0` (no error feedback)
+//!
+//! and averages the parameters every `sync_every` steps (after the optimizer step),
+//! because the local terms make the ranks' parameters drift apart. The paper's sums are
+//! divided by the world size here, like every method's output (see [`crate::method`]).
+//!
+//! The drop ratio `R = 1 − density` may be warmed up: at step t (from 1) the dropped
+//! fraction is `R_t = R^max(1, T/t)`, i.e. almost nothing is dropped at first.
+
+use crate::exchange::{check_len, dense_average, keep_count, Meter};
+use crate::method::{Method, ParamSpec, StateTensors, StepInfo, Update, UpdateKind, WireStats};
+use crate::select::exact_topk;
+use crate::{CompressError, Result};
+use comm::{Communicator, ReduceOp, SparseVec};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LocalMode {
+    Sum,
+    Partial,
+    Error,
+}
+
+impl LocalMode {
+    pub fn parse(s: &str) -> Result<Self> {
+        match s {
+            "sum" => Ok(LocalMode::Sum),
+            "partial" => Ok(LocalMode::Partial),
+            "error" => Ok(LocalMode::Error),
+            _ => Err(CompressError::Config(format!(
+                "local mode '{s}': expected sum, partial or error"
+            ))),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct DroppingConfig {
+    pub density: f64,
+    pub dense_below: usize,
+    /// `None`: plain gradient dropping (`topk`).
+    pub local: Option<LocalMode>,
+    pub sync_every: usize,
+    pub warmup_steps: usize,
+}
+
+pub struct GradientDropping {
+    cfg: DroppingConfig,
+    world: usize,
+    residual: Vec<Vec<f32>>,
+    step: u64,
+}
+
+impl GradientDropping {
+    pub fn new(cfg: DroppingConfig, world: usize) -> Self {
+        GradientDropping {
+            cfg,
+            world,
+            residual: Vec::new(),
+            step: 0,
+        }
+    }
+    fn label(&self) -> &'static str {
+        if self.cfg.local.is_some() {
+            "local"
+        } else {
+            "topk"
+        }
+    }
+    /// The fraction kept at the current step, after the drop-ratio warm-up.
+    pub fn density_now(&self) -> f64 {
+        let drop = 1.0 - self.cfg.density;
+        if self.cfg.warmup_steps == 0 || drop <= 0.0 {
+            return self.cfg.density;
+        }
+        let t = (self.step + 1) as f64;
+        let exponent = (self.cfg.warmup_steps as f64 / t).max(1.0);
+        1.0 - drop.powf(exponent)
+    }
+}
+
+impl Method for GradientDropping {
+    fn name(&self) -> &'static str {
+        self.label()
+    }
+    fn describe(&self) -> String {
+        let c = &self.cfg;
+        match c.local {
+            None => format!("topk(density={}, dense_below={})", c.density, c.dense_below),
+            Some(mode) => format!(
+                "local(density={}, dense_below={}, mode={:?}, sync_every={}, warmup_steps={})",
+                c.density, c.dense_below, mode, c.sync_every, c.warmup_steps
+            ),
+        }
+    }
+    fn init(&mut self, params: &[ParamSpec]) -> Result<()> {
+        self.residual = params.iter().map(|p| vec![0.0; p.numel()]).collect();
+        Ok(())
+    }
+    fn begin_step(&mut self, info: StepInfo) {
+        self.step = info.step;
+    }
+    fn exchange(
+        &mut self,
+        comm: &mut Communicator,
+        index: usize,
+        _weights: &[f32],
+        grad: &[f32],
+    ) -> Result<Update> {
+        let label = self.label();
+        let n = check_len(label, index, self.residual.get(index).map(Vec::len), &[grad])?;
+        if n < self.cfg.dense_below {
+            return dense_average(comm, grad);
+        }
+        let density = self.density_now();
+        let world = self.world as f32;
+        let mode = self.cfg.local;
+        let e = &mut self.residual[index];
+        let mut m = Meter::new(n);
+        let local = m.compress(|| {
+            e.iter_mut().zip(grad).for_each(|(e, g)| *e += g);
+            let idx = exact_topk(e, keep_count(density, n));
+            let vals: Vec<f32> = idx.iter().map(|&i| e[i as usize]).collect();
+            idx.iter().for_each(|&i| e[i as usize] = 0.0);
+            SparseVec {
+                indices: idx,
+                values: vals,
+            }
+        });
+        m.stats.sent_values = local.len();
+        m.stats.message_bytes = 4 + 8 * local.len();
+        let global = m.comm(|| comm.topk_allreduce(&local))?;
+        let out = m.compress(|| {
+            let mut c = vec![0f32; n];
+            for (&i, &v) in global.indices.iter().zip(&global.values) {
+                // topk_allreduce validated every index against its sender's frame, not
+                // against n: a peer with another model would show up here.
+                match c.get_mut(i as usize) {
+                    Some(slot) => *slot = v,
+                    None => {
+                        return Err(CompressError::Usage(format!(
+                            "{label}: the summed sparse gradient of parameter {index} has index {i} beyond its {n} elements (do all ranks train the same model?)"
+                        )))
+                    }
+                }
+            }
+            match mode {
+                None => {}
+                Some(LocalMode::Sum) => {
+                    c.iter_mut().zip(grad).for_each(|(c, l)| *c = 0.5 * (*c + l));
+                }
+                Some(LocalMode::Partial) => {
+                    for (&i, &v) in local.indices.iter().zip(&local.values) {
+                        c[i as usize] -= v;
+                    }
+                    c.iter_mut().zip(grad).for_each(|(c, l)| *c += l);
+                }
+                Some(LocalMode::Error) => {
+                    c.iter_mut().zip(e.iter_mut()).for_each(|(c, e)| {
+                        *c += *e;
+                        *e = 0.0;
+                    });
+                }
+            }
+            c.iter_mut().for_each(|v| *v /= world);
+            Ok(c)
+        })?;
+        Ok(m.update(out, UpdateKind::Gradient))
+    }
+    fn after_step(
+        &mut self,
+        comm: &mut Communicator,
+        index: usize,
+        weights: &mut [f32],
+    ) -> Result<Option<WireStats>> {
+        let every = self.cfg.sync_every as u64;
+        if self.cfg.local.is_none() || every == 0 || (self.step + 1) % every != 0 {
+            return Ok(None);
+        }
+        check_len("local", index, self.residual.get(index).map(Vec::len), &[weights])?;
+        let mut m = Meter::new(weights.len());
+        m.comm(|| comm.allreduce(weights, ReduceOp::Average))?;
+        m.stats.sent_values = weights.len();
+        m.stats.message_bytes = 4 * weights.len();
+        Ok(Some(m.stats))
+    }
+    fn state(&self) -> StateTensors {
+        self.residual
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (format!("residual.{i}"), r.clone()))
+            .collect()
+    }
+    fn load_state(&mut self, state: &StateTensors) -> Result<()> {
+        crate::methods::load_named(self.label(), state, &mut [("residual", &mut self.residual)])
+    }
+}

@@ -1,0 +1,203 @@
+//! QSGD (Alistarh et al., paper 004). The gradient is cut into buckets of d consecutive
+//! values; each bucket `v` is quantized as `Q_s(vᵢ) = ‖v‖₂ · sgn(vᵢ) · ξᵢ / s`, where the
+//! level `ξᵢ` is `⌊s|vᵢ|/‖v‖⌋` rounded up with probability equal to the remainder, so
+//! `E[Q_s(v)] = v` and `E‖Q_s(v) − v‖² ≤ min(d/s², √d/s)·‖v‖²` (Lemma 3.1).
+//!
+//! Wire, per bucket: the 32-bit norm, then either the Elias code (`coding=elias`: a
+//! 32-bit count and, per nonzero level, the Elias ω code of its gap, a sign bit and the
+//! Elias code of its level; `codec::elias`) or fixed width (`coding=fixed`: a sign bit and
+//! `bits` bits of level for every value). The b-bit variant uses s = 2^b − 1 levels, so a
+//! level fits in b bits (the paper's variance arithmetic, √512/2⁴ ≈ 1.41 for 4 bits and
+//! d = 512, counts 2^b; ours is one level fewer). Messages are allgathered, decoded and
+//! averaged. Tensors below `min_size` (10 K in the paper) are allreduced unquantized.
+
+use crate::codec::elias::{self, QuantizedBucket};
+use crate::codec::{BitReader, BitWriter, CodecError};
+use crate::exchange::{allgather_decode, check_len, dense_average, scale, Meter};
+use crate::method::{Method, ParamSpec, StateTensors, Update, UpdateKind};
+use crate::{CompressError, Result};
+use comm::Communicator;
+use tensor::Rng;
+
+/// The paper's presets as `(bits, bucket)`.
+pub fn preset(name: &str) -> Option<(u32, usize)> {
+    match name {
+        "2bit" => Some((2, 128)),
+        "4bit" => Some((4, 512)),
+        "8bit" => Some((8, 512)),
+        "8bit-8192" => Some((8, 8192)),
+        _ => None,
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Coding {
+    Elias,
+    Fixed,
+}
+
+/// Quantizes one bucket with `s` levels.
+pub fn quantize(v: &[f32], s: u32, rng: &mut Rng) -> QuantizedBucket {
+    let norm = v.iter().map(|&x| (x as f64) * (x as f64)).sum::<f64>().sqrt();
+    let mut entries = Vec::new();
+    if norm > 0.0 {
+        for (i, &x) in v.iter().enumerate() {
+            let r = (s as f64 * (x.abs() as f64) / norm).min(s as f64);
+            let floor = r.floor();
+            let level = floor as u32 + (rng.uniform() < r - floor) as u32;
+            if level > 0 {
+                entries.push((i as u32, x < 0.0, level));
+            }
+        }
+    }
+    QuantizedBucket {
+        norm: norm as f32,
+        entries,
+    }
+}
+
+/// Adds the bucket's values into `out` (the bucket's slice).
+pub fn dequantize_add(b: &QuantizedBucket, s: u32, out: &mut [f32]) {
+    let unit = b.norm / s as f32;
+    for &(i, neg, level) in &b.entries {
+        let v = unit * level as f32;
+        out[i as usize] += if neg { -v } else { v };
+    }
+}
+
+fn write_fixed(w: &mut BitWriter, b: &QuantizedBucket, len: usize, bits: u32) {
+    w.bits(b.norm.to_bits() as u64, 32);
+    let mut e = b.entries.iter().peekable();
+    for i in 0..len as u32 {
+        match e.next_if(|x| x.0 == i) {
+            Some(&(_, neg, level)) => {
+                w.bit(neg);
+                w.bits(level as u64, bits);
+            }
+            None => {
+                w.bit(false);
+                w.bits(0, bits);
+            }
+        }
+    }
+}
+
+fn read_fixed(r: &mut BitReader, len: usize, bits: u32, s: u32) -> std::result::Result<QuantizedBucket, CodecError> {
+    let norm = f32::from_bits(r.bits(32)? as u32);
+    let mut entries = Vec::new();
+    for i in 0..len as u32 {
+        let neg = r.bit()?;
+        let level = r.bits(bits)? as u32;
+        if level > s {
+            return Err(CodecError::Invalid(format!("level {level} above s = {s}")));
+        }
+        if level > 0 {
+            entries.push((i, neg, level));
+        }
+    }
+    Ok(QuantizedBucket { norm, entries })
+}
+
+/// Encodes a whole tensor, bucket after bucket.
+pub fn encode(v: &[f32], bits: u32, bucket: usize, coding: Coding, rng: &mut Rng) -> Result<(Vec<u8>, usize)> {
+    let s = (1u32 << bits) - 1;
+    let mut w = BitWriter::new();
+    let mut nonzeros = 0;
+    for chunk in v.chunks(bucket) {
+        let q = quantize(chunk, s, rng);
+        nonzeros += q.entries.len();
+        match coding {
+            Coding::Elias => elias::encode_qsgd(&mut w, &q)
+                .map_err(|e| CompressError::Usage(format!("qsgd encode: {e}")))?,
+            Coding::Fixed => write_fixed(&mut w, &q, chunk.len(), bits),
+        }
+    }
+    Ok((w.finish(), nonzeros))
+}
+
+/// Decodes a tensor's message and adds it into `out`.
+pub fn decode_add(bytes: &[u8], bits: u32, bucket: usize, coding: Coding, out: &mut [f32]) -> std::result::Result<(), CodecError> {
+    let s = (1u32 << bits) - 1;
+    let mut r = BitReader::new(bytes);
+    for chunk in out.chunks_mut(bucket) {
+        let q = match coding {
+            Coding::Elias => elias::decode_qsgd(&mut r, chunk.len(), s)?,
+            Coding::Fixed => read_fixed(&mut r, chunk.len(), bits, s)?,
+        };
+        if !q.norm.is_finite() || q.norm < 0.0 {
+            return Err(CodecError::Invalid(format!("bucket norm {}", q.norm)));
+        }
+        dequantize_add(&q, s, chunk);
+    }
+    // A full byte left over means the message was longer than its buckets.
+    if r.remaining() >= 8 {
+        return Err(CodecError::Invalid(format!("{} bits after the last bucket", r.remaining())));
+    }
+    Ok(())
+}
+
+pub struct Qsgd {
+    bits: u32,
+    bucket: usize,
+    coding: Coding,
+    min_size: usize,
+    world: usize,
+    rng: Rng,
+    sizes: Vec<usize>,
+}
+
+impl Qsgd {
+    pub fn new(bits: u32, bucket: usize, coding: Coding, min_size: usize, world: usize, rng: Rng) -> Result<Self> {
+        if !(1..=16).contains(&bits) || bucket == 0 {
+            return Err(CompressError::Config(format!(
+                "qsgd: bits must be in 1..=16 and bucket ≥ 1 (got bits={bits}, bucket={bucket})"
+            )));
+        }
+        Ok(Qsgd { bits, bucket, coding, min_size, world, rng, sizes: Vec::new() })
+    }
+}
+
+impl Method for Qsgd {
+    fn name(&self) -> &'static str {
+        "qsgd"
+    }
+    fn describe(&self) -> String {
+        format!(
+            "qsgd(bits={}, s={}, bucket={}, coding={:?}, min_size={})",
+            self.bits,
+            (1u32 << self.bits) - 1,
+            self.bucket,
+            self.coding,
+            self.min_size
+        )
+    }
+    fn init(&mut self, params: &[ParamSpec]) -> Result<()> {
+        self.sizes = params.iter().map(|p| p.numel()).collect();
+        Ok(())
+    }
+    fn exchange(&mut self, comm: &mut Communicator, index: usize, _weights: &[f32], grad: &[f32]) -> Result<Update> {
+        let n = check_len("qsgd", index, self.sizes.get(index).copied(), &[grad])?;
+        if n < self.min_size {
+            return dense_average(comm, grad);
+        }
+        let (bits, bucket, coding) = (self.bits, self.bucket, self.coding);
+        let rng = &mut self.rng;
+        let mut m = Meter::new(n);
+        let (message, nonzeros) = m.compress(|| encode(grad, bits, bucket, coding, rng))?;
+        m.stats.sent_values = nonzeros;
+        let mut out = vec![0f32; n];
+        allgather_decode(comm, &mut m, "qsgd", index, &message, |b| {
+            decode_add(b, bits, bucket, coding, &mut out)
+        })?;
+        scale(&mut out, 1.0 / self.world as f32);
+        Ok(m.update(out, UpdateKind::Gradient))
+    }
+    fn state(&self) -> StateTensors {
+        vec![("rng".into(), crate::methods::rng_to_state(&self.rng))]
+    }
+    fn load_state(&mut self, state: &StateTensors) -> Result<()> {
+        let (rng, rest) = crate::methods::split_rng("qsgd", state)?;
+        self.rng = rng;
+        crate::methods::load_named("qsgd", &rest, &mut [])
+    }
+}

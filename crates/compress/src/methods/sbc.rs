@@ -1,0 +1,224 @@
+//! Sparse Binary Compression (Sattler et al., paper 003, Alg. 1–3).
+//!
+//! Each rank trains locally (its optimizer applies its own gradients) for `delay` steps;
+//! then, per tensor, the accumulated weight update plus residual `A = (W − W_sync) + R`
+//! is sparse-binarized: of the fraction p largest positive and the fraction p most
+//! negative entries, the side whose mean is larger in magnitude is kept, every kept entry
+//! set to that mean `μ`; the rest stays in the residual `R = A − B`. The message is the
+//! count, `μ` (32 bits), b* and the Golomb–Rice coded gaps between positions with the
+//! paper's optimal b* (`codec::golomb`). Every rank then sets
+//! `W = W_sync + (1/N)·Σᵢ Bᵢ` and `W_sync = W`, so all ranks hold the same weights after
+//! each exchange. Momentum correction is implicit (the update already contains the
+//! optimizer's momentum). The paper also masks the local momentum at the sent positions;
+//! that needs the optimizer's buffers and is not done here.
+//!
+//! Presets: SBC(1) = no delay, p = 0.1 %; SBC(2) = 10 steps, 1 %; SBC(3) = 100 steps, 1 %.
+
+use crate::codec::{golomb, CodecError};
+use crate::exchange::{allgather_decode, check_len, keep_count, Meter};
+use crate::method::{Method, ParamSpec, StateTensors, StepInfo, Update, UpdateKind, WireStats};
+use crate::select::exact_topk;
+use crate::Result;
+use comm::Communicator;
+
+/// SBC(preset) as `(delay, density)`.
+pub fn preset(n: usize) -> Option<(usize, f64)> {
+    match n {
+        1 => Some((1, 0.001)),
+        2 => Some((10, 0.01)),
+        3 => Some((100, 0.01)),
+        _ => None,
+    }
+}
+
+/// Sparse binarization of `a` at density `p`: `(μ, ascending positions)`.
+pub fn binarize(a: &[f32], p: f64) -> (f32, Vec<u32>) {
+    let k = keep_count(p, a.len());
+    let side = |positive: bool| -> (f64, Vec<u32>) {
+        let idx: Vec<u32> = (0..a.len() as u32)
+            .filter(|&i| if positive { a[i as usize] > 0.0 } else { a[i as usize] < 0.0 })
+            .collect();
+        let chosen: Vec<u32> = if idx.len() > k {
+            let sub: Vec<f32> = idx.iter().map(|&i| a[i as usize]).collect();
+            exact_topk(&sub, k).into_iter().map(|j| idx[j as usize]).collect()
+        } else {
+            idx
+        };
+        let mean = if chosen.is_empty() {
+            0.0
+        } else {
+            chosen.iter().map(|&i| a[i as usize] as f64).sum::<f64>() / chosen.len() as f64
+        };
+        (mean, chosen)
+    };
+    let (mp, pp) = side(true);
+    let (mn, pn) = side(false);
+    if mp >= -mn {
+        (mp as f32, pp)
+    } else {
+        (mn as f32, pn)
+    }
+}
+
+/// `count (u32) | μ (f32) | b (u8) | Golomb bits`, little-endian.
+pub fn encode(mean: f32, positions: &[u32], n: usize) -> Result<Vec<u8>> {
+    let b = if positions.is_empty() {
+        0
+    } else {
+        golomb::optimal_b(positions.len() as f64 / n as f64)
+    };
+    let bits = golomb::encode(positions, b)
+        .map_err(|e| crate::CompressError::Usage(format!("sbc encode: {e}")))?;
+    let mut out = Vec::with_capacity(9 + bits.len());
+    out.extend((positions.len() as u32).to_le_bytes());
+    out.extend(mean.to_le_bytes());
+    out.push(b as u8);
+    out.extend(bits);
+    Ok(out)
+}
+
+/// Adds `μ` at every position of the message into `out` (the tensor's length).
+pub fn decode_add(bytes: &[u8], out: &mut [f32]) -> std::result::Result<usize, CodecError> {
+    let head = bytes.get(..9).ok_or(CodecError::Truncated("sbc header"))?;
+    let count = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
+    let mean = f32::from_le_bytes([head[4], head[5], head[6], head[7]]);
+    if count > out.len() {
+        return Err(CodecError::Invalid(format!(
+            "{count} positions in a tensor of {}",
+            out.len()
+        )));
+    }
+    if !mean.is_finite() {
+        return Err(CodecError::Invalid(format!("mean {mean}")));
+    }
+    let positions = golomb::decode(&bytes[9..], count, head[8] as u32, out.len())?;
+    for p in positions {
+        out[p as usize] += mean;
+    }
+    Ok(count)
+}
+
+pub struct Sbc {
+    delay: usize,
+    density: f64,
+    world: usize,
+    step: u64,
+    sizes: Vec<usize>,
+    w_sync: Vec<Vec<f32>>,
+    residual: Vec<Vec<f32>>,
+}
+
+impl Sbc {
+    pub fn new(delay: usize, density: f64, world: usize) -> Result<Self> {
+        crate::options::check_density("sbc", density)?;
+        if delay == 0 {
+            return Err(crate::CompressError::Config("sbc: delay must be at least 1".into()));
+        }
+        Ok(Sbc {
+            delay,
+            density,
+            world,
+            step: 0,
+            sizes: Vec::new(),
+            w_sync: Vec::new(),
+            residual: Vec::new(),
+        })
+    }
+}
+
+impl Method for Sbc {
+    fn name(&self) -> &'static str {
+        "sbc"
+    }
+    fn describe(&self) -> String {
+        format!("sbc(delay={}, density={})", self.delay, self.density)
+    }
+    fn init(&mut self, params: &[ParamSpec]) -> Result<()> {
+        self.sizes = params.iter().map(|p| p.numel()).collect();
+        self.w_sync = self.sizes.iter().map(|_| Vec::new()).collect();
+        self.residual = self.sizes.iter().map(|&n| vec![0.0; n]).collect();
+        Ok(())
+    }
+    fn begin_step(&mut self, info: StepInfo) {
+        self.step = info.step;
+    }
+    /// A local step: the optimizer applies this rank's own gradient.
+    fn exchange(
+        &mut self,
+        _comm: &mut Communicator,
+        index: usize,
+        weights: &[f32],
+        grad: &[f32],
+    ) -> Result<Update> {
+        let n = check_len("sbc", index, self.sizes.get(index).copied(), &[grad, weights])?;
+        if self.w_sync[index].is_empty() && n > 0 {
+            // The weights every rank starts from (the trainer makes them identical).
+            self.w_sync[index] = weights.to_vec();
+        }
+        Ok(Meter::new(n).update(grad.to_vec(), UpdateKind::Gradient))
+    }
+    fn after_step(
+        &mut self,
+        comm: &mut Communicator,
+        index: usize,
+        weights: &mut [f32],
+    ) -> Result<Option<WireStats>> {
+        if (self.step + 1) % self.delay as u64 != 0 {
+            return Ok(None);
+        }
+        let n = check_len("sbc", index, self.sizes.get(index).copied(), &[weights])?;
+        if self.w_sync[index].len() != n {
+            return Err(crate::CompressError::Usage(format!(
+                "sbc: parameter {index} was never exchanged before its first synchronisation"
+            )));
+        }
+        let (ws, r) = (&mut self.w_sync[index], &mut self.residual[index]);
+        let density = self.density;
+        let mut m = Meter::new(n);
+        let message = m.compress(|| {
+            for i in 0..n {
+                r[i] += weights[i] - ws[i];
+            }
+            let (mean, pos) = binarize(r, density);
+            for &p in &pos {
+                r[p as usize] -= mean;
+            }
+            encode(mean, &pos, n).map(|b| (b, pos.len()))
+        });
+        let (message, sent) = message?;
+        m.stats.sent_values = sent;
+        let mut sum = vec![0f32; n];
+        allgather_decode(comm, &mut m, "sbc", index, &message, |b| {
+            decode_add(b, &mut sum).map(|_| ())
+        })?;
+        let inv = 1.0 / self.world as f32;
+        m.compress(|| {
+            for i in 0..n {
+                ws[i] += sum[i] * inv;
+                weights[i] = ws[i];
+            }
+        });
+        Ok(Some(m.stats))
+    }
+    fn state(&self) -> StateTensors {
+        let mut s: StateTensors = Vec::new();
+        for (i, w) in self.w_sync.iter().enumerate() {
+            s.push((format!("w_sync.{i}"), w.clone()));
+        }
+        for (i, r) in self.residual.iter().enumerate() {
+            s.push((format!("residual.{i}"), r.clone()));
+        }
+        s
+    }
+    fn load_state(&mut self, state: &StateTensors) -> Result<()> {
+        // w_sync is captured at the first exchange; a checkpoint always has it.
+        for (i, w) in self.w_sync.iter_mut().enumerate() {
+            w.resize(self.sizes[i], 0.0);
+        }
+        crate::methods::load_named(
+            "sbc",
+            state,
+            &mut [("w_sync", &mut self.w_sync), ("residual", &mut self.residual)],
+        )
+    }
+}

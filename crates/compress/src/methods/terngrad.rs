@@ -1,0 +1,98 @@
+//! TernGrad (Wen et al., a baseline of papers 000 and 004): each value becomes
+//! `s · sgn(gᵢ) · bᵢ` with `s = max|g|` and `bᵢ ~ Bernoulli(|gᵢ|/s)`, unbiased. The wire
+//! is `s` (f32) and two bits per value (00 zero, 01 plus, 10 minus). Messages are
+//! allgathered, decoded and averaged. (TernGrad's optional gradient clipping and layer-
+//! wise scalar sharing are not part of this baseline.)
+
+use crate::codec::{BitReader, BitWriter, CodecError};
+use crate::exchange::{allgather_decode, check_len, scale, Meter};
+use crate::method::{Method, ParamSpec, StateTensors, Update, UpdateKind};
+use crate::Result;
+use comm::Communicator;
+use tensor::Rng;
+
+pub fn encode(g: &[f32], rng: &mut Rng) -> (Vec<u8>, usize) {
+    let s = g.iter().fold(0f32, |m, x| m.max(x.abs()));
+    let mut w = BitWriter::new();
+    w.bits(s.to_bits() as u64, 32);
+    let mut nonzeros = 0;
+    for &x in g {
+        let keep = s > 0.0 && rng.uniform() < (x.abs() / s) as f64;
+        let code = match (keep, x < 0.0) {
+            (false, _) => 0b00,
+            (true, false) => 0b01,
+            (true, true) => 0b10,
+        };
+        nonzeros += keep as usize;
+        w.bits(code, 2);
+    }
+    (w.finish(), nonzeros)
+}
+
+pub fn decode_add(bytes: &[u8], out: &mut [f32]) -> std::result::Result<(), CodecError> {
+    if bytes.len() != 4 + (2 * out.len()).div_ceil(8) {
+        return Err(CodecError::Invalid(format!(
+            "{} bytes for a ternary tensor of {}",
+            bytes.len(),
+            out.len()
+        )));
+    }
+    let mut r = BitReader::new(bytes);
+    let s = f32::from_bits(r.bits(32)? as u32);
+    if !s.is_finite() || s < 0.0 {
+        return Err(CodecError::Invalid(format!("scale {s}")));
+    }
+    for o in out.iter_mut() {
+        match r.bits(2)? {
+            0b00 => {}
+            0b01 => *o += s,
+            0b10 => *o -= s,
+            _ => return Err(CodecError::Invalid("ternary code 11".into())),
+        }
+    }
+    Ok(())
+}
+
+pub struct TernGrad {
+    world: usize,
+    rng: Rng,
+    sizes: Vec<usize>,
+}
+
+impl TernGrad {
+    pub fn new(world: usize, rng: Rng) -> Self {
+        TernGrad { world, rng, sizes: Vec::new() }
+    }
+}
+
+impl Method for TernGrad {
+    fn name(&self) -> &'static str {
+        "terngrad"
+    }
+    fn describe(&self) -> String {
+        "terngrad()".into()
+    }
+    fn init(&mut self, params: &[ParamSpec]) -> Result<()> {
+        self.sizes = params.iter().map(|p| p.numel()).collect();
+        Ok(())
+    }
+    fn exchange(&mut self, comm: &mut Communicator, index: usize, _weights: &[f32], grad: &[f32]) -> Result<Update> {
+        let n = check_len("terngrad", index, self.sizes.get(index).copied(), &[grad])?;
+        let rng = &mut self.rng;
+        let mut m = Meter::new(n);
+        let (message, nonzeros) = m.compress(|| encode(grad, rng));
+        m.stats.sent_values = nonzeros;
+        let mut out = vec![0f32; n];
+        allgather_decode(comm, &mut m, "terngrad", index, &message, |b| decode_add(b, &mut out))?;
+        scale(&mut out, 1.0 / self.world as f32);
+        Ok(m.update(out, UpdateKind::Gradient))
+    }
+    fn state(&self) -> StateTensors {
+        vec![("rng".into(), crate::methods::rng_to_state(&self.rng))]
+    }
+    fn load_state(&mut self, state: &StateTensors) -> Result<()> {
+        let (rng, rest) = crate::methods::split_rng("terngrad", state)?;
+        self.rng = rng;
+        crate::methods::load_named("terngrad", &rest, &mut [])
+    }
+}
