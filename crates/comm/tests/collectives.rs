@@ -102,15 +102,30 @@ fn half_precision_allreduce_is_identical_everywhere_and_within_f16_rounding() {
         for (rank, (sum, sent)) in out.iter().enumerate() {
             assert_eq!(sum, &out[0].0, "world {world}: rank {rank} differs");
             // 2 bytes per value, 2 (P - 1) / P of the vector per rank.
-            let want_bytes = if world == 1 { 0 } else { 2 * 2 * (world - 1) * n / world };
-            assert!((*sent as i64 - want_bytes as i64).abs() <= 4 * world as i64, "{sent} vs {want_bytes}");
+            let want_bytes = if world == 1 {
+                0
+            } else {
+                2 * 2 * (world - 1) * n / world
+            };
+            assert!(
+                (*sent as i64 - want_bytes as i64).abs() <= 4 * world as i64,
+                "{sent} vs {want_bytes}"
+            );
             for i in 0..n {
                 let exact: f64 = (0..world).map(|r| data(r, n)[i] as f64).sum();
                 // Each of the P - 1 transmitted partial sums and the final value are
                 // rounded to f16 (relative 2^-11 each).
                 let tol = (world as f64) * 2f64.powi(-10) * (exact.abs() + world as f64);
-                assert!((sum[i] as f64 - exact).abs() <= tol, "{} vs {exact}", sum[i]);
-                assert_eq!(half::f16::from_f32(sum[i]).to_f32(), sum[i], "not an f16 value");
+                assert!(
+                    (sum[i] as f64 - exact).abs() <= tol,
+                    "{} vs {exact}",
+                    sum[i]
+                );
+                assert_eq!(
+                    half::f16::from_f32(sum[i]).to_f32(),
+                    sum[i],
+                    "not an f16 value"
+                );
             }
         }
     }

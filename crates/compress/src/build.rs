@@ -28,7 +28,10 @@ pub struct Context {
 
 impl Context {
     fn rng(&self, salt: u64) -> Rng {
-        Rng::for_rank(self.seed ^ salt.wrapping_mul(0x9E37_79B9_7F4A_7C15), self.rank)
+        Rng::for_rank(
+            self.seed ^ salt.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+            self.rank,
+        )
     }
 }
 
@@ -52,12 +55,22 @@ pub fn build(spec: &MethodSpec, ctx: &Context) -> Result<Box<dyn Method>> {
                 density: density(&mut o, &spec.name)?,
                 dense_below: o.usize("dense_below")?.unwrap_or(0),
                 local: if local {
-                    Some(LocalMode::parse(&o.choice("mode", &["sum", "partial", "error"])?)?)
+                    Some(LocalMode::parse(
+                        &o.choice("mode", &["sum", "partial", "error"])?,
+                    )?)
                 } else {
                     None
                 },
-                sync_every: if local { o.usize("sync_every")?.unwrap_or(0) } else { 0 },
-                warmup_steps: if local { o.usize("warmup_steps")?.unwrap_or(0) } else { 0 },
+                sync_every: if local {
+                    o.usize("sync_every")?.unwrap_or(0)
+                } else {
+                    0
+                },
+                warmup_steps: if local {
+                    o.usize("warmup_steps")?.unwrap_or(0)
+                } else {
+                    0
+                },
             };
             Box::new(GradientDropping::new(cfg, ctx.world))
         }
@@ -106,7 +119,14 @@ pub fn build(spec: &MethodSpec, ctx: &Context) -> Result<Box<dyn Method>> {
                 _ => Coding::Elias,
             };
             let min_size = o.usize("min_size")?.unwrap_or(10_000);
-            Box::new(Qsgd::new(bits, bucket, coding, min_size, ctx.world, ctx.rng(2))?)
+            Box::new(Qsgd::new(
+                bits,
+                bucket,
+                coding,
+                min_size,
+                ctx.world,
+                ctx.rng(2),
+            )?)
         }
         "terngrad" => Box::new(TernGrad::new(ctx.world, ctx.rng(3))),
         "onebit" => Box::new(OneBit::new(o.usize("bucket")?.unwrap_or(0), ctx.world)),

@@ -95,7 +95,12 @@ pub(crate) fn scale(values: &mut [f32], s: f32) {
 }
 
 /// Checks that a gradient and the weights have the size [`crate::Method::init`] gave.
-pub(crate) fn check_len(method: &str, index: usize, expected: Option<usize>, got: &[&[f32]]) -> Result<usize> {
+pub(crate) fn check_len(
+    method: &str,
+    index: usize,
+    expected: Option<usize>,
+    got: &[&[f32]],
+) -> Result<usize> {
     let n = expected.ok_or_else(|| {
         CompressError::Usage(format!(
             "{method}: parameter {index} was not declared to init (call init with every parameter first)"

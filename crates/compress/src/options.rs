@@ -14,8 +14,16 @@ pub struct MethodInfo {
 }
 
 const SPARSE_COMMON: [(&str, &str, &str); 2] = [
-    ("density", "0.001", "fraction of each tensor's entries sent per step (1 - drop ratio)"),
-    ("dense_below", "0", "tensors with fewer elements are exchanged dense"),
+    (
+        "density",
+        "0.001",
+        "fraction of each tensor's entries sent per step (1 - drop ratio)",
+    ),
+    (
+        "dense_below",
+        "0",
+        "tensors with fewer elements are exchanged dense",
+    ),
 ];
 
 pub const METHODS: &[MethodInfo] = &[
@@ -35,9 +43,21 @@ pub const METHODS: &[MethodInfo] = &[
         options: &[
             SPARSE_COMMON[0],
             SPARSE_COMMON[1],
-            ("mode", "partial", "sum, partial or error: how the local gradient is combined"),
-            ("sync_every", "500", "average the parameters every N steps (0: never)"),
-            ("warmup_steps", "0", "T of the drop-ratio warm-up R_t = R^max(1, T/t) (0: off)"),
+            (
+                "mode",
+                "partial",
+                "sum, partial or error: how the local gradient is combined",
+            ),
+            (
+                "sync_every",
+                "500",
+                "average the parameters every N steps (0: never)",
+            ),
+            (
+                "warmup_steps",
+                "0",
+                "T of the drop-ratio warm-up R_t = R^max(1, T/t) (0: off)",
+            ),
         ],
     },
     MethodInfo {
@@ -45,18 +65,46 @@ pub const METHODS: &[MethodInfo] = &[
         summary: "Deep Gradient Compression (paper 000 Alg. 3/4), each technique switchable",
         options: &[
             SPARSE_COMMON[0],
-            ("dense_below", "1000", "tensors with fewer elements (biases, batch norm) go dense"),
-            ("momentum_correction", "true", "accumulate the velocity, not the gradient (Eq. 7)"),
-            ("masking", "true", "momentum factor masking (needs momentum_correction)"),
-            ("clip", "0", "global clipping threshold, applied locally scaled by N^-1/2 (0: off)"),
-            ("warmup_epochs", "4", "epochs of exponential sparsity warm-up (0: off)"),
+            (
+                "dense_below",
+                "1000",
+                "tensors with fewer elements (biases, batch norm) go dense",
+            ),
+            (
+                "momentum_correction",
+                "true",
+                "accumulate the velocity, not the gradient (Eq. 7)",
+            ),
+            (
+                "masking",
+                "true",
+                "momentum factor masking (needs momentum_correction)",
+            ),
+            (
+                "clip",
+                "0",
+                "global clipping threshold, applied locally scaled by N^-1/2 (0: off)",
+            ),
+            (
+                "warmup_epochs",
+                "4",
+                "epochs of exponential sparsity warm-up (0: off)",
+            ),
             (
                 "warmup_densities",
                 "0.25,0.0625,0.015625,0.004",
                 "densities of the warm-up stages, evenly spread over warmup_epochs",
             ),
-            ("sampling", "true", "sampled threshold (hierarchical selection); false: exact top-k"),
-            ("sample_fraction", "0.01", "fraction of entries sampled for the threshold"),
+            (
+                "sampling",
+                "true",
+                "sampled threshold (hierarchical selection); false: exact top-k",
+            ),
+            (
+                "sample_fraction",
+                "0.01",
+                "fraction of entries sampled for the threshold",
+            ),
         ],
     },
     MethodInfo {
@@ -68,20 +116,48 @@ pub const METHODS: &[MethodInfo] = &[
         name: "sbc",
         summary: "Sparse Binary Compression (paper 003): delay, binarization, Golomb positions",
         options: &[
-            ("preset", "1", "1: no delay, p = 0.1 %; 2: 10 steps, 1 %; 3: 100 steps, 1 %"),
-            ("delay", "", "local steps between exchanges (overrides the preset)"),
-            ("density", "", "fraction p kept per side (overrides the preset)"),
+            (
+                "preset",
+                "1",
+                "1: no delay, p = 0.1 %; 2: 10 steps, 1 %; 3: 100 steps, 1 %",
+            ),
+            (
+                "delay",
+                "",
+                "local steps between exchanges (overrides the preset)",
+            ),
+            (
+                "density",
+                "",
+                "fraction p kept per side (overrides the preset)",
+            ),
         ],
     },
     MethodInfo {
         name: "qsgd",
         summary: "QSGD (paper 004): stochastic quantization per bucket, Elias coding",
         options: &[
-            ("preset", "4bit", "2bit (d=128), 4bit (d=512), 8bit (d=512) or 8bit-8192"),
-            ("bits", "", "bits per level: s = 2^bits - 1 levels (overrides the preset)"),
+            (
+                "preset",
+                "4bit",
+                "2bit (d=128), 4bit (d=512), 8bit (d=512) or 8bit-8192",
+            ),
+            (
+                "bits",
+                "",
+                "bits per level: s = 2^bits - 1 levels (overrides the preset)",
+            ),
             ("bucket", "", "bucket size d (overrides the preset)"),
-            ("coding", "elias", "elias (recursive code of gaps, signs, levels) or fixed"),
-            ("min_size", "10000", "tensors with fewer elements are sent unquantized"),
+            (
+                "coding",
+                "elias",
+                "elias (recursive code of gaps, signs, levels) or fixed",
+            ),
+            (
+                "min_size",
+                "10000",
+                "tensors with fewer elements are sent unquantized",
+            ),
         ],
     },
     MethodInfo {
@@ -92,7 +168,11 @@ pub const METHODS: &[MethodInfo] = &[
     MethodInfo {
         name: "onebit",
         summary: "1-bit SGD with error feedback: sign per value, two means per bucket",
-        options: &[("bucket", "0", "values sharing one pair of means (0: the whole tensor)")],
+        options: &[(
+            "bucket",
+            "0",
+            "values sharing one pair of means (0: the whole tensor)",
+        )],
     },
     MethodInfo {
         name: "fedavg",
@@ -105,7 +185,11 @@ pub fn method_info(name: &str) -> Result<&'static MethodInfo> {
     METHODS.iter().find(|m| m.name == name).ok_or_else(|| {
         CompressError::Config(format!(
             "unknown method '{name}'; choose one of: {}",
-            METHODS.iter().map(|m| m.name).collect::<Vec<_>>().join(", ")
+            METHODS
+                .iter()
+                .map(|m| m.name)
+                .collect::<Vec<_>>()
+                .join(", ")
         ))
     })
 }
@@ -154,11 +238,17 @@ impl MethodSpec {
                 };
                 return Err(CompressError::Config(format!(
                     "method {name} has no option '{k}'{hint}; its options are: {}",
-                    if valid.is_empty() { "none".to_string() } else { valid.join(", ") }
+                    if valid.is_empty() {
+                        "none".to_string()
+                    } else {
+                        valid.join(", ")
+                    }
                 )));
             }
             if options.insert(k.to_string(), v.to_string()).is_some() {
-                return Err(CompressError::Config(format!("method option '{k}' given twice")));
+                return Err(CompressError::Config(format!(
+                    "method option '{k}' given twice"
+                )));
             }
         }
         Ok(MethodSpec {
@@ -229,7 +319,11 @@ impl Opts<'_> {
             Some(v) => v
                 .split(',')
                 .filter(|s| !s.trim().is_empty())
-                .map(|s| s.trim().parse::<f64>().map_err(|_| self.bad(key, &v, "numbers separated by commas")))
+                .map(|s| {
+                    s.trim()
+                        .parse::<f64>()
+                        .map_err(|_| self.bad(key, &v, "numbers separated by commas"))
+                })
                 .collect(),
         }
     }

@@ -12,14 +12,24 @@ use compress::{build, Context, Method, MethodSpec, ParamSpec, StepInfo, UpdateKi
 const SIZES: [usize; 3] = [5000, 1200, 40];
 
 fn ctx(rank: usize, world: usize, momentum: f64) -> Context {
-    Context { rank, world, seed: 7, momentum, nesterov: false, weight_decay: 0.0 }
+    Context {
+        rank,
+        world,
+        seed: 7,
+        momentum,
+        nesterov: false,
+        weight_decay: 0.0,
+    }
 }
 
 fn method(name: &str, opts: &[&str], c: &Context) -> Box<dyn Method> {
     let opts: Vec<String> = opts.iter().map(|s| s.to_string()).collect();
     let mut m = build(&MethodSpec::parse(name, &opts).unwrap(), c).unwrap();
-    let params: Vec<ParamSpec> =
-        SIZES.iter().enumerate().map(|(i, &n)| ParamSpec::new(format!("p{i}"), &[n])).collect();
+    let params: Vec<ParamSpec> = SIZES
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| ParamSpec::new(format!("p{i}"), &[n]))
+        .collect();
     m.init(&params).unwrap();
     m
 }
@@ -53,7 +63,10 @@ fn run(
         let mut velocity: Vec<Vec<f64>> = applied.clone();
         let mut magnitude: Vec<Vec<f64>> = applied.clone();
         for step in 0..steps {
-            m.begin_step(StepInfo { step: step as u64, epoch: step as f64 });
+            m.begin_step(StepInfo {
+                step: step as u64,
+                epoch: step as f64,
+            });
             for p in 0..SIZES.len() {
                 let g = grad(rank, step, p);
                 let w = vec![0f32; SIZES[p]];
@@ -69,18 +82,16 @@ fn run(
                 }
             }
         }
-        let residual = (0..SIZES.len()).map(|p| residual_sum(m.as_ref(), residual_key, p)).collect();
+        let residual = (0..SIZES.len())
+            .map(|p| residual_sum(m.as_ref(), residual_key, p))
+            .collect();
         (applied, accumulated, residual, magnitude)
     })
 }
 
 type Outcome = (Vec<Vec<f64>>, Vec<Vec<f64>>, Vec<Vec<f64>>, Vec<Vec<f64>>);
 
-fn check_conservation(
-    world: usize,
-    out: &[Outcome],
-    what: &str,
-) -> f64 {
+fn check_conservation(world: usize, out: &[Outcome], what: &str) -> f64 {
     let mut worst: f64 = 0.0;
     for p in 0..SIZES.len() {
         for i in 0..SIZES[p] {
@@ -92,7 +103,10 @@ fn check_conservation(
             worst = worst.max((applied + res - acc).abs() / scale);
         }
         for r in out {
-            assert_eq!(r.0[p], out[0].0[p], "{what}: ranks applied different updates");
+            assert_eq!(
+                r.0[p], out[0].0[p],
+                "{what}: ranks applied different updates"
+            );
         }
     }
     worst
@@ -115,7 +129,13 @@ fn dgc_conserves_with_and_without_momentum_correction() {
         2,
         6,
         "dgc",
-        &["density=0.01", "momentum_correction=false", "masking=false", "dense_below=0", "warmup_epochs=2"],
+        &[
+            "density=0.01",
+            "momentum_correction=false",
+            "masking=false",
+            "dense_below=0",
+            "warmup_epochs=2",
+        ],
         0.0,
         "v",
     );
@@ -124,7 +144,12 @@ fn dgc_conserves_with_and_without_momentum_correction() {
         3,
         6,
         "dgc",
-        &["density=0.01", "momentum_correction=true", "masking=false", "dense_below=0"],
+        &[
+            "density=0.01",
+            "momentum_correction=true",
+            "masking=false",
+            "dense_below=0",
+        ],
         0.9,
         "v",
     );
@@ -153,9 +178,14 @@ fn dgc_with_every_technique_off_is_gradient_dropping() {
             let mut m = method(name, opts, &ctx(rank, 2, 0.0));
             let mut outs = Vec::new();
             for step in 0..steps {
-                m.begin_step(StepInfo { step: step as u64, epoch: step as f64 });
+                m.begin_step(StepInfo {
+                    step: step as u64,
+                    epoch: step as f64,
+                });
                 for p in 0..SIZES.len() {
-                    let u = m.exchange(c, p, &vec![0.0; SIZES[p]], &grad(rank, step, p)).unwrap();
+                    let u = m
+                        .exchange(c, p, &vec![0.0; SIZES[p]], &grad(rank, step, p))
+                        .unwrap();
                     assert_eq!(u.kind, UpdateKind::Gradient);
                     outs.push(u.values);
                 }
@@ -189,7 +219,10 @@ fn sbc_conserves_the_weight_updates() {
         let mut w: Vec<Vec<f32>> = SIZES.iter().map(|&n| vec![0.25; n]).collect();
         let mut local_moves: Vec<Vec<f64>> = SIZES.iter().map(|&n| vec![0.0; n]).collect();
         for step in 0..steps {
-            m.begin_step(StepInfo { step: step as u64, epoch: 0.0 });
+            m.begin_step(StepInfo {
+                step: step as u64,
+                epoch: 0.0,
+            });
             for p in 0..SIZES.len() {
                 let g = grad(rank, step, p);
                 let u = m.exchange(c, p, &w[p], &g).unwrap();
@@ -206,12 +239,17 @@ fn sbc_conserves_the_weight_updates() {
                 let _ = before;
             }
         }
-        let residual: Vec<Vec<f64>> = (0..SIZES.len()).map(|p| residual_sum(m.as_ref(), "residual", p)).collect();
+        let residual: Vec<Vec<f64>> = (0..SIZES.len())
+            .map(|p| residual_sum(m.as_ref(), "residual", p))
+            .collect();
         (w, local_moves, residual)
     });
     for p in 0..SIZES.len() {
         for r in &out {
-            assert_eq!(r.0[p], out[0].0[p], "ranks hold different weights after a sync");
+            assert_eq!(
+                r.0[p], out[0].0[p],
+                "ranks hold different weights after a sync"
+            );
         }
         for i in 0..SIZES[p] {
             let shared = world as f64 * (out[0].0[p][i] as f64 - 0.25);

@@ -83,7 +83,9 @@ impl DgcConfig {
             )));
         }
         if self.clip < 0.0 || self.warmup_epochs < 0.0 {
-            return Err(CompressError::Config("dgc: clip and warmup_epochs must be ≥ 0".into()));
+            return Err(CompressError::Config(
+                "dgc: clip and warmup_epochs must be ≥ 0".into(),
+            ));
         }
         if self.warmup_epochs > 0.0 && self.warmup_densities.is_empty() {
             return Err(CompressError::Config(
@@ -92,14 +94,18 @@ impl DgcConfig {
         }
         Ok(())
     }
-    /// The density at a (fractional) epoch.
+    /// The density at a (fractional) epoch: the warm-up stage's, never below `density`.
     pub fn density_at(&self, epoch: f64) -> f64 {
-        if self.warmup_epochs <= 0.0 || epoch >= self.warmup_epochs || self.warmup_densities.is_empty() {
+        if self.warmup_epochs <= 0.0
+            || epoch >= self.warmup_epochs
+            || self.warmup_densities.is_empty()
+        {
             return self.density;
         }
         let stages = self.warmup_densities.len();
         let stage = ((epoch.max(0.0) / self.warmup_epochs) * stages as f64).floor() as usize;
-        self.warmup_densities[stage.min(stages - 1)]
+        // A warm-up stage never sends less than the final density.
+        self.warmup_densities[stage.min(stages - 1)].max(self.density)
     }
 }
 
@@ -147,7 +153,11 @@ impl Method for Dgc {
     fn init(&mut self, params: &[ParamSpec]) -> Result<()> {
         self.sizes = params.iter().map(|p| p.numel()).collect();
         let sparse = |n: usize| n >= self.cfg.dense_below;
-        self.v = self.sizes.iter().map(|&n| vec![0.0; if sparse(n) { n } else { 0 }]).collect();
+        self.v = self
+            .sizes
+            .iter()
+            .map(|&n| vec![0.0; if sparse(n) { n } else { 0 }])
+            .collect();
         let with_u = self.cfg.momentum_correction;
         self.u = self
             .sizes
@@ -166,7 +176,12 @@ impl Method for Dgc {
         weights: &[f32],
         grad: &[f32],
     ) -> Result<Update> {
-        let n = check_len("dgc", index, self.sizes.get(index).copied(), &[grad, weights])?;
+        let n = check_len(
+            "dgc",
+            index,
+            self.sizes.get(index).copied(),
+            &[grad, weights],
+        )?;
         if n < self.cfg.dense_below {
             return dense_average(comm, grad);
         }
@@ -179,7 +194,11 @@ impl Method for Dgc {
             let mut g = grad.to_vec();
             if c.clip > 0.0 {
                 let limit = c.clip / (self.world as f64).sqrt();
-                let norm = g.iter().map(|&x| (x as f64) * (x as f64)).sum::<f64>().sqrt();
+                let norm = g
+                    .iter()
+                    .map(|&x| (x as f64) * (x as f64))
+                    .sum::<f64>()
+                    .sqrt();
                 if norm > limit {
                     scale(&mut g, (limit / norm) as f32);
                 }
@@ -214,7 +233,8 @@ impl Method for Dgc {
             }
             zero_run::encode_sparse(&idx, &vals).map(|b| (b, idx.len()))
         });
-        let (message, sent) = message.map_err(|e| CompressError::Usage(format!("dgc encode: {e}")))?;
+        let (message, sent) =
+            message.map_err(|e| CompressError::Usage(format!("dgc encode: {e}")))?;
         m.stats.sent_values = sent;
         let mut out = vec![0f32; n];
         allgather_decode(comm, &mut m, "dgc", index, &message, |b| {

@@ -117,7 +117,12 @@ impl Method for GradientDropping {
         grad: &[f32],
     ) -> Result<Update> {
         let label = self.label();
-        let n = check_len(label, index, self.residual.get(index).map(Vec::len), &[grad])?;
+        let n = check_len(
+            label,
+            index,
+            self.residual.get(index).map(Vec::len),
+            &[grad],
+        )?;
         if n < self.cfg.dense_below {
             return dense_average(comm, grad);
         }
@@ -186,7 +191,12 @@ impl Method for GradientDropping {
         if self.cfg.local.is_none() || every == 0 || (self.step + 1) % every != 0 {
             return Ok(None);
         }
-        check_len("local", index, self.residual.get(index).map(Vec::len), &[weights])?;
+        check_len(
+            "local",
+            index,
+            self.residual.get(index).map(Vec::len),
+            &[weights],
+        )?;
         let mut m = Meter::new(weights.len());
         m.comm(|| comm.allreduce(weights, ReduceOp::Average))?;
         m.stats.sent_values = weights.len();

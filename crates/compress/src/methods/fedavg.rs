@@ -16,7 +16,9 @@ pub struct FedAvg {
 impl FedAvg {
     pub fn new(delay: usize) -> Result<Self> {
         if delay == 0 {
-            return Err(CompressError::Config("fedavg: delay must be at least 1".into()));
+            return Err(CompressError::Config(
+                "fedavg: delay must be at least 1".into(),
+            ));
         }
         Ok(FedAvg {
             delay,

@@ -44,7 +44,10 @@ impl Method for GTopK {
         "gtopk"
     }
     fn describe(&self) -> String {
-        format!("gtopk(density={}, dense_below={})", self.density, self.dense_below)
+        format!(
+            "gtopk(density={}, dense_below={})",
+            self.density, self.dense_below
+        )
     }
     fn init(&mut self, params: &[ParamSpec]) -> Result<()> {
         self.residual = params.iter().map(|p| vec![0.0; p.numel()]).collect();
@@ -57,7 +60,12 @@ impl Method for GTopK {
         _weights: &[f32],
         grad: &[f32],
     ) -> Result<Update> {
-        let n = check_len("gtopk", index, self.residual.get(index).map(Vec::len), &[grad])?;
+        let n = check_len(
+            "gtopk",
+            index,
+            self.residual.get(index).map(Vec::len),
+            &[grad],
+        )?;
         if n < self.dense_below {
             return dense_average(comm, grad);
         }
@@ -69,7 +77,10 @@ impl Method for GTopK {
             let idx = exact_topk(r, k);
             let values: Vec<f32> = idx.iter().map(|&i| r[i as usize]).collect();
             idx.iter().for_each(|&i| r[i as usize] = 0.0);
-            SparseVec { indices: idx, values }
+            SparseVec {
+                indices: idx,
+                values,
+            }
         });
         m.stats.sent_values = local.len();
         m.stats.message_bytes = 4 + 8 * local.len();

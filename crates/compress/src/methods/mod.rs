@@ -27,7 +27,11 @@ pub(crate) fn split_rng(method: &str, state: &StateTensors) -> Result<(Rng, Stat
     let bad = || CompressError::Usage(format!("{method}: the checkpoint's rng state is malformed"));
     let (rng, rest): (Vec<_>, Vec<_>) = state.iter().cloned().partition(|(k, _)| k == "rng");
     let words = rng.first().map(|(_, v)| v).ok_or_else(bad)?;
-    if words.len() != 16 || words.iter().any(|&x| !(0.0..65536.0).contains(&x) || x.fract() != 0.0) {
+    if words.len() != 16
+        || words
+            .iter()
+            .any(|&x| !(0.0..65536.0).contains(&x) || x.fract() != 0.0)
+    {
         return Err(bad());
     }
     let mut s = [0u64; 4];

@@ -51,19 +51,35 @@ pub fn encode(a: &[f32], bucket: usize) -> (Vec<u8>, Vec<f32>) {
     (means, q)
 }
 
-pub fn decode_add(bytes: &[u8], bucket: usize, out: &mut [f32]) -> std::result::Result<(), CodecError> {
+pub fn decode_add(
+    bytes: &[u8],
+    bucket: usize,
+    out: &mut [f32],
+) -> std::result::Result<(), CodecError> {
     let n = out.len();
     let d = bucket_len(bucket, n);
     let buckets = n.div_ceil(d);
     if bytes.len() != 8 * buckets + n.div_ceil(8) {
-        return Err(CodecError::Invalid(format!("{} bytes for a 1-bit tensor of {n}", bytes.len())));
+        return Err(CodecError::Invalid(format!(
+            "{} bytes for a 1-bit tensor of {n}",
+            bytes.len()
+        )));
     }
-    let mean = |k: usize| f32::from_le_bytes([bytes[4 * k], bytes[4 * k + 1], bytes[4 * k + 2], bytes[4 * k + 3]]);
+    let mean = |k: usize| {
+        f32::from_le_bytes([
+            bytes[4 * k],
+            bytes[4 * k + 1],
+            bytes[4 * k + 2],
+            bytes[4 * k + 3],
+        ])
+    };
     let mut r = BitReader::new(&bytes[8 * buckets..]);
     for (b, chunk) in out.chunks_mut(d).enumerate() {
         let (mp, mn) = (mean(2 * b), mean(2 * b + 1));
         if !mp.is_finite() || !mn.is_finite() {
-            return Err(CodecError::Invalid("a reconstruction value is not finite".into()));
+            return Err(CodecError::Invalid(
+                "a reconstruction value is not finite".into(),
+            ));
         }
         for o in chunk.iter_mut() {
             *o += if r.bit()? { mp } else { mn };
@@ -80,7 +96,11 @@ pub struct OneBit {
 
 impl OneBit {
     pub fn new(bucket: usize, world: usize) -> Self {
-        OneBit { bucket, world, error: Vec::new() }
+        OneBit {
+            bucket,
+            world,
+            error: Vec::new(),
+        }
     }
 }
 
@@ -95,8 +115,19 @@ impl Method for OneBit {
         self.error = params.iter().map(|p| vec![0.0; p.numel()]).collect();
         Ok(())
     }
-    fn exchange(&mut self, comm: &mut Communicator, index: usize, _weights: &[f32], grad: &[f32]) -> Result<Update> {
-        let n = check_len("onebit", index, self.error.get(index).map(Vec::len), &[grad])?;
+    fn exchange(
+        &mut self,
+        comm: &mut Communicator,
+        index: usize,
+        _weights: &[f32],
+        grad: &[f32],
+    ) -> Result<Update> {
+        let n = check_len(
+            "onebit",
+            index,
+            self.error.get(index).map(Vec::len),
+            &[grad],
+        )?;
         let bucket = self.bucket;
         let e = &mut self.error[index];
         let mut m = Meter::new(n);
@@ -108,12 +139,18 @@ impl Method for OneBit {
         });
         m.stats.sent_values = n;
         let mut out = vec![0f32; n];
-        allgather_decode(comm, &mut m, "onebit", index, &message, |b| decode_add(b, bucket, &mut out))?;
+        allgather_decode(comm, &mut m, "onebit", index, &message, |b| {
+            decode_add(b, bucket, &mut out)
+        })?;
         scale(&mut out, 1.0 / self.world as f32);
         Ok(m.update(out, UpdateKind::Gradient))
     }
     fn state(&self) -> StateTensors {
-        self.error.iter().enumerate().map(|(i, e)| (format!("error.{i}"), e.clone())).collect()
+        self.error
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (format!("error.{i}"), e.clone()))
+            .collect()
     }
     fn load_state(&mut self, state: &StateTensors) -> Result<()> {
         crate::methods::load_named("onebit", state, &mut [("error", &mut self.error)])

@@ -38,7 +38,11 @@ pub enum Coding {
 
 /// Quantizes one bucket with `s` levels.
 pub fn quantize(v: &[f32], s: u32, rng: &mut Rng) -> QuantizedBucket {
-    let norm = v.iter().map(|&x| (x as f64) * (x as f64)).sum::<f64>().sqrt();
+    let norm = v
+        .iter()
+        .map(|&x| (x as f64) * (x as f64))
+        .sum::<f64>()
+        .sqrt();
     let mut entries = Vec::new();
     if norm > 0.0 {
         for (i, &x) in v.iter().enumerate() {
@@ -82,7 +86,12 @@ fn write_fixed(w: &mut BitWriter, b: &QuantizedBucket, len: usize, bits: u32) {
     }
 }
 
-fn read_fixed(r: &mut BitReader, len: usize, bits: u32, s: u32) -> std::result::Result<QuantizedBucket, CodecError> {
+fn read_fixed(
+    r: &mut BitReader,
+    len: usize,
+    bits: u32,
+    s: u32,
+) -> std::result::Result<QuantizedBucket, CodecError> {
     let norm = f32::from_bits(r.bits(32)? as u32);
     let mut entries = Vec::new();
     for i in 0..len as u32 {
@@ -99,7 +108,13 @@ fn read_fixed(r: &mut BitReader, len: usize, bits: u32, s: u32) -> std::result::
 }
 
 /// Encodes a whole tensor, bucket after bucket.
-pub fn encode(v: &[f32], bits: u32, bucket: usize, coding: Coding, rng: &mut Rng) -> Result<(Vec<u8>, usize)> {
+pub fn encode(
+    v: &[f32],
+    bits: u32,
+    bucket: usize,
+    coding: Coding,
+    rng: &mut Rng,
+) -> Result<(Vec<u8>, usize)> {
     let s = (1u32 << bits) - 1;
     let mut w = BitWriter::new();
     let mut nonzeros = 0;
@@ -116,7 +131,13 @@ pub fn encode(v: &[f32], bits: u32, bucket: usize, coding: Coding, rng: &mut Rng
 }
 
 /// Decodes a tensor's message and adds it into `out`.
-pub fn decode_add(bytes: &[u8], bits: u32, bucket: usize, coding: Coding, out: &mut [f32]) -> std::result::Result<(), CodecError> {
+pub fn decode_add(
+    bytes: &[u8],
+    bits: u32,
+    bucket: usize,
+    coding: Coding,
+    out: &mut [f32],
+) -> std::result::Result<(), CodecError> {
     let s = (1u32 << bits) - 1;
     let mut r = BitReader::new(bytes);
     for chunk in out.chunks_mut(bucket) {
@@ -131,7 +152,10 @@ pub fn decode_add(bytes: &[u8], bits: u32, bucket: usize, coding: Coding, out: &
     }
     // A full byte left over means the message was longer than its buckets.
     if r.remaining() >= 8 {
-        return Err(CodecError::Invalid(format!("{} bits after the last bucket", r.remaining())));
+        return Err(CodecError::Invalid(format!(
+            "{} bits after the last bucket",
+            r.remaining()
+        )));
     }
     Ok(())
 }
@@ -147,13 +171,28 @@ pub struct Qsgd {
 }
 
 impl Qsgd {
-    pub fn new(bits: u32, bucket: usize, coding: Coding, min_size: usize, world: usize, rng: Rng) -> Result<Self> {
+    pub fn new(
+        bits: u32,
+        bucket: usize,
+        coding: Coding,
+        min_size: usize,
+        world: usize,
+        rng: Rng,
+    ) -> Result<Self> {
         if !(1..=16).contains(&bits) || bucket == 0 {
             return Err(CompressError::Config(format!(
                 "qsgd: bits must be in 1..=16 and bucket ≥ 1 (got bits={bits}, bucket={bucket})"
             )));
         }
-        Ok(Qsgd { bits, bucket, coding, min_size, world, rng, sizes: Vec::new() })
+        Ok(Qsgd {
+            bits,
+            bucket,
+            coding,
+            min_size,
+            world,
+            rng,
+            sizes: Vec::new(),
+        })
     }
 }
 
@@ -175,7 +214,13 @@ impl Method for Qsgd {
         self.sizes = params.iter().map(|p| p.numel()).collect();
         Ok(())
     }
-    fn exchange(&mut self, comm: &mut Communicator, index: usize, _weights: &[f32], grad: &[f32]) -> Result<Update> {
+    fn exchange(
+        &mut self,
+        comm: &mut Communicator,
+        index: usize,
+        _weights: &[f32],
+        grad: &[f32],
+    ) -> Result<Update> {
         let n = check_len("qsgd", index, self.sizes.get(index).copied(), &[grad])?;
         if n < self.min_size {
             return dense_average(comm, grad);

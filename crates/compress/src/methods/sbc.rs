@@ -36,11 +36,20 @@ pub fn binarize(a: &[f32], p: f64) -> (f32, Vec<u32>) {
     let k = keep_count(p, a.len());
     let side = |positive: bool| -> (f64, Vec<u32>) {
         let idx: Vec<u32> = (0..a.len() as u32)
-            .filter(|&i| if positive { a[i as usize] > 0.0 } else { a[i as usize] < 0.0 })
+            .filter(|&i| {
+                if positive {
+                    a[i as usize] > 0.0
+                } else {
+                    a[i as usize] < 0.0
+                }
+            })
             .collect();
         let chosen: Vec<u32> = if idx.len() > k {
             let sub: Vec<f32> = idx.iter().map(|&i| a[i as usize]).collect();
-            exact_topk(&sub, k).into_iter().map(|j| idx[j as usize]).collect()
+            exact_topk(&sub, k)
+                .into_iter()
+                .map(|j| idx[j as usize])
+                .collect()
         } else {
             idx
         };
@@ -112,7 +121,9 @@ impl Sbc {
     pub fn new(delay: usize, density: f64, world: usize) -> Result<Self> {
         crate::options::check_density("sbc", density)?;
         if delay == 0 {
-            return Err(crate::CompressError::Config("sbc: delay must be at least 1".into()));
+            return Err(crate::CompressError::Config(
+                "sbc: delay must be at least 1".into(),
+            ));
         }
         Ok(Sbc {
             delay,
@@ -150,7 +161,12 @@ impl Method for Sbc {
         weights: &[f32],
         grad: &[f32],
     ) -> Result<Update> {
-        let n = check_len("sbc", index, self.sizes.get(index).copied(), &[grad, weights])?;
+        let n = check_len(
+            "sbc",
+            index,
+            self.sizes.get(index).copied(),
+            &[grad, weights],
+        )?;
         if self.w_sync[index].is_empty() && n > 0 {
             // The weights every rank starts from (the trainer makes them identical).
             self.w_sync[index] = weights.to_vec();
@@ -218,7 +234,10 @@ impl Method for Sbc {
         crate::methods::load_named(
             "sbc",
             state,
-            &mut [("w_sync", &mut self.w_sync), ("residual", &mut self.residual)],
+            &mut [
+                ("w_sync", &mut self.w_sync),
+                ("residual", &mut self.residual),
+            ],
         )
     }
 }

@@ -61,7 +61,11 @@ pub struct TernGrad {
 
 impl TernGrad {
     pub fn new(world: usize, rng: Rng) -> Self {
-        TernGrad { world, rng, sizes: Vec::new() }
+        TernGrad {
+            world,
+            rng,
+            sizes: Vec::new(),
+        }
     }
 }
 
@@ -76,14 +80,22 @@ impl Method for TernGrad {
         self.sizes = params.iter().map(|p| p.numel()).collect();
         Ok(())
     }
-    fn exchange(&mut self, comm: &mut Communicator, index: usize, _weights: &[f32], grad: &[f32]) -> Result<Update> {
+    fn exchange(
+        &mut self,
+        comm: &mut Communicator,
+        index: usize,
+        _weights: &[f32],
+        grad: &[f32],
+    ) -> Result<Update> {
         let n = check_len("terngrad", index, self.sizes.get(index).copied(), &[grad])?;
         let rng = &mut self.rng;
         let mut m = Meter::new(n);
         let (message, nonzeros) = m.compress(|| encode(grad, rng));
         m.stats.sent_values = nonzeros;
         let mut out = vec![0f32; n];
-        allgather_decode(comm, &mut m, "terngrad", index, &message, |b| decode_add(b, &mut out))?;
+        allgather_decode(comm, &mut m, "terngrad", index, &message, |b| {
+            decode_add(b, &mut out)
+        })?;
         scale(&mut out, 1.0 / self.world as f32);
         Ok(m.update(out, UpdateKind::Gradient))
     }

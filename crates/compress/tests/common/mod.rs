@@ -74,9 +74,10 @@ impl TestSgd {
     }
     pub fn apply(&mut self, index: usize, w: &mut [f32], u: &Update) {
         match u.kind {
-            UpdateKind::Direction => {
-                w.iter_mut().zip(&u.values).for_each(|(w, d)| *w -= self.lr * d)
-            }
+            UpdateKind::Direction => w
+                .iter_mut()
+                .zip(&u.values)
+                .for_each(|(w, d)| *w -= self.lr * d),
             UpdateKind::Gradient => {
                 let b = &mut self.bufs[index];
                 for i in 0..w.len() {
