@@ -29,6 +29,12 @@ impl Meter {
         self.stats.compress_seconds += t.elapsed().as_secs_f64();
         out
     }
+    pub fn decompress<T>(&mut self, f: impl FnOnce() -> T) -> T {
+        let t = Instant::now();
+        let out = f();
+        self.stats.decompress_seconds += t.elapsed().as_secs_f64();
+        out
+    }
     pub fn comm<T>(&mut self, f: impl FnOnce() -> T) -> T {
         let t = Instant::now();
         let out = f();
@@ -76,7 +82,7 @@ pub(crate) fn allgather_decode(
 ) -> Result<()> {
     m.stats.message_bytes += message.len();
     let all = m.comm(|| comm.allgather_v(message))?;
-    m.compress(|| {
+    m.decompress(|| {
         for (peer, bytes) in all.iter().enumerate() {
             decode_add(bytes).map_err(|source| CompressError::Decode {
                 method,

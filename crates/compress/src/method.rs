@@ -65,8 +65,10 @@ pub struct WireStats {
     pub message_bytes: usize,
     /// Bytes the same tensor takes as dense f32 (4 per element).
     pub dense_bytes: usize,
-    /// Seconds spent selecting, quantising, encoding and decoding.
+    /// Seconds spent selecting, quantising and encoding (with the residual bookkeeping).
     pub compress_seconds: f64,
+    /// Seconds spent decoding and aggregating what the ranks sent.
+    pub decompress_seconds: f64,
     /// Seconds spent inside collectives.
     pub comm_seconds: f64,
 }
@@ -86,6 +88,7 @@ impl WireStats {
         self.message_bytes += o.message_bytes;
         self.dense_bytes += o.dense_bytes;
         self.compress_seconds += o.compress_seconds;
+        self.decompress_seconds += o.decompress_seconds;
         self.comm_seconds += o.comm_seconds;
     }
 }

@@ -1,12 +1,15 @@
 //! Bit-level writing and reading, most significant bit first, with bounds checks.
+//! Fields are moved through a 64-bit accumulator rather than bit by bit: the QSGD,
+//! TernGrad and 1-bit streams write one or two fields per value.
 
 use super::{CodecError, Result};
 
 #[derive(Default, Debug, Clone)]
 pub struct BitWriter {
     bytes: Vec<u8>,
-    /// Bits used in the last byte (0 = the last byte is full or there is none).
-    used: u8,
+    /// Pending bits, right-aligned; fewer than 8 between calls.
+    acc: u64,
+    pending: u32,
 }
 
 impl BitWriter {
@@ -14,31 +17,40 @@ impl BitWriter {
         Self::default()
     }
     pub fn bit(&mut self, b: bool) {
-        if self.used == 0 {
-            self.bytes.push(0);
-        }
-        if b {
-            if let Some(last) = self.bytes.last_mut() {
-                *last |= 0x80 >> self.used;
-            }
-        }
-        self.used = (self.used + 1) % 8;
+        self.push(b as u64, 1);
     }
     /// The low `n` bits of `v`, most significant first (n ≤ 64).
     pub fn bits(&mut self, v: u64, n: u32) {
-        for i in (0..n).rev() {
-            self.bit((v >> i) & 1 == 1);
+        if n > 32 {
+            self.push(v >> 32, n - 32);
+            self.push(v & 0xFFFF_FFFF, 32);
+        } else {
+            self.push(v, n);
         }
     }
-    pub fn len_bits(&self) -> usize {
-        self.bytes.len() * 8
-            - if self.used == 0 {
-                0
-            } else {
-                8 - self.used as usize
-            }
+    /// n ≤ 32, so with fewer than 8 pending bits the accumulator never overflows.
+    #[inline]
+    fn push(&mut self, v: u64, n: u32) {
+        if n == 0 {
+            return;
+        }
+        let mask = if n == 64 { u64::MAX } else { (1u64 << n) - 1 };
+        self.acc = (self.acc << n) | (v & mask);
+        self.pending += n;
+        while self.pending >= 8 {
+            self.pending -= 8;
+            self.bytes.push((self.acc >> self.pending) as u8);
+        }
+        self.acc &= (1u64 << self.pending) - 1;
     }
-    pub fn finish(self) -> Vec<u8> {
+    pub fn len_bits(&self) -> usize {
+        self.bytes.len() * 8 + self.pending as usize
+    }
+    /// The bytes, the last one padded with zero bits.
+    pub fn finish(mut self) -> Vec<u8> {
+        if self.pending > 0 {
+            self.bytes.push((self.acc << (8 - self.pending)) as u8);
+        }
         self.bytes
     }
 }
@@ -65,11 +77,25 @@ impl<'a> BitReader<'a> {
         if n > 64 {
             return Err(CodecError::Invalid(format!("a field of {n} bits")));
         }
-        let mut v = 0u64;
-        for _ in 0..n {
-            v = (v << 1) | self.bit()? as u64;
+        if n > 32 {
+            let hi = self.bits(n - 32)?;
+            return Ok((hi << 32) | self.bits(32)?);
         }
-        Ok(v)
+        if n == 0 {
+            return Ok(0);
+        }
+        if self.remaining() < n as usize {
+            return Err(CodecError::Truncated("bit stream ended early"));
+        }
+        // Up to 32 bits starting anywhere within a byte span at most 5 bytes.
+        let first = self.pos / 8;
+        let mut window = 0u64;
+        for k in 0..5 {
+            window = (window << 8) | *self.bytes.get(first + k).unwrap_or(&0) as u64;
+        }
+        let shift = 40 - (self.pos % 8) as u32 - n;
+        self.pos += n as usize;
+        Ok((window >> shift) & ((1u64 << n) - 1))
     }
     pub fn position(&self) -> usize {
         self.pos

@@ -144,7 +144,7 @@ impl Method for GradientDropping {
         m.stats.sent_values = local.len();
         m.stats.message_bytes = 4 + 8 * local.len();
         let global = m.comm(|| comm.topk_allreduce(&local))?;
-        let out = m.compress(|| {
+        let out = m.decompress(|| {
             let mut c = vec![0f32; n];
             for (&i, &v) in global.indices.iter().zip(&global.values) {
                 // topk_allreduce validated every index against its sender's frame, not

@@ -86,7 +86,7 @@ impl Method for GTopK {
         m.stats.message_bytes = 4 + 8 * local.len();
         let global = m.comm(|| comm.gtopk_allreduce(&local, k))?;
         let world = self.world as f32;
-        let out = m.compress(|| {
+        let out = m.decompress(|| {
             let mut out = vec![0f32; n];
             for (&i, &v) in global.indices.iter().zip(&global.values) {
                 let slot = out.get_mut(i as usize).ok_or_else(|| {

@@ -142,7 +142,8 @@ impl Method for OneBit {
         allgather_decode(comm, &mut m, "onebit", index, &message, |b| {
             decode_add(b, bucket, &mut out)
         })?;
-        scale(&mut out, 1.0 / self.world as f32);
+        let inv = 1.0 / self.world as f32;
+        m.decompress(|| scale(&mut out, inv));
         Ok(m.update(out, UpdateKind::Gradient))
     }
     fn state(&self) -> StateTensors {

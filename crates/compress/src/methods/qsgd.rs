@@ -234,7 +234,8 @@ impl Method for Qsgd {
         allgather_decode(comm, &mut m, "qsgd", index, &message, |b| {
             decode_add(b, bits, bucket, coding, &mut out)
         })?;
-        scale(&mut out, 1.0 / self.world as f32);
+        let inv = 1.0 / self.world as f32;
+        m.decompress(|| scale(&mut out, inv));
         Ok(m.update(out, UpdateKind::Gradient))
     }
     fn state(&self) -> StateTensors {

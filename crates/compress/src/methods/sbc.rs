@@ -208,7 +208,7 @@ impl Method for Sbc {
             decode_add(b, &mut sum).map(|_| ())
         })?;
         let inv = 1.0 / self.world as f32;
-        m.compress(|| {
+        m.decompress(|| {
             for i in 0..n {
                 ws[i] += sum[i] * inv;
                 weights[i] = ws[i];

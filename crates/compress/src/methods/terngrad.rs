@@ -96,7 +96,8 @@ impl Method for TernGrad {
         allgather_decode(comm, &mut m, "terngrad", index, &message, |b| {
             decode_add(b, &mut out)
         })?;
-        scale(&mut out, 1.0 / self.world as f32);
+        let inv = 1.0 / self.world as f32;
+        m.decompress(|| scale(&mut out, inv));
         Ok(m.update(out, UpdateKind::Gradient))
     }
     fn state(&self) -> StateTensors {

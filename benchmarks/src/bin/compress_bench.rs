@@ -1,0 +1,201 @@
+//! Every method's compression and decompression on one 25 M-value gradient (ResNet-50's
+//! size) with a heavy-tailed distribution: values per second each way, the density
+//! reached, and the bytes of the message against dense f32. Then the selection
+//! algorithms (exact top-k, DGC's sampled threshold) against one memory pass over the
+//! same buffer (a sum, on the same threads), measured in the same run.
+//!
+//! Each method runs through its real `exchange` on a one-rank job, so the residual
+//! bookkeeping, encoding and decoding are exactly the training path's; the collective of
+//! one rank is a copy and is not counted.
+
+use anyhow::{anyhow, Result};
+use benchmarks::{best_of, init_threads};
+use clap::Parser;
+use comm::{CommConfig, Communicator};
+use compress::{build, Context, MethodSpec, ParamSpec, StepInfo};
+use rayon::prelude::*;
+use serde_json::{json, Value};
+use std::time::Duration;
+use tensor::Rng;
+
+#[derive(Parser)]
+#[command(about = "Compression and decompression speed, density and wire bytes of every method on a 25 M-value gradient, and selection against a memory pass")]
+struct Args {
+    /// Values in the gradient (ResNet-50 has 25,557,032 parameters).
+    #[arg(long, default_value_t = 25_557_032)]
+    values: usize,
+    /// Threads (rayon pool; the memory pass uses them all).
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
+    /// Timed repetitions (the best is reported) after one warm-up.
+    #[arg(long, default_value_t = 3)]
+    repeats: usize,
+    /// Density of the sparsifying methods and of the selection comparison.
+    #[arg(long, default_value_t = 0.001)]
+    density: f64,
+    /// Methods as `name` or `name:key=value,key=value`; default: all of them.
+    #[arg(long, value_delimiter = ' ')]
+    methods: Vec<String>,
+    /// Print a JSON array instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Gradient-like values: Gaussian bulk, Student-t tail (3 degrees of freedom), 5 % zeros.
+fn heavy_tailed(n: usize, seed: u64) -> Vec<f32> {
+    let chunk = 1 << 20;
+    (0..n.div_ceil(chunk))
+        .into_par_iter()
+        .flat_map_iter(|c| {
+            let mut r = Rng::new(seed ^ (c as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            let len = chunk.min(n - c * chunk);
+            (0..len)
+                .map(|_| {
+                    if r.below(20) == 0 {
+                        return 0.0;
+                    }
+                    let chi: f64 = (0..3).map(|_| r.normal().powi(2)).sum::<f64>() / 3.0;
+                    (1e-3 * r.normal() / chi.sqrt()) as f32
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+fn default_methods(density: f64) -> Vec<String> {
+    let d = format!("density={density}");
+    vec![
+        "dense".into(),
+        "dense:wire=f16".into(),
+        format!("topk:{d}"),
+        format!("dgc:{d},warmup_epochs=0"),
+        format!("dgc:{d},warmup_epochs=0,sampling=false"),
+        format!("gtopk:{d}"),
+        format!("sbc:delay=1,density={density}"),
+        "qsgd:preset=2bit".into(),
+        "qsgd:preset=4bit".into(),
+        "qsgd:preset=8bit".into(),
+        "qsgd:preset=8bit-8192".into(),
+        "qsgd:preset=4bit,coding=fixed".into(),
+        "terngrad".into(),
+        "onebit".into(),
+    ]
+}
+
+fn one_rank() -> Result<Communicator> {
+    Ok(Communicator::connect(&CommConfig {
+        rank: 0,
+        world: 1,
+        master_addr: "127.0.0.1".into(),
+        master_port: 0,
+        bind_addr: "127.0.0.1".into(),
+        token: b"bench".to_vec(),
+        timeout: Duration::from_secs(10),
+        max_frame: 1 << 34,
+    })?)
+}
+
+/// Best compression and decompression seconds of `label` over the repetitions, with the
+/// density and message bytes of the last one.
+fn bench_method(label: &str, grad: &[f32], repeats: usize) -> Result<Value> {
+    let (name, opts) = label.split_once(':').unwrap_or((label, ""));
+    let opts: Vec<String> = opts.split(',').filter(|s| !s.is_empty()).map(String::from).collect();
+    let spec = MethodSpec::parse(name, &opts)?;
+    let ctx = Context { rank: 0, world: 1, seed: 1, momentum: 0.9, nesterov: false, weight_decay: 0.0 };
+    let mut m = build(&spec, &ctx)?;
+    m.init(&[ParamSpec::new("grad", &[grad.len()])])?;
+    let mut comm = one_rank()?;
+    let mut weights = vec![0f32; grad.len()];
+    let (mut best_c, mut best_d) = (f64::INFINITY, f64::INFINITY);
+    let mut last = None;
+    for step in 0..=repeats {
+        m.begin_step(StepInfo { step: step as u64, epoch: 100.0 });
+        let u = m.exchange(&mut comm, 0, &weights, grad)?;
+        let mut stats = u.stats;
+        // Delayed methods compress after the optimizer step: move the weights by the
+        // gradient, as a step with learning rate 1 would.
+        weights.iter_mut().zip(&u.values).for_each(|(w, g)| *w -= g);
+        if let Some(s) = m.after_step(&mut comm, 0, &mut weights)? {
+            stats = s;
+        }
+        if step > 0 {
+            best_c = best_c.min(stats.compress_seconds);
+            best_d = best_d.min(stats.decompress_seconds);
+        }
+        last = Some(stats);
+    }
+    let s = last.ok_or_else(|| anyhow!("no repetitions"))?;
+    let n = grad.len() as f64;
+    // A dense exchange has no compression step: its speed is null, not infinite.
+    let rate = |t: f64| if t > 0.0 { json!(n / t) } else { Value::Null };
+    Ok(json!({
+        "method": label,
+        "describe": m.describe(),
+        "compress_values_per_s": rate(best_c),
+        "decompress_values_per_s": rate(best_d),
+        "density": s.density(),
+        "wire_bytes": s.message_bytes,
+        "dense_bytes": s.dense_bytes,
+    }))
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    init_threads(Some(args.threads))?;
+    let n = args.values;
+    eprintln!("generating {n} heavy-tailed values ...");
+    let grad = heavy_tailed(n, 42);
+    let methods = if args.methods.is_empty() { default_methods(args.density) } else { args.methods.clone() };
+    let mut rows = Vec::new();
+    for label in &methods {
+        eprintln!("{label} ...");
+        rows.push(bench_method(label, &grad, args.repeats)?);
+    }
+    // Selection against one memory pass over the same buffer.
+    let k = ((n as f64) * args.density).ceil() as usize;
+    let mut sink = 0f64;
+    let memory = best_of(1, args.repeats, || {
+        sink += grad.par_chunks(1 << 16).map(|c| c.iter().map(|&x| x as f64).sum::<f64>()).sum::<f64>();
+        Ok(())
+    })?;
+    let mut kept = (0, 0);
+    let exact = best_of(0, args.repeats, || {
+        kept.0 = compress::select::exact_topk(&grad, k).len();
+        Ok(())
+    })?;
+    let mut rng = Rng::new(7);
+    let sampled = best_of(1, args.repeats, || {
+        kept.1 = compress::select::sampled_threshold(&grad, k, 0.01, &mut rng).len();
+        Ok(())
+    })?;
+    std::hint::black_box(sink);
+    let selection = [("memory_pass", memory, n), ("exact_topk", exact, kept.0), ("sampled_threshold", sampled, kept.1)];
+    if args.json {
+        let mut all = rows.clone();
+        for (name, t, _) in selection {
+            all.push(json!({"selection": name, "seconds": t}));
+        }
+        println!("{}", serde_json::to_string_pretty(&all)?);
+        return Ok(());
+    }
+    println!("{n} values, {} threads, best of {}", args.threads, args.repeats);
+    println!("{:<50} {:>12} {:>12} {:>10} {:>14} {:>9}", "method", "comp Mval/s", "decomp Mv/s", "density", "wire bytes", "ratio");
+    let mvals = |v: &Value| v.as_f64().map_or("-".to_string(), |x| format!("{:.1}", x / 1e6));
+    for r in &rows {
+        let wire = r["wire_bytes"].as_u64().unwrap_or(0).max(1) as f64;
+        println!(
+            "{:<50} {:>12} {:>12} {:>10.6} {:>14} {:>8.1}x",
+            r["method"].as_str().unwrap_or(""),
+            mvals(&r["compress_values_per_s"]),
+            mvals(&r["decompress_values_per_s"]),
+            r["density"].as_f64().unwrap_or(0.0),
+            r["wire_bytes"],
+            r["dense_bytes"].as_f64().unwrap_or(0.0) / wire,
+        );
+    }
+    println!("\nselection of k = {k} ({}):", args.density);
+    for (name, t, kept) in selection {
+        println!("{name:<20} {:>9.2} ms  {:>6.2}x the memory pass  (kept {kept})", t * 1e3, t / memory);
+    }
+    Ok(())
+}
