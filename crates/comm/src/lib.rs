@@ -29,7 +29,7 @@ mod sparse;
 
 pub use communicator::{CommConfig, Communicator, ReduceOp};
 pub use cost::{ping_pong, AlphaBeta};
-pub use counters::{ByteCounters, Collective};
+pub use counters::{ByteCounters, Collective, Traffic};
 pub use error::{CommError, Result};
 pub use frame::{decode_header, FrameHeader, FRAME_VERSION, HEADER_LEN};
 pub use sparse::{top_merge, SparseVec};

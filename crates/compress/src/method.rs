@@ -133,6 +133,11 @@ pub trait Method: Send {
     ) -> Result<Option<WireStats>> {
         Ok(None)
     }
+    /// Every how many steps [`Method::after_step`] communicates (`None`: never), so the
+    /// trainer copies the weights out only when it will.
+    fn after_step_every(&self) -> Option<u64> {
+        None
+    }
     /// The state a resume needs (residuals, momenta, weight copies, RNG), named.
     fn state(&self) -> StateTensors {
         Vec::new()

@@ -1,4 +1,48 @@
-//! The data-parallel trainer: worker loop with a compression thread overlapping
-//! backprop, launcher, CLI, metrics and checkpoints.
-//!
-//! Skeleton: the contents arrive with issue 7 (see the README's roadmap).
+//! The data-parallel trainer: a worker loop whose compression thread overlaps backprop
+//! ([`worker`], [`exchanger`]), the launcher that starts local workers ([`launcher`]),
+//! the configuration and CLI ([`config`]), what a run writes ([`metrics`],
+//! [`checkpoint`]), and what is trained on what ([`task`]).
+
+pub mod checkpoint;
+pub mod config;
+pub mod exchanger;
+pub mod launcher;
+pub mod metrics;
+pub mod task;
+pub mod worker;
+
+pub use config::{Args, Config};
+pub use metrics::Summary;
+
+use anyhow::{Context, Result};
+
+/// Runs this process's part of a job: one worker when RANK/WORLD_SIZE are set, the whole
+/// job (in this process) for one worker, or the launcher for several.
+pub fn run(cfg: &Config, resume: bool, raw_args: &[String]) -> Result<Option<Summary>> {
+    cfg.validate()?;
+    let in_job = std::env::var("RANK").is_ok() && std::env::var("WORLD_SIZE").is_ok();
+    if !in_job && cfg.workers > 1 {
+        launcher::launch(cfg.workers, raw_args)?;
+        let text = std::fs::read_to_string(cfg.out.join("summary.json"))
+            .with_context(|| format!("reading {}", cfg.out.join("summary.json").display()))?;
+        return Ok(Some(serde_json::from_str(&text)?));
+    }
+    let comm = if in_job {
+        comm::Communicator::from_env().context("joining the job")?
+    } else {
+        comm::Communicator::connect(&comm::CommConfig {
+            rank: 0,
+            world: 1,
+            master_addr: "127.0.0.1".into(),
+            master_port: 0,
+            bind_addr: "127.0.0.1".into(),
+            token: b"single".to_vec(),
+            timeout: std::time::Duration::from_secs(60),
+            max_frame: 1 << 34,
+        })?
+    };
+    let (rank, world) = (comm.rank(), comm.world_size());
+    let mut w = worker::Worker::new(cfg, rank, world, comm).with_context(|| format!("rank {rank}: setting up"))?;
+    let summary = w.run(resume).with_context(|| format!("rank {rank}"))?;
+    Ok(if rank == 0 { Some(summary) } else { None })
+}

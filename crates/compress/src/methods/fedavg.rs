@@ -52,6 +52,9 @@ impl Method for FedAvg {
         let n = check_len("fedavg", index, self.sizes.get(index).copied(), &[grad])?;
         Ok(Meter::new(n).update(grad.to_vec(), UpdateKind::Gradient))
     }
+    fn after_step_every(&self) -> Option<u64> {
+        Some(self.delay as u64)
+    }
     fn after_step(
         &mut self,
         comm: &mut Communicator,

@@ -173,6 +173,9 @@ impl Method for Sbc {
         }
         Ok(Meter::new(n).update(grad.to_vec(), UpdateKind::Gradient))
     }
+    fn after_step_every(&self) -> Option<u64> {
+        Some(self.delay as u64)
+    }
     fn after_step(
         &mut self,
         comm: &mut Communicator,

@@ -29,6 +29,19 @@ impl Sgd {
     }
 }
 
+impl Sgd {
+    /// The momentum buffers by parameter index (for checkpoints), in index order.
+    pub fn momentum_buffers(&self) -> Vec<(usize, Tensor)> {
+        let mut v: Vec<(usize, Tensor)> = self.buffers.iter().map(|(&i, t)| (i, t.clone())).collect();
+        v.sort_by_key(|p| p.0);
+        v
+    }
+    /// Restores one momentum buffer (a resumed run continues bit for bit).
+    pub fn set_momentum_buffer(&mut self, index: usize, buf: Tensor) {
+        self.buffers.insert(index, buf.detach());
+    }
+}
+
 impl Optimizer for Sgd {
     fn update(&mut self, index: usize, param: &Tensor, grad: &Tensor) -> Result<()> {
         no_grad(|| {

@@ -1,0 +1,276 @@
+//! A run's configuration: every command-line flag is also a key of the `--config` TOML
+//! file (flags win over the file, the file over the defaults). `validate` rejects wrong
+//! combinations before any worker starts, and the resolved configuration is written into
+//! the run directory.
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub model: String,
+    pub dataset: String,
+    pub data_dir: Option<PathBuf>,
+    pub method: String,
+    pub method_opts: Vec<String>,
+    pub workers: usize,
+    pub batch_size: usize,
+    pub epochs: Option<usize>,
+    pub steps: Option<usize>,
+    pub lr: f64,
+    pub schedule: String,
+    pub milestones: Vec<f64>,
+    pub gamma: f64,
+    pub warmup_epochs: f64,
+    pub momentum: f64,
+    pub nesterov: bool,
+    pub weight_decay: f64,
+    pub clip: f64,
+    pub seed: u64,
+    pub device: String,
+    pub backend: String,
+    pub out: PathBuf,
+    pub log_every: usize,
+    pub synthetic_samples: usize,
+    pub eval_samples: Option<usize>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            model: "resnet20".into(),
+            dataset: "fashion-mnist".into(),
+            data_dir: None,
+            method: "dgc".into(),
+            method_opts: Vec::new(),
+            workers: 1,
+            batch_size: 32,
+            epochs: None,
+            steps: None,
+            lr: 0.1,
+            schedule: "constant".into(),
+            milestones: Vec::new(),
+            gamma: 0.1,
+            warmup_epochs: 0.0,
+            momentum: 0.9,
+            nesterov: false,
+            weight_decay: 1e-4,
+            clip: 0.0,
+            seed: 1,
+            device: "cpu".into(),
+            backend: "tcp".into(),
+            out: PathBuf::from("runs/latest"),
+            log_every: 10,
+            synthetic_samples: 4096,
+            eval_samples: None,
+        }
+    }
+}
+
+/// Data-parallel training with compressed gradient exchange.
+///
+/// `train --workers 4 ...` starts 4 worker processes on this machine. With RANK,
+/// WORLD_SIZE, MASTER_ADDR, MASTER_PORT and GRADEX_TOKEN set, it runs as one worker of a
+/// multi-node job instead (see the README).
+#[derive(Parser, Debug, Default)]
+#[command(name = "train", version, after_help = METHOD_HELP)]
+pub struct Args {
+    /// TOML file with any of the keys below (flag names with '_' for '-').
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Model: resnet20/32/44/56/110, lenet5, vgg16, alexnet, resnet50.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Dataset: fashion-mnist, cifar10 or synthetic (learnable images of the model's input shape).
+    #[arg(long)]
+    pub dataset: Option<String>,
+    /// Directory of the dataset files (fashion-mnist default: /usr/share/datasets/fashion-mnist).
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Gradient-exchange method (see the list below).
+    #[arg(long)]
+    pub method: Option<String>,
+    /// A method option as key=value (repeatable), e.g. --method-opt density=0.001.
+    #[arg(long = "method-opt")]
+    pub method_opts: Vec<String>,
+    /// Worker processes to start on this machine.
+    #[arg(long)]
+    pub workers: Option<usize>,
+    /// Batch size per worker.
+    #[arg(long)]
+    pub batch_size: Option<usize>,
+    /// Epochs to train (default 1 when --steps is not given).
+    #[arg(long)]
+    pub epochs: Option<usize>,
+    /// Stop after this many steps (overrides --epochs).
+    #[arg(long)]
+    pub steps: Option<usize>,
+    /// Base learning rate.
+    #[arg(long)]
+    pub lr: Option<f64>,
+    /// Learning-rate schedule: constant, step, multistep or cosine.
+    #[arg(long)]
+    pub schedule: Option<String>,
+    /// Epochs at which multistep multiplies the rate by --gamma (comma-separated); for
+    /// step, the first value is the period.
+    #[arg(long, value_delimiter = ',')]
+    pub milestones: Option<Vec<f64>>,
+    /// Factor of the step and multistep schedules.
+    #[arg(long)]
+    pub gamma: Option<f64>,
+    /// Linear learning-rate warm-up over this many epochs (from 0.1 of the base rate).
+    #[arg(long)]
+    pub warmup_epochs: Option<f64>,
+    /// SGD momentum (DGC's momentum correction uses it instead of the optimizer).
+    #[arg(long)]
+    pub momentum: Option<f64>,
+    /// Nesterov momentum.
+    #[arg(long)]
+    pub nesterov: Option<bool>,
+    /// L2 weight decay.
+    #[arg(long)]
+    pub weight_decay: Option<f64>,
+    /// Clip the global L2 norm of the exchanged gradient to this (0: off). For dgc use
+    /// --method-opt clip=... (DGC clips locally, before compression).
+    #[arg(long)]
+    pub clip: Option<f64>,
+    /// Seed of initialisation, data order and the methods' random draws.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// cpu, cuda or auto (the GPU when a driver and a device are present).
+    #[arg(long)]
+    pub device: Option<String>,
+    /// Collective backend: tcp (nccl needs the CUDA backend).
+    #[arg(long)]
+    pub backend: Option<String>,
+    /// Run directory: config, metrics.jsonl, summary.json, checkpoints.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Continue the run in --out from its last checkpoint.
+    #[arg(long)]
+    pub resume: bool,
+    /// Log a metrics line every N steps.
+    #[arg(long)]
+    pub log_every: Option<usize>,
+    /// Training samples of the synthetic dataset.
+    #[arg(long)]
+    pub synthetic_samples: Option<usize>,
+    /// Evaluate on at most this many test samples (default: all).
+    #[arg(long)]
+    pub eval_samples: Option<usize>,
+}
+
+const METHOD_HELP: &str = "Methods and their options (--method NAME --method-opt key=value):
+(run with --help to see them all; the table is compress::help_text)";
+
+impl Config {
+    /// Defaults, then the `--config` file, then the flags.
+    pub fn resolve(args: &Args) -> Result<Config> {
+        let mut c = match &args.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("reading the config file {}", path.display()))?;
+                toml::from_str::<Config>(&text)
+                    .with_context(|| format!("parsing the config file {}", path.display()))?
+            }
+            None => Config::default(),
+        };
+        macro_rules! take {
+            ($($f:ident),*) => { $( if let Some(v) = &args.$f { c.$f = v.clone(); } )* };
+        }
+        take!(model, dataset, method, workers, batch_size, lr, schedule, milestones, gamma,
+              warmup_epochs, momentum, nesterov, weight_decay, clip, seed, device, backend, out,
+              log_every, synthetic_samples);
+        if args.data_dir.is_some() {
+            c.data_dir = args.data_dir.clone();
+        }
+        if args.epochs.is_some() {
+            c.epochs = args.epochs;
+        }
+        if args.steps.is_some() {
+            c.steps = args.steps;
+        }
+        if args.eval_samples.is_some() {
+            c.eval_samples = args.eval_samples;
+        }
+        if !args.method_opts.is_empty() {
+            c.method_opts = args.method_opts.clone();
+        }
+        Ok(c)
+    }
+
+    /// Everything that can be checked before a worker starts.
+    pub fn validate(&self) -> Result<()> {
+        if self.workers == 0 || self.batch_size == 0 {
+            bail!("--workers and --batch-size must be at least 1");
+        }
+        if self.lr <= 0.0 || !self.lr.is_finite() {
+            bail!("--lr must be positive");
+        }
+        if !(0.0..1.0).contains(&self.momentum) {
+            bail!("--momentum must be in [0, 1)");
+        }
+        if self.nesterov && self.momentum == 0.0 {
+            bail!("--nesterov needs --momentum > 0");
+        }
+        if self.steps == Some(0) || self.epochs == Some(0) {
+            bail!("--steps and --epochs must be at least 1");
+        }
+        if !["constant", "step", "multistep", "cosine"].contains(&self.schedule.as_str()) {
+            bail!("--schedule {}: expected constant, step, multistep or cosine", self.schedule);
+        }
+        if self.schedule == "step" && self.milestones.first().map_or(true, |&p| p <= 0.0) {
+            bail!("--schedule step needs --milestones PERIOD (epochs, > 0)");
+        }
+        match self.device.as_str() {
+            "cpu" | "auto" => {}
+            "cuda" => bail!("--device cuda: this build's trainer runs on the CPU (the CUDA backend is issue 8); use --device auto to take a GPU when one is supported"),
+            d => bail!("--device {d}: expected cpu, cuda or auto"),
+        }
+        match self.backend.as_str() {
+            "tcp" => {}
+            "nccl" => bail!("--backend nccl needs the CUDA backend (issue 8); use --backend tcp"),
+            b => bail!("--backend {b}: expected tcp or nccl"),
+        }
+        let spec = compress::MethodSpec::parse(&self.method, &self.method_opts)?;
+        if self.clip > 0.0 && spec.name == "dgc" {
+            bail!("--clip with --method dgc: DGC clips locally before compression; use --method-opt clip={}", self.clip);
+        }
+        crate::task::check(self)?;
+        Ok(())
+    }
+
+    /// Total steps and epochs of the run, given the batches per epoch.
+    pub fn plan(&self, batches_per_epoch: usize) -> (usize, usize) {
+        match self.steps {
+            Some(s) => (s, s.div_ceil(batches_per_epoch.max(1))),
+            None => {
+                let e = self.epochs.unwrap_or(1);
+                (e * batches_per_epoch, e)
+            }
+        }
+    }
+
+    pub fn schedule(&self) -> nn::optim::LrSchedule {
+        use nn::optim::LrSchedule;
+        let base = match self.schedule.as_str() {
+            "step" => LrSchedule::Step { every: self.milestones[0], gamma: self.gamma },
+            "multistep" => LrSchedule::MultiStep { milestones: self.milestones.clone(), gamma: self.gamma },
+            "cosine" => LrSchedule::Cosine { total: self.epochs.unwrap_or(1) as f64, min_lr: 0.0 },
+            _ => LrSchedule::Constant,
+        };
+        if self.warmup_epochs > 0.0 {
+            LrSchedule::Warmup { epochs: self.warmup_epochs, start_factor: 0.1, after: Box::new(base) }
+        } else {
+            base
+        }
+    }
+
+    pub fn write(&self, dir: &Path) -> Result<()> {
+        let text = toml::to_string_pretty(self).context("serialising the configuration")?;
+        crate::metrics::write_atomic(&dir.join("config.toml"), text.as_bytes())
+    }
+}

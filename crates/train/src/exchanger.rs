@@ -1,0 +1,187 @@
+//! The compression thread. It owns the communicator and the method; the training thread
+//! hands it jobs over a channel — above all, from the gradient-ready hooks, each
+//! parameter's gradient the moment backward has finished it — and it runs them in
+//! arrival order. Hooks fire in the same order on every rank (the same graph, walked the
+//! same way), so every rank issues the same collectives in the same order.
+//!
+//! An error in a collective (a dead peer, a timeout, a malformed message) is sent back
+//! as a reply naming the rank and ends the thread; the training thread turns it into
+//! the worker's error.
+
+use anyhow::Result;
+use comm::{Communicator, ReduceOp, Traffic};
+use compress::{Method, StepInfo, Update, WireStats};
+use crossbeam_channel::{unbounded, Receiver, Sender};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+pub enum Job {
+    Begin(StepInfo),
+    Exchange { index: usize, weights: Vec<f32>, grad: Vec<f32> },
+    After { index: usize, weights: Vec<f32> },
+    /// A sum over ranks (evaluation counts, the loss).
+    Allreduce(Vec<f32>),
+    Broadcast(Vec<u8>),
+    State,
+    LoadState(compress::StateTensors),
+    Counters,
+    Stop,
+}
+
+pub enum Reply {
+    Update { index: usize, update: Update, started: Instant },
+    After { index: usize, weights: Vec<f32>, stats: Option<WireStats> },
+    Reduced(Vec<f32>),
+    Broadcast(Vec<u8>),
+    State(compress::StateTensors),
+    Loaded,
+    Counters(Traffic),
+    Failed(String),
+}
+
+pub struct Exchanger {
+    pub jobs: Sender<Job>,
+    pub replies: Receiver<Reply>,
+    handle: Option<JoinHandle<()>>,
+    /// Every how many steps the method communicates after the optimizer step.
+    pub after_step_every: Option<u64>,
+}
+
+impl Exchanger {
+    pub fn spawn(mut comm: Communicator, mut method: Box<dyn Method>) -> Exchanger {
+        let (jobs, rx) = unbounded::<Job>();
+        let (tx, replies) = unbounded::<Reply>();
+        let after_step_every = method.after_step_every();
+        let handle = std::thread::Builder::new()
+            .name("compression".into())
+            .spawn(move || {
+                // Bytes of the trainer's own collectives (initial broadcast, loss and
+                // evaluation sums), kept out of the method's traffic.
+                let mut overhead = Traffic::default();
+                for job in rx.iter() {
+                    let bookkeeping = matches!(job, Job::Allreduce(_) | Job::Broadcast(_));
+                    let before = comm.counters().total();
+                    let reply = match job {
+                        Job::Stop => return,
+                        Job::Begin(info) => {
+                            method.begin_step(info);
+                            continue;
+                        }
+                        Job::Exchange { index, weights, grad } => {
+                            let started = Instant::now();
+                            method
+                                .exchange(&mut comm, index, &weights, &grad)
+                                .map(|update| Reply::Update { index, update, started })
+                                .map_err(|e| format!("exchanging parameter {index}: {e}"))
+                        }
+                        Job::After { index, mut weights } => method
+                            .after_step(&mut comm, index, &mut weights)
+                            .map(|stats| Reply::After { index, weights, stats })
+                            .map_err(|e| format!("synchronising parameter {index}: {e}")),
+                        Job::Allreduce(mut v) => comm
+                            .allreduce(&mut v, ReduceOp::Sum)
+                            .map(|_| Reply::Reduced(v))
+                            .map_err(|e| format!("allreduce: {e}")),
+                        Job::Broadcast(b) => comm
+                            .broadcast(0, &b)
+                            .map(Reply::Broadcast)
+                            .map_err(|e| format!("broadcast: {e}")),
+                        Job::State => Ok(Reply::State(method.state())),
+                        Job::LoadState(s) => method
+                            .load_state(&s)
+                            .map(|_| Reply::Loaded)
+                            .map_err(|e| format!("restoring the method's state: {e}")),
+                        Job::Counters => {
+                            let t = comm.counters().total();
+                            Ok(Reply::Counters(Traffic {
+                                payload_sent: t.payload_sent - overhead.payload_sent,
+                                payload_received: t.payload_received - overhead.payload_received,
+                                total_sent: t.total_sent - overhead.total_sent,
+                                total_received: t.total_received - overhead.total_received,
+                            }))
+                        }
+                    };
+                    if bookkeeping {
+                        let after = comm.counters().total();
+                        overhead.payload_sent += after.payload_sent - before.payload_sent;
+                        overhead.payload_received += after.payload_received - before.payload_received;
+                        overhead.total_sent += after.total_sent - before.total_sent;
+                        overhead.total_received += after.total_received - before.total_received;
+                    }
+                    match reply {
+                        Ok(r) => {
+                            if tx.send(r).is_err() {
+                                return;
+                            }
+                        }
+                        Err(msg) => {
+                            let _ = tx.send(Reply::Failed(msg));
+                            return;
+                        }
+                    }
+                }
+            })
+            .expect("spawning the compression thread");
+        Exchanger { jobs, replies, handle: Some(handle), after_step_every }
+    }
+
+    pub fn send(&self, job: Job) -> Result<()> {
+        self.jobs
+            .send(job)
+            .map_err(|_| anyhow::anyhow!("the compression thread has stopped"))
+    }
+
+    /// The next reply; a failure of the thread becomes an error.
+    pub fn recv(&self) -> Result<Reply> {
+        match self.replies.recv() {
+            Ok(Reply::Failed(msg)) => Err(anyhow::anyhow!(msg)),
+            Ok(r) => Ok(r),
+            Err(_) => Err(anyhow::anyhow!("the compression thread ended unexpectedly")),
+        }
+    }
+
+    pub fn allreduce(&self, v: Vec<f32>) -> Result<Vec<f32>> {
+        self.send(Job::Allreduce(v))?;
+        match self.recv()? {
+            Reply::Reduced(v) => Ok(v),
+            _ => anyhow::bail!("compression thread: unexpected reply to an allreduce"),
+        }
+    }
+    pub fn broadcast(&self, b: Vec<u8>) -> Result<Vec<u8>> {
+        self.send(Job::Broadcast(b))?;
+        match self.recv()? {
+            Reply::Broadcast(v) => Ok(v),
+            _ => anyhow::bail!("compression thread: unexpected reply to a broadcast"),
+        }
+    }
+    pub fn counters(&self) -> Result<Traffic> {
+        self.send(Job::Counters)?;
+        match self.recv()? {
+            Reply::Counters(t) => Ok(t),
+            _ => anyhow::bail!("compression thread: unexpected reply to a counter request"),
+        }
+    }
+    pub fn state(&self) -> Result<compress::StateTensors> {
+        self.send(Job::State)?;
+        match self.recv()? {
+            Reply::State(s) => Ok(s),
+            _ => anyhow::bail!("compression thread: unexpected reply to a state request"),
+        }
+    }
+    pub fn load_state(&self, s: compress::StateTensors) -> Result<()> {
+        self.send(Job::LoadState(s))?;
+        match self.recv()? {
+            Reply::Loaded => Ok(()),
+            _ => anyhow::bail!("compression thread: unexpected reply to a state load"),
+        }
+    }
+}
+
+impl Drop for Exchanger {
+    fn drop(&mut self) {
+        let _ = self.jobs.send(Job::Stop);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}

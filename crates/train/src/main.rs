@@ -1,0 +1,43 @@
+//! `train`: data-parallel training with compressed gradient exchange (see `--help`).
+
+use clap::{CommandFactory, FromArgMatches};
+use train::{Args, Config};
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+fn main() {
+    let raw: Vec<String> = std::env::args().skip(1).collect();
+    let help = format!(
+        "Methods and their options (--method NAME --method-opt key=value, repeatable):\n{}",
+        compress::help_text()
+    );
+    let matches = Args::command().after_help(help).get_matches();
+    let args = match Args::from_arg_matches(&matches) {
+        Ok(a) => a,
+        Err(e) => e.exit(),
+    };
+    let result = (|| -> anyhow::Result<()> {
+        let mut args = args;
+        if args.resume && args.config.is_none() {
+            // A resumed run takes its own recorded configuration (flags still override).
+            let out = args.out.clone().unwrap_or_else(|| Config::default().out);
+            args.config = Some(out.join("config.toml"));
+        }
+        let cfg = Config::resolve(&args)?;
+        if let Some(s) = train::run(&cfg, args.resume, &raw)? {
+            if std::env::var("RANK").is_err() {
+                let ratio = s.compression_ratio.map_or("- (one worker sends nothing)".to_string(), |r| format!("{r:.1}x"));
+                println!(
+                    "final test {} {:.4}, loss {:.4}, compression ratio {ratio} ({} of {} dense bytes), {:.1} s; run directory {}",
+                    s.metric_name, s.final_metric, s.final_loss, s.bytes_sent, s.dense_bytes, s.wall_seconds, cfg.out.display()
+                );
+            }
+        }
+        Ok(())
+    })();
+    if let Err(e) = result {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}

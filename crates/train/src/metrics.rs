@@ -1,0 +1,111 @@
+//! What a run leaves behind: one JSON object per logging step and per evaluation in
+//! `metrics.jsonl` (appended and flushed as training goes, so a crashed run keeps what it
+//! measured), and `summary.json` at the end. Files that replace an earlier version are
+//! written atomically (a temporary file renamed over the old one).
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+use std::io::Write;
+use std::path::Path;
+
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = path.with_extension("tmp");
+    {
+        let mut f = std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+        f.write_all(bytes).with_context(|| format!("writing {}", tmp.display()))?;
+        f.sync_all().ok();
+    }
+    std::fs::rename(&tmp, path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))
+}
+
+/// One logging step: averages since the previous log line, cumulative bytes.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct StepRecord {
+    pub kind: &'static str,
+    pub step: usize,
+    pub epoch: f64,
+    pub loss: f64,
+    pub lr: f64,
+    pub density: f64,
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+    pub message_bytes: u64,
+    pub dense_message_bytes: u64,
+    /// Seconds per step, averaged over the steps since the last log line.
+    pub step_seconds: f64,
+    pub compute_seconds: f64,
+    pub compression_seconds: f64,
+    pub communication_seconds: f64,
+    /// Time the training thread waited for the exchange after backward had finished.
+    pub idle_seconds: f64,
+    /// How long before the end of backward the step's first exchange started (> 0:
+    /// communication overlapped backprop).
+    pub overlap_seconds: f64,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct EvalRecord {
+    pub kind: &'static str,
+    pub step: usize,
+    pub epoch: usize,
+    pub metric_name: &'static str,
+    pub metric: f64,
+    pub test_loss: f64,
+    pub bytes_sent: u64,
+}
+
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize)]
+pub struct Summary {
+    pub final_metric: f64,
+    pub metric_name: String,
+    pub final_loss: f64,
+    /// Gradient-exchange bytes this rank sent (payload, all collectives of the method).
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+    /// What a dense f32 ring allreduce would have sent for the same exchanges.
+    pub dense_bytes: u64,
+    /// dense_bytes / bytes_sent (null with one worker: nothing is sent).
+    pub compression_ratio: Option<f64>,
+    /// The papers' ratio: dense f32 message bytes / the method's message bytes.
+    pub message_compression_ratio: Option<f64>,
+    pub wall_seconds: f64,
+    pub steps: usize,
+    pub epochs: usize,
+    pub workers: usize,
+    pub method: String,
+    pub method_config: String,
+    pub model: String,
+    pub dataset: String,
+    pub mean_step_seconds: f64,
+    pub mean_idle_fraction: f64,
+}
+
+pub struct MetricsWriter {
+    file: Option<std::fs::File>,
+}
+
+impl MetricsWriter {
+    /// Appends to `dir/metrics.jsonl` (rank 0), or writes nothing (other ranks).
+    pub fn open(dir: &Path, enabled: bool, truncate: bool) -> Result<Self> {
+        if !enabled {
+            return Ok(MetricsWriter { file: None });
+        }
+        let path = dir.join("metrics.jsonl");
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(!truncate)
+            .write(true)
+            .truncate(truncate)
+            .open(&path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        Ok(MetricsWriter { file: Some(file) })
+    }
+    pub fn write<T: Serialize>(&mut self, record: &T) -> Result<()> {
+        if let Some(f) = &mut self.file {
+            let line = serde_json::to_string(record)?;
+            writeln!(f, "{line}").context("writing metrics.jsonl")?;
+            f.flush().ok();
+        }
+        Ok(())
+    }
+}

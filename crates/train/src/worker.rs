@@ -1,0 +1,466 @@
+//! One worker of a data-parallel job. Per step:
+//!
+//! 1. the sharded loader's next batch → forward → loss → backward; each parameter's
+//!    gradient-ready hook hands (index, gradient, weights) to the compression thread,
+//!    which runs the method's exchange while backward continues with earlier layers;
+//! 2. once backward has returned, parameters whose hook did not fire (unused in this
+//!    graph) are sent with zero gradients, in index order, so every rank issues the same
+//!    collectives;
+//! 3. the training thread waits for the remaining updates (that wait is the step's idle
+//!    time), then applies them in index order: `Gradient` updates through SGD (momentum,
+//!    weight decay), `Direction` updates as `w −= lr·d`;
+//! 4. methods that communicate weights (delay, periodic averaging) do so after the step.
+//!
+//! Every `log_every` steps rank 0 appends a line to `metrics.jsonl`; at the end of each
+//! epoch the test set is evaluated (each rank its shard, counts summed) and every rank
+//! writes its checkpoint.
+
+use crate::checkpoint::{self, Position};
+use crate::config::Config;
+use crate::exchanger::{Exchanger, Job, Reply};
+use crate::metrics::{EvalRecord, MetricsWriter, StepRecord, Summary};
+use crate::task::Task;
+use anyhow::{bail, Context, Result};
+use comm::Communicator;
+use compress::{build, MethodSpec, ParamSpec, StepInfo, UpdateKind, WireStats};
+use data::Loader;
+use nn::optim::{Optimizer, Sgd};
+use nn::Ctx;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+use tensor::{no_grad, Device, Rng, Tensor};
+
+/// Per-step timings, summed between log lines.
+#[derive(Default)]
+struct Window {
+    steps: usize,
+    loss: f64,
+    step: f64,
+    compute: f64,
+    idle: f64,
+    overlap: f64,
+    wire: WireStats,
+}
+
+pub struct Worker {
+    cfg: Config,
+    rank: usize,
+    world: usize,
+    task: Task,
+    params: Vec<nn::NamedTensor>,
+    buffers: Vec<nn::NamedTensor>,
+    opt: Sgd,
+    ex: Exchanger,
+    fired: Arc<Vec<AtomicBool>>,
+    pos: Position,
+    /// Idle fraction per step, for the summary.
+    idle_fractions: Vec<f64>,
+    step_times: Vec<f64>,
+    last_loss: f64,
+}
+
+fn tensor_f32(t: &Tensor) -> Vec<f32> {
+    t.to_vec::<f32>().unwrap_or_default()
+}
+
+impl Worker {
+    pub fn new(cfg: &Config, rank: usize, world: usize, comm: Communicator) -> Result<Worker> {
+        let task = Task::new(cfg)?;
+        let params = task.model.named_params();
+        let buffers = task.model.named_buffers();
+        let spec = MethodSpec::parse(&cfg.method, &cfg.method_opts)?;
+        let ctx = compress::Context {
+            rank,
+            world,
+            seed: cfg.seed,
+            momentum: cfg.momentum,
+            nesterov: cfg.nesterov,
+            weight_decay: cfg.weight_decay,
+        };
+        let mut method = build(&spec, &ctx)?;
+        let specs: Vec<ParamSpec> = params.iter().map(|p| ParamSpec::new(&p.name, p.tensor.dims())).collect();
+        method.init(&specs)?;
+        let opt = Sgd::new(cfg.lr, cfg.momentum, cfg.nesterov, cfg.weight_decay)?;
+        let ex = Exchanger::spawn(comm, method);
+        let fired: Arc<Vec<AtomicBool>> = Arc::new(params.iter().map(|_| AtomicBool::new(false)).collect());
+        for (i, p) in params.iter().enumerate() {
+            let (jobs, fired, w) = (ex.jobs.clone(), fired.clone(), p.tensor.clone());
+            p.tensor.register_grad_hook(move |g| {
+                fired[i].store(true, Ordering::SeqCst);
+                // A conversion failure sends empty buffers, which the method rejects
+                // with an error naming the parameter.
+                let _ = jobs.send(Job::Exchange { index: i, weights: tensor_f32(&w), grad: tensor_f32(g) });
+            })?;
+        }
+        Ok(Worker {
+            cfg: cfg.clone(),
+            rank,
+            world,
+            task,
+            params,
+            buffers,
+            opt,
+            ex,
+            fired,
+            pos: Position::default(),
+            idle_fractions: Vec::new(),
+            step_times: Vec::new(),
+            last_loss: f64::NAN,
+        })
+    }
+
+    /// Every rank starts from rank 0's parameters and buffers.
+    fn broadcast_model(&self) -> Result<()> {
+        let mut bytes = Vec::new();
+        for t in self.params.iter().chain(&self.buffers) {
+            bytes.extend(tensor_f32(&t.tensor).iter().flat_map(|x| x.to_le_bytes()));
+        }
+        let got = self.ex.broadcast(if self.rank == 0 { bytes } else { Vec::new() })?;
+        let mut off = 0;
+        for t in self.params.iter().chain(&self.buffers) {
+            let n = t.tensor.elem_count();
+            let chunk = got.get(off..off + 4 * n).context("rank 0's model is smaller than ours (different --model?)")?;
+            let v: Vec<f32> = chunk.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+            no_grad(|| t.tensor.assign(&Tensor::from_vec(v, t.tensor.dims().to_vec(), Device::Cpu)?))?;
+            off += 4 * n;
+        }
+        if off != got.len() {
+            bail!("rank 0's model has {} bytes, ours {off} (different --model?)", got.len());
+        }
+        Ok(())
+    }
+
+    fn save_checkpoint(&self) -> Result<()> {
+        let mut tensors = Vec::new();
+        for p in &self.params {
+            tensors.push((format!("param/{}", p.name), tensor_f32(&p.tensor), p.tensor.dims().to_vec()));
+        }
+        for b in &self.buffers {
+            tensors.push((format!("buffer/{}", b.name), tensor_f32(&b.tensor), b.tensor.dims().to_vec()));
+        }
+        for (i, t) in self.opt.momentum_buffers() {
+            tensors.push((format!("optim/{i}"), tensor_f32(&t), t.dims().to_vec()));
+        }
+        for (k, v) in self.ex.state()? {
+            let n = v.len();
+            tensors.push((format!("method/{k}"), v, vec![n]));
+        }
+        checkpoint::save(&checkpoint::path(&self.cfg.out, self.rank), &tensors, &self.pos)
+    }
+
+    fn load_checkpoint(&mut self) -> Result<()> {
+        let file = checkpoint::path(&self.cfg.out, self.rank);
+        let saved = checkpoint::load(&file)?;
+        no_grad(|| -> Result<()> {
+            for p in &self.params {
+                p.tensor.assign(&checkpoint::take(&saved, &format!("param/{}", p.name), p.tensor.dims())?)?;
+            }
+            for b in &self.buffers {
+                b.tensor.assign(&checkpoint::take(&saved, &format!("buffer/{}", b.name), b.tensor.dims())?)?;
+            }
+            Ok(())
+        })?;
+        let mut method_state = Vec::new();
+        for (name, data, shape) in &saved.tensors {
+            if let Some(i) = name.strip_prefix("optim/") {
+                let i: usize = i.parse().with_context(|| format!("checkpoint tensor {name}"))?;
+                let p = self.params.get(i).with_context(|| format!("checkpoint tensor {name}: no parameter {i}"))?;
+                if shape != p.tensor.dims() {
+                    bail!("checkpoint tensor {name} has shape {shape:?}, parameter {} {:?}", p.name, p.tensor.dims());
+                }
+                self.opt.set_momentum_buffer(i, Tensor::from_vec(data.clone(), shape.clone(), Device::Cpu)?);
+            } else if let Some(k) = name.strip_prefix("method/") {
+                method_state.push((k.to_string(), data.clone()));
+            }
+        }
+        self.ex.load_state(method_state)?;
+        self.pos = saved.position;
+        Ok(())
+    }
+
+    /// Trains to the configured end and returns the summary (every rank computes it;
+    /// rank 0 writes the files).
+    pub fn run(&mut self, resume: bool) -> Result<Summary> {
+        let started = Instant::now();
+        let cfg = self.cfg.clone();
+        let lead = self.rank == 0;
+        std::fs::create_dir_all(&cfg.out).with_context(|| format!("creating the run directory {}", cfg.out.display()))?;
+        if resume {
+            self.load_checkpoint().with_context(|| format!("resuming from {}", cfg.out.display()))?;
+        } else {
+            self.broadcast_model()?;
+            if lead {
+                cfg.write(&cfg.out)?;
+            }
+        }
+        let mut metrics = MetricsWriter::open(&cfg.out, lead, !resume)?;
+        let loader = Loader::new(self.task.train.clone(), cfg.batch_size, self.rank, self.world, cfg.seed)?;
+        let per_epoch = loader.batches_per_epoch();
+        let (total_steps, epochs) = cfg.plan(per_epoch);
+        let schedule = cfg.schedule();
+        let n_params: usize = self.params.iter().map(|p| p.tensor.elem_count()).sum();
+        let world = self.world as u64;
+        let dense_ring = move |count: u64| -> u64 {
+            // A ring allreduce sends 2(P−1)/P of the vector from every rank.
+            if world > 1 { count * 2 * (world - 1) * 4 * n_params as u64 / world } else { 0 }
+        };
+        let wall_before = self.pos.wall_seconds;
+        let mut window = Window::default();
+        let mut step = self.pos.step;
+        let mut last_metric = f64::NAN;
+        if lead {
+            println!(
+                "training {} on {} with {} ({} workers × batch {}), {} steps in {} epochs of {}",
+                cfg.model, cfg.dataset, cfg.method, self.world, cfg.batch_size, total_steps, epochs, per_epoch
+            );
+        }
+        for epoch in self.pos.epoch..epochs {
+            for batch in loader.epoch(epoch) {
+                if step >= total_steps {
+                    break;
+                }
+                let batch = batch?;
+                let epoch_f = step as f64 / per_epoch as f64;
+                let lr = schedule.lr(cfg.lr, epoch_f);
+                self.opt.set_lr(lr);
+                self.ex.send(Job::Begin(StepInfo { step: step as u64, epoch: epoch_f }))?;
+                let t0 = Instant::now();
+                let mut ctx = Ctx { training: true, rng: Rng::for_rank(cfg.seed ^ (step as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15), self.rank) };
+                let logits = self.task.model.forward(&batch.inputs, &mut ctx)?;
+                let loss = nn::loss::cross_entropy(&logits, &batch.labels, None)?;
+                let loss_value = loss.to_scalar::<f32>()? as f64;
+                if !loss_value.is_finite() {
+                    bail!("rank {}: the loss is {loss_value} at step {step} (learning rate {lr} too high?)", self.rank);
+                }
+                loss.backward()?;
+                let backward_end = Instant::now();
+                for (i, f) in self.fired.iter().enumerate() {
+                    if !f.swap(false, Ordering::SeqCst) {
+                        let n = self.params[i].tensor.elem_count();
+                        self.ex.send(Job::Exchange { index: i, weights: tensor_f32(&self.params[i].tensor), grad: vec![0.0; n] })?;
+                    }
+                }
+                let mut updates: Vec<Option<compress::Update>> = (0..self.params.len()).map(|_| None).collect();
+                let mut first_start: Option<Instant> = None;
+                for _ in 0..self.params.len() {
+                    match self.ex.recv()? {
+                        Reply::Update { index, update, started } => {
+                            first_start = Some(first_start.map_or(started, |f: Instant| f.min(started)));
+                            window.wire.add(&update.stats);
+                            updates[index] = Some(update);
+                        }
+                        _ => bail!("compression thread: unexpected reply during the exchange"),
+                    }
+                }
+                let exchanged = Instant::now();
+                self.apply(updates, lr)?;
+                if let Some(every) = self.ex.after_step_every {
+                    if (step as u64 + 1) % every == 0 {
+                        self.sync_weights(&mut window.wire)?;
+                    }
+                }
+                let end = Instant::now();
+                let step_s = (end - t0).as_secs_f64();
+                let idle = (exchanged - backward_end).as_secs_f64();
+                window.steps += 1;
+                window.loss += loss_value;
+                window.step += step_s;
+                window.compute += (backward_end - t0).as_secs_f64();
+                window.idle += idle;
+                window.overlap += first_start.map_or(0.0, |f| if f < backward_end { (backward_end - f).as_secs_f64() } else { -(f - backward_end).as_secs_f64() });
+                self.idle_fractions.push(idle / step_s);
+                self.step_times.push(step_s);
+                step += 1;
+                self.pos.step = step;
+                if step % cfg.log_every.max(1) == 0 || step == total_steps {
+                    self.log(&mut window, &mut metrics, step, total_steps, per_epoch, lr, &dense_ring)?;
+                }
+            }
+            let (metric, test_loss) = self.evaluate()?;
+            last_metric = metric;
+            self.pos.epoch = epoch + 1;
+            self.pos.wall_seconds = wall_before + started.elapsed().as_secs_f64();
+            let traffic = self.ex.counters()?;
+            self.pos.bytes_sent = traffic.payload_sent;
+            self.pos.bytes_received = traffic.payload_received;
+            metrics.write(&EvalRecord {
+                kind: "eval",
+                step,
+                epoch: epoch + 1,
+                metric_name: self.task.metric_name,
+                metric,
+                test_loss,
+                bytes_sent: traffic.payload_sent,
+            })?;
+            if lead {
+                println!("epoch {} step {step}: test {} {:.4}, test loss {test_loss:.4}", epoch + 1, self.task.metric_name, metric);
+            }
+            self.save_checkpoint()?;
+            if step >= total_steps {
+                break;
+            }
+        }
+        if last_metric.is_nan() {
+            // Resumed at the end: evaluate what the checkpoint holds.
+            last_metric = self.evaluate()?.0;
+        }
+        let traffic = self.ex.counters()?;
+        let dense = dense_ring(self.pos.step as u64);
+        let ratio = |d: u64, s: u64| if s > 0 { Some(d as f64 / s as f64) } else { None };
+        let n = self.step_times.len().max(1) as f64;
+        let summary = Summary {
+            final_metric: last_metric,
+            metric_name: self.task.metric_name.into(),
+            final_loss: self.last_loss,
+            bytes_sent: traffic.payload_sent,
+            bytes_received: traffic.payload_received,
+            dense_bytes: dense,
+            compression_ratio: ratio(dense, traffic.payload_sent),
+            message_compression_ratio: ratio(self.pos.dense_message_bytes, self.pos.message_bytes),
+            wall_seconds: wall_before + started.elapsed().as_secs_f64(),
+            steps: self.pos.step,
+            epochs: self.pos.epoch,
+            workers: self.world,
+            method: cfg.method.clone(),
+            method_config: format!("{:?}", cfg.method_opts),
+            model: cfg.model.clone(),
+            dataset: cfg.dataset.clone(),
+            mean_step_seconds: self.step_times.iter().sum::<f64>() / n,
+            mean_idle_fraction: self.idle_fractions.iter().sum::<f64>() / n,
+        };
+        if lead {
+            crate::metrics::write_atomic(&cfg.out.join("summary.json"), serde_json::to_string_pretty(&summary)?.as_bytes())?;
+        }
+        Ok(summary)
+    }
+
+    fn apply(&mut self, updates: Vec<Option<compress::Update>>, lr: f64) -> Result<()> {
+        let mut grads: Vec<(usize, Tensor, UpdateKind)> = Vec::with_capacity(updates.len());
+        for (i, u) in updates.into_iter().enumerate() {
+            let u = u.with_context(|| format!("no update arrived for parameter {i}"))?;
+            let dims = self.params[i].tensor.dims().to_vec();
+            grads.push((i, Tensor::from_vec(u.values, dims, Device::Cpu)?, u.kind));
+        }
+        if self.cfg.clip > 0.0 {
+            let mut gs: Vec<Tensor> = grads.iter().filter(|g| g.2 == UpdateKind::Gradient).map(|g| g.1.clone()).collect();
+            nn::optim::clip_grad_norm(&mut gs, self.cfg.clip)?;
+            let mut it = gs.into_iter();
+            for g in grads.iter_mut().filter(|g| g.2 == UpdateKind::Gradient) {
+                if let Some(c) = it.next() {
+                    g.1 = c;
+                }
+            }
+        }
+        for (i, g, kind) in grads {
+            let p = &self.params[i].tensor;
+            match kind {
+                UpdateKind::Gradient => self.opt.update(i, p, &g)?,
+                UpdateKind::Direction => no_grad(|| p.assign(&p.sub(&g.scale(lr)?)?))?,
+            }
+        }
+        Ok(())
+    }
+
+    fn sync_weights(&mut self, wire: &mut WireStats) -> Result<()> {
+        for (i, p) in self.params.iter().enumerate() {
+            self.ex.send(Job::After { index: i, weights: tensor_f32(&p.tensor) })?;
+        }
+        for _ in 0..self.params.len() {
+            match self.ex.recv()? {
+                Reply::After { index, weights, stats } => {
+                    let p = &self.params[index].tensor;
+                    no_grad(|| p.assign(&Tensor::from_vec(weights, p.dims().to_vec(), Device::Cpu)?))?;
+                    if let Some(s) = stats {
+                        wire.add(&s);
+                    }
+                }
+                _ => bail!("compression thread: unexpected reply during synchronisation"),
+            }
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn log(
+        &mut self,
+        w: &mut Window,
+        metrics: &mut MetricsWriter,
+        step: usize,
+        total: usize,
+        per_epoch: usize,
+        lr: f64,
+        dense_ring: &dyn Fn(u64) -> u64,
+    ) -> Result<()> {
+        let reduced = self.ex.allreduce(vec![w.loss as f32, w.steps as f32])?;
+        let loss = reduced[0] as f64 / reduced[1].max(1.0) as f64;
+        self.last_loss = loss;
+        let traffic = self.ex.counters()?;
+        self.pos.message_bytes += w.wire.message_bytes as u64;
+        self.pos.dense_message_bytes += w.wire.dense_bytes as u64;
+        let k = w.steps.max(1) as f64;
+        let rec = StepRecord {
+            kind: "step",
+            step,
+            epoch: step as f64 / per_epoch as f64,
+            loss,
+            lr,
+            density: w.wire.density(),
+            bytes_sent: traffic.payload_sent,
+            bytes_received: traffic.payload_received,
+            message_bytes: self.pos.message_bytes,
+            dense_message_bytes: self.pos.dense_message_bytes,
+            step_seconds: w.step / k,
+            compute_seconds: w.compute / k,
+            compression_seconds: (w.wire.compress_seconds + w.wire.decompress_seconds) / k,
+            communication_seconds: w.wire.comm_seconds / k,
+            idle_seconds: w.idle / k,
+            overlap_seconds: w.overlap / k,
+        };
+        metrics.write(&rec)?;
+        if self.rank == 0 {
+            let dense = dense_ring(step as u64);
+            let ratio = if traffic.payload_sent > 0 { format!("{:.1}x", dense as f64 / traffic.payload_sent as f64) } else { "-".into() };
+            println!(
+                "step {step}/{total} epoch {:.2} loss {loss:.4} lr {lr:.4} density {:.5} sent {:.2} MB ratio {ratio} | step {:.1} ms: compute {:.1}, compress {:.1}, comm {:.1}, idle {:.1}",
+                rec.epoch,
+                rec.density,
+                traffic.payload_sent as f64 / 1e6,
+                rec.step_seconds * 1e3,
+                rec.compute_seconds * 1e3,
+                rec.compression_seconds * 1e3,
+                rec.communication_seconds * 1e3,
+                rec.idle_seconds * 1e3,
+            );
+        }
+        *w = Window::default();
+        Ok(())
+    }
+
+    /// Test metric and loss: each rank evaluates its shard; the counts are summed.
+    fn evaluate(&mut self) -> Result<(f64, f64)> {
+        let loader = {
+            let mut l = Loader::new(self.task.test.clone(), self.cfg.batch_size.min(self.task.test.len() / self.world).max(1), self.rank, self.world, 0)?;
+            l.shuffle = false;
+            l
+        };
+        let (mut correct, mut count, mut loss_sum) = (0f64, 0f64, 0f64);
+        no_grad(|| -> Result<()> {
+            let mut ctx = Ctx::eval();
+            for batch in loader.epoch(0) {
+                let batch = batch?;
+                let logits = self.task.model.forward(&batch.inputs, &mut ctx)?;
+                let n = batch.labels.elem_count() as f64;
+                loss_sum += nn::loss::cross_entropy(&logits, &batch.labels, None)?.to_scalar::<f32>()? as f64 * n;
+                let pred = logits.argmax(1, false)?.to_vec::<u32>()?;
+                let labels = batch.labels.to_vec::<u32>()?;
+                correct += pred.iter().zip(&labels).filter(|(a, b)| a == b).count() as f64;
+                count += n;
+            }
+            Ok(())
+        })?;
+        let r = self.ex.allreduce(vec![correct as f32, count as f32, loss_sum as f32])?;
+        let n = (r[1] as f64).max(1.0);
+        Ok((r[0] as f64 / n, r[2] as f64 / n))
+    }
+}
