@@ -19,7 +19,9 @@ use std::time::Duration;
 use tensor::Rng;
 
 #[derive(Parser)]
-#[command(about = "Compression and decompression speed, density and wire bytes of every method on a 25 M-value gradient, and selection against a memory pass")]
+#[command(
+    about = "Compression and decompression speed, density and wire bytes of every method on a 25 M-value gradient, and selection against a memory pass"
+)]
 struct Args {
     /// Values in the gradient (ResNet-50 has 25,557,032 parameters).
     #[arg(long, default_value_t = 25_557_032)]
@@ -99,9 +101,20 @@ fn one_rank() -> Result<Communicator> {
 /// density and message bytes of the last one.
 fn bench_method(label: &str, grad: &[f32], repeats: usize) -> Result<Value> {
     let (name, opts) = label.split_once(':').unwrap_or((label, ""));
-    let opts: Vec<String> = opts.split(',').filter(|s| !s.is_empty()).map(String::from).collect();
+    let opts: Vec<String> = opts
+        .split(',')
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+        .collect();
     let spec = MethodSpec::parse(name, &opts)?;
-    let ctx = Context { rank: 0, world: 1, seed: 1, momentum: 0.9, nesterov: false, weight_decay: 0.0 };
+    let ctx = Context {
+        rank: 0,
+        world: 1,
+        seed: 1,
+        momentum: 0.9,
+        nesterov: false,
+        weight_decay: 0.0,
+    };
     let mut m = build(&spec, &ctx)?;
     m.init(&[ParamSpec::new("grad", &[grad.len()])])?;
     let mut comm = one_rank()?;
@@ -109,7 +122,10 @@ fn bench_method(label: &str, grad: &[f32], repeats: usize) -> Result<Value> {
     let (mut best_c, mut best_d) = (f64::INFINITY, f64::INFINITY);
     let mut last = None;
     for step in 0..=repeats {
-        m.begin_step(StepInfo { step: step as u64, epoch: 100.0 });
+        m.begin_step(StepInfo {
+            step: step as u64,
+            epoch: 100.0,
+        });
         let u = m.exchange(&mut comm, 0, &weights, grad)?;
         let mut stats = u.stats;
         // Delayed methods compress after the optimizer step: move the weights by the
@@ -145,7 +161,11 @@ fn main() -> Result<()> {
     let n = args.values;
     eprintln!("generating {n} heavy-tailed values ...");
     let grad = heavy_tailed(n, 42);
-    let methods = if args.methods.is_empty() { default_methods(args.density) } else { args.methods.clone() };
+    let methods = if args.methods.is_empty() {
+        default_methods(args.density)
+    } else {
+        args.methods.clone()
+    };
     let mut rows = Vec::new();
     for label in &methods {
         eprintln!("{label} ...");
@@ -155,7 +175,10 @@ fn main() -> Result<()> {
     let k = ((n as f64) * args.density).ceil() as usize;
     let mut sink = 0f64;
     let memory = best_of(1, args.repeats, || {
-        sink += grad.par_chunks(1 << 16).map(|c| c.iter().map(|&x| x as f64).sum::<f64>()).sum::<f64>();
+        sink += grad
+            .par_chunks(1 << 16)
+            .map(|c| c.iter().map(|&x| x as f64).sum::<f64>())
+            .sum::<f64>();
         Ok(())
     })?;
     let mut kept = (0, 0);
@@ -169,7 +192,11 @@ fn main() -> Result<()> {
         Ok(())
     })?;
     std::hint::black_box(sink);
-    let selection = [("memory_pass", memory, n), ("exact_topk", exact, kept.0), ("sampled_threshold", sampled, kept.1)];
+    let selection = [
+        ("memory_pass", memory, n),
+        ("exact_topk", exact, kept.0),
+        ("sampled_threshold", sampled, kept.1),
+    ];
     if args.json {
         let mut all = rows.clone();
         for (name, t, _) in selection {
@@ -178,9 +205,18 @@ fn main() -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&all)?);
         return Ok(());
     }
-    println!("{n} values, {} threads, best of {}", args.threads, args.repeats);
-    println!("{:<50} {:>12} {:>12} {:>10} {:>14} {:>9}", "method", "comp Mval/s", "decomp Mv/s", "density", "wire bytes", "ratio");
-    let mvals = |v: &Value| v.as_f64().map_or("-".to_string(), |x| format!("{:.1}", x / 1e6));
+    println!(
+        "{n} values, {} threads, best of {}",
+        args.threads, args.repeats
+    );
+    println!(
+        "{:<50} {:>12} {:>12} {:>10} {:>14} {:>9}",
+        "method", "comp Mval/s", "decomp Mv/s", "density", "wire bytes", "ratio"
+    );
+    let mvals = |v: &Value| {
+        v.as_f64()
+            .map_or("-".to_string(), |x| format!("{:.1}", x / 1e6))
+    };
     for r in &rows {
         let wire = r["wire_bytes"].as_u64().unwrap_or(0).max(1) as f64;
         println!(
@@ -195,7 +231,11 @@ fn main() -> Result<()> {
     }
     println!("\nselection of k = {k} ({}):", args.density);
     for (name, t, kept) in selection {
-        println!("{name:<20} {:>9.2} ms  {:>6.2}x the memory pass  (kept {kept})", t * 1e3, t / memory);
+        println!(
+            "{name:<20} {:>9.2} ms  {:>6.2}x the memory pass  (kept {kept})",
+            t * 1e3,
+            t / memory
+        );
     }
     Ok(())
 }

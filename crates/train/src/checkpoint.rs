@@ -12,7 +12,8 @@ use std::path::{Path, PathBuf};
 use tensor::{Device, Tensor};
 
 pub fn path(dir: &Path, rank: usize) -> PathBuf {
-    dir.join("checkpoint").join(format!("rank{rank}.safetensors"))
+    dir.join("checkpoint")
+        .join(format!("rank{rank}.safetensors"))
 }
 
 /// Where training stands, stored as metadata.
@@ -34,9 +35,13 @@ pub struct Saved {
 
 pub fn save(file: &Path, tensors: &[(String, Vec<f32>, Vec<usize>)], pos: &Position) -> Result<()> {
     if let Some(parent) = file.parent() {
-        std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("creating {}", parent.display()))?;
     }
-    let bytes: Vec<Vec<u8>> = tensors.iter().map(|(_, v, _)| v.iter().flat_map(|x| x.to_le_bytes()).collect()).collect();
+    let bytes: Vec<Vec<u8>> = tensors
+        .iter()
+        .map(|(_, v, _)| v.iter().flat_map(|x| x.to_le_bytes()).collect())
+        .collect();
     let mut views = Vec::with_capacity(tensors.len());
     for ((name, _, shape), b) in tensors.iter().zip(&bytes) {
         let view = TensorView::new(Dtype::F32, shape.clone(), b)
@@ -55,14 +60,17 @@ pub fn save(file: &Path, tensors: &[(String, Vec<f32>, Vec<usize>)], pos: &Posit
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
     .collect();
-    let out = safetensors::serialize(views, &Some(meta)).map_err(|e| anyhow::anyhow!("serialising the checkpoint: {e:?}"))?;
+    let out = safetensors::serialize(views, &Some(meta))
+        .map_err(|e| anyhow::anyhow!("serialising the checkpoint: {e:?}"))?;
     crate::metrics::write_atomic(file, &out)
 }
 
 pub fn load(file: &Path) -> Result<Saved> {
-    let bytes = std::fs::read(file).with_context(|| format!("reading the checkpoint {}", file.display()))?;
-    let st = safetensors::SafeTensors::deserialize(&bytes)
-        .map_err(|e| anyhow::anyhow!("{} is not a valid safetensors file: {e:?}", file.display()))?;
+    let bytes = std::fs::read(file)
+        .with_context(|| format!("reading the checkpoint {}", file.display()))?;
+    let st = safetensors::SafeTensors::deserialize(&bytes).map_err(|e| {
+        anyhow::anyhow!("{} is not a valid safetensors file: {e:?}", file.display())
+    })?;
     let (_, meta) = safetensors::SafeTensors::read_metadata(&bytes)
         .map_err(|e| anyhow::anyhow!("{}: {e:?}", file.display()))?;
     let m = meta.metadata().clone().unwrap_or_default();
@@ -83,9 +91,17 @@ pub fn load(file: &Path) -> Result<Saved> {
     let mut tensors = Vec::new();
     for (name, view) in st.tensors() {
         if view.dtype() != Dtype::F32 {
-            bail!("{}: tensor {name} is {:?}, expected F32", file.display(), view.dtype());
+            bail!(
+                "{}: tensor {name} is {:?}, expected F32",
+                file.display(),
+                view.dtype()
+            );
         }
-        let data: Vec<f32> = view.data().chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+        let data: Vec<f32> = view
+            .data()
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
         tensors.push((name, data, view.shape().to_vec()));
     }
     tensors.sort_by(|a, b| a.0.cmp(&b.0));
@@ -98,7 +114,9 @@ pub fn take(saved: &Saved, name: &str, shape: &[usize]) -> Result<Tensor> {
         .tensors
         .iter()
         .find(|(n, _, _)| n == name)
-        .with_context(|| format!("the checkpoint has no tensor '{name}' (was it written by another model?)"))?;
+        .with_context(|| {
+            format!("the checkpoint has no tensor '{name}' (was it written by another model?)")
+        })?;
     if s != shape {
         bail!("checkpoint tensor '{name}' has shape {s:?}, the model expects {shape:?}");
     }

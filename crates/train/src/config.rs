@@ -181,9 +181,28 @@ impl Config {
         macro_rules! take {
             ($($f:ident),*) => { $( if let Some(v) = &args.$f { c.$f = v.clone(); } )* };
         }
-        take!(model, dataset, method, workers, batch_size, lr, schedule, milestones, gamma,
-              warmup_epochs, momentum, nesterov, weight_decay, clip, seed, device, backend, out,
-              log_every, synthetic_samples);
+        take!(
+            model,
+            dataset,
+            method,
+            workers,
+            batch_size,
+            lr,
+            schedule,
+            milestones,
+            gamma,
+            warmup_epochs,
+            momentum,
+            nesterov,
+            weight_decay,
+            clip,
+            seed,
+            device,
+            backend,
+            out,
+            log_every,
+            synthetic_samples
+        );
         if args.data_dir.is_some() {
             c.data_dir = args.data_dir.clone();
         }
@@ -220,7 +239,10 @@ impl Config {
             bail!("--steps and --epochs must be at least 1");
         }
         if !["constant", "step", "multistep", "cosine"].contains(&self.schedule.as_str()) {
-            bail!("--schedule {}: expected constant, step, multistep or cosine", self.schedule);
+            bail!(
+                "--schedule {}: expected constant, step, multistep or cosine",
+                self.schedule
+            );
         }
         if self.schedule == "step" && self.milestones.first().map_or(true, |&p| p <= 0.0) {
             bail!("--schedule step needs --milestones PERIOD (epochs, > 0)");
@@ -257,13 +279,26 @@ impl Config {
     pub fn schedule(&self) -> nn::optim::LrSchedule {
         use nn::optim::LrSchedule;
         let base = match self.schedule.as_str() {
-            "step" => LrSchedule::Step { every: self.milestones[0], gamma: self.gamma },
-            "multistep" => LrSchedule::MultiStep { milestones: self.milestones.clone(), gamma: self.gamma },
-            "cosine" => LrSchedule::Cosine { total: self.epochs.unwrap_or(1) as f64, min_lr: 0.0 },
+            "step" => LrSchedule::Step {
+                every: self.milestones[0],
+                gamma: self.gamma,
+            },
+            "multistep" => LrSchedule::MultiStep {
+                milestones: self.milestones.clone(),
+                gamma: self.gamma,
+            },
+            "cosine" => LrSchedule::Cosine {
+                total: self.epochs.unwrap_or(1) as f64,
+                min_lr: 0.0,
+            },
             _ => LrSchedule::Constant,
         };
         if self.warmup_epochs > 0.0 {
-            LrSchedule::Warmup { epochs: self.warmup_epochs, start_factor: 0.1, after: Box::new(base) }
+            LrSchedule::Warmup {
+                epochs: self.warmup_epochs,
+                start_factor: 0.1,
+                after: Box::new(base),
+            }
         } else {
             base
         }

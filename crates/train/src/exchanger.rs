@@ -17,8 +17,15 @@ use std::time::Instant;
 
 pub enum Job {
     Begin(StepInfo),
-    Exchange { index: usize, weights: Vec<f32>, grad: Vec<f32> },
-    After { index: usize, weights: Vec<f32> },
+    Exchange {
+        index: usize,
+        weights: Vec<f32>,
+        grad: Vec<f32>,
+    },
+    After {
+        index: usize,
+        weights: Vec<f32>,
+    },
     /// A sum over ranks (evaluation counts, the loss).
     Allreduce(Vec<f32>),
     Broadcast(Vec<u8>),
@@ -29,8 +36,16 @@ pub enum Job {
 }
 
 pub enum Reply {
-    Update { index: usize, update: Update, started: Instant },
-    After { index: usize, weights: Vec<f32>, stats: Option<WireStats> },
+    Update {
+        index: usize,
+        update: Update,
+        started: Instant,
+    },
+    After {
+        index: usize,
+        weights: Vec<f32>,
+        stats: Option<WireStats>,
+    },
     Reduced(Vec<f32>),
     Broadcast(Vec<u8>),
     State(compress::StateTensors),
@@ -67,16 +82,28 @@ impl Exchanger {
                             method.begin_step(info);
                             continue;
                         }
-                        Job::Exchange { index, weights, grad } => {
+                        Job::Exchange {
+                            index,
+                            weights,
+                            grad,
+                        } => {
                             let started = Instant::now();
                             method
                                 .exchange(&mut comm, index, &weights, &grad)
-                                .map(|update| Reply::Update { index, update, started })
+                                .map(|update| Reply::Update {
+                                    index,
+                                    update,
+                                    started,
+                                })
                                 .map_err(|e| format!("exchanging parameter {index}: {e}"))
                         }
                         Job::After { index, mut weights } => method
                             .after_step(&mut comm, index, &mut weights)
-                            .map(|stats| Reply::After { index, weights, stats })
+                            .map(|stats| Reply::After {
+                                index,
+                                weights,
+                                stats,
+                            })
                             .map_err(|e| format!("synchronising parameter {index}: {e}")),
                         Job::Allreduce(mut v) => comm
                             .allreduce(&mut v, ReduceOp::Sum)
@@ -104,7 +131,8 @@ impl Exchanger {
                     if bookkeeping {
                         let after = comm.counters().total();
                         overhead.payload_sent += after.payload_sent - before.payload_sent;
-                        overhead.payload_received += after.payload_received - before.payload_received;
+                        overhead.payload_received +=
+                            after.payload_received - before.payload_received;
                         overhead.total_sent += after.total_sent - before.total_sent;
                         overhead.total_received += after.total_received - before.total_received;
                     }
@@ -122,7 +150,12 @@ impl Exchanger {
                 }
             })
             .expect("spawning the compression thread");
-        Exchanger { jobs, replies, handle: Some(handle), after_step_every }
+        Exchanger {
+            jobs,
+            replies,
+            handle: Some(handle),
+            after_step_every,
+        }
     }
 
     pub fn send(&self, job: Job) -> Result<()> {

@@ -12,7 +12,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
 }
 
 fn token() -> Result<String> {
@@ -23,7 +25,12 @@ fn token() -> Result<String> {
 
 /// Forwards a child's stream line by line with a prefix; keeps the last lines for an
 /// error report.
-fn pump(stream: impl std::io::Read + Send + 'static, prefix: String, tail: Arc<Mutex<VecDeque<String>>>, to_stderr: bool) {
+fn pump(
+    stream: impl std::io::Read + Send + 'static,
+    prefix: String,
+    tail: Arc<Mutex<VecDeque<String>>>,
+    to_stderr: bool,
+) {
     std::thread::spawn(move || {
         for line in BufReader::new(stream).lines().map_while(|l| l.ok()) {
             if to_stderr {
@@ -61,7 +68,11 @@ pub fn launch(workers: usize, args: &[String]) -> Result<()> {
             .spawn()
             .with_context(|| format!("starting worker {rank}"))?;
         let tail = Arc::new(Mutex::new(VecDeque::new()));
-        let prefix = if workers > 1 { format!("[rank {rank}] ") } else { String::new() };
+        let prefix = if workers > 1 {
+            format!("[rank {rank}] ")
+        } else {
+            String::new()
+        };
         if let Some(out) = child.stdout.take() {
             pump(out, prefix.clone(), tail.clone(), false);
         }
@@ -87,7 +98,11 @@ pub fn launch(workers: usize, args: &[String]) -> Result<()> {
                     }
                     // Let the pumps print what is left.
                     std::thread::sleep(Duration::from_millis(100));
-                    let tail: Vec<String> = children[rank].1.lock().map(|t| t.iter().cloned().collect()).unwrap_or_default();
+                    let tail: Vec<String> = children[rank]
+                        .1
+                        .lock()
+                        .map(|t| t.iter().cloned().collect())
+                        .unwrap_or_default();
                     bail!(
                         "worker {rank} failed ({status}); the other workers were stopped. Its last output:\n  {}",
                         tail.join("\n  ")

@@ -42,7 +42,8 @@ pub fn run(cfg: &Config, resume: bool, raw_args: &[String]) -> Result<Option<Sum
         })?
     };
     let (rank, world) = (comm.rank(), comm.world_size());
-    let mut w = worker::Worker::new(cfg, rank, world, comm).with_context(|| format!("rank {rank}: setting up"))?;
+    let mut w = worker::Worker::new(cfg, rank, world, comm)
+        .with_context(|| format!("rank {rank}: setting up"))?;
     let summary = w.run(resume).with_context(|| format!("rank {rank}"))?;
     Ok(if rank == 0 { Some(summary) } else { None })
 }

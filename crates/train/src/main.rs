@@ -27,7 +27,11 @@ fn main() {
         let cfg = Config::resolve(&args)?;
         if let Some(s) = train::run(&cfg, args.resume, &raw)? {
             if std::env::var("RANK").is_err() {
-                let ratio = s.compression_ratio.map_or("- (one worker sends nothing)".to_string(), |r| format!("{r:.1}x"));
+                let ratio = s
+                    .compression_ratio
+                    .map_or("- (one worker sends nothing)".to_string(), |r| {
+                        format!("{r:.1}x")
+                    });
                 println!(
                     "final test {} {:.4}, loss {:.4}, compression ratio {ratio} ({} of {} dense bytes), {:.1} s; run directory {}",
                     s.metric_name, s.final_metric, s.final_loss, s.bytes_sent, s.dense_bytes, s.wall_seconds, cfg.out.display()

@@ -11,11 +11,14 @@ use std::path::Path;
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let tmp = path.with_extension("tmp");
     {
-        let mut f = std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
-        f.write_all(bytes).with_context(|| format!("writing {}", tmp.display()))?;
+        let mut f =
+            std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+        f.write_all(bytes)
+            .with_context(|| format!("writing {}", tmp.display()))?;
         f.sync_all().ok();
     }
-    std::fs::rename(&tmp, path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))
+    std::fs::rename(&tmp, path)
+        .with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))
 }
 
 /// One logging step: averages since the previous log line, cumulative bytes.
@@ -29,6 +32,8 @@ pub struct StepRecord {
     pub density: f64,
     pub bytes_sent: u64,
     pub bytes_received: u64,
+    /// What a dense f32 ring allreduce would have sent by this step.
+    pub dense_bytes: u64,
     pub message_bytes: u64,
     pub dense_message_bytes: u64,
     /// Seconds per step, averaged over the steps since the last log line.

@@ -18,8 +18,17 @@ pub struct Task {
     pub metric_name: &'static str,
 }
 
-const IMAGE_MODELS: [&str; 9] =
-    ["resnet20", "resnet32", "resnet44", "resnet56", "resnet110", "lenet5", "vgg16", "alexnet", "resnet50"];
+const IMAGE_MODELS: [&str; 9] = [
+    "resnet20",
+    "resnet32",
+    "resnet44",
+    "resnet56",
+    "resnet110",
+    "lenet5",
+    "vgg16",
+    "alexnet",
+    "resnet50",
+];
 
 /// `[C, H, W]` and the number of classes of a dataset, without loading it.
 fn dataset_shape(c: &Config) -> Result<([usize; 3], usize)> {
@@ -29,7 +38,14 @@ fn dataset_shape(c: &Config) -> Result<([usize; 3], usize)> {
         "synthetic" => {
             let s = nn::models::input_shape(&c.model)
                 .with_context(|| format!("model {} has no image input shape", c.model))?;
-            ([s[0], s[1], s[2]], if c.model == "resnet50" || c.model == "alexnet" { 1000 } else { 10 })
+            (
+                [s[0], s[1], s[2]],
+                if c.model == "resnet50" || c.model == "alexnet" {
+                    1000
+                } else {
+                    10
+                },
+            )
         }
         d => bail!("--dataset {d}: expected fashion-mnist, cifar10 or synthetic"),
     })
@@ -49,7 +65,10 @@ pub fn check(c: &Config) -> Result<()> {
         if [ch, h, w] != want {
             bail!(
                 "--model {} expects {:?} inputs, but --dataset {} gives {:?}",
-                c.model, want, c.dataset, [ch, h, w]
+                c.model,
+                want,
+                c.dataset,
+                [ch, h, w]
             );
         }
         Ok(())
@@ -58,7 +77,10 @@ pub fn check(c: &Config) -> Result<()> {
         "vgg16" => fixed([3, 32, 32])?,
         "alexnet" => fixed([3, 227, 227])?,
         "resnet50" => fixed([3, 224, 224])?,
-        "lenet5" if h != 28 || w != 28 => bail!("--model lenet5 expects 28×28 inputs, --dataset {} gives {h}×{w}", c.dataset),
+        "lenet5" if h != 28 || w != 28 => bail!(
+            "--model lenet5 expects 28×28 inputs, --dataset {} gives {h}×{w}",
+            c.dataset
+        ),
         _ => {}
     }
     Ok(())
@@ -76,7 +98,9 @@ fn build_model(c: &Config, channels: usize, classes: usize) -> Result<Box<dyn Mo
                 .strip_prefix("resnet")
                 .and_then(|d| d.parse().ok())
                 .with_context(|| format!("model {name}"))?;
-            Box::new(nn::models::resnet_cifar(depth, channels, classes, &mut rng)?)
+            Box::new(nn::models::resnet_cifar(
+                depth, channels, classes, &mut rng,
+            )?)
         }
     };
     Ok(m)
@@ -111,7 +135,12 @@ impl Task {
         let model = build_model(c, ch, classes)?;
         let (train, test): (Arc<dyn Dataset>, Arc<dyn Dataset>) = match c.dataset.as_str() {
             "synthetic" => (
-                Arc::new(SyntheticImages { n: c.synthetic_samples, shape: [ch, h, w], classes, seed: c.seed }),
+                Arc::new(SyntheticImages {
+                    n: c.synthetic_samples,
+                    shape: [ch, h, w],
+                    classes,
+                    seed: c.seed,
+                }),
                 Arc::new(SyntheticImages {
                     n: c.eval_samples.unwrap_or(1024),
                     shape: [ch, h, w],
@@ -120,19 +149,34 @@ impl Task {
                 }),
             ),
             "fashion-mnist" => {
-                let dir = c.data_dir.clone().unwrap_or_else(|| PathBuf::from(data::prepare::FASHION_MNIST_SYSTEM_DIR));
+                let dir = c
+                    .data_dir
+                    .clone()
+                    .unwrap_or_else(|| PathBuf::from(data::prepare::FASHION_MNIST_SYSTEM_DIR));
                 let file = |n: &str| dir.join(n);
-                let missing = || format!("Fashion-MNIST not found in {}: `apt-get install dataset-fashion-mnist`, or --data-dir DIR with the four IDX files", dir.display());
-                let train = data::read_mnist(&file("train-images-idx3-ubyte.gz"), &file("train-labels-idx1-ubyte.gz"), 10)
-                    .with_context(missing)?;
-                let test = data::read_mnist(&file("t10k-images-idx3-ubyte.gz"), &file("t10k-labels-idx1-ubyte.gz"), 10)
-                    .with_context(missing)?
-                    .with_stats(train.mean.clone(), train.std.clone());
+                let missing = || {
+                    format!("Fashion-MNIST not found in {}: `apt-get install dataset-fashion-mnist`, or --data-dir DIR with the four IDX files", dir.display())
+                };
+                let train = data::read_mnist(
+                    &file("train-images-idx3-ubyte.gz"),
+                    &file("train-labels-idx1-ubyte.gz"),
+                    10,
+                )
+                .with_context(missing)?;
+                let test = data::read_mnist(
+                    &file("t10k-images-idx3-ubyte.gz"),
+                    &file("t10k-labels-idx1-ubyte.gz"),
+                    10,
+                )
+                .with_context(missing)?
+                .with_stats(train.mean.clone(), train.std.clone());
                 (Arc::new(train), limit(test, c.eval_samples))
             }
             "cifar10" => {
                 let dir = c.data_dir.clone().context("--dataset cifar10 needs --data-dir (the directory of data_batch_1.bin ... test_batch.bin)")?;
-                let names: Vec<PathBuf> = (1..=5).map(|i| dir.join(format!("data_batch_{i}.bin"))).collect();
+                let names: Vec<PathBuf> = (1..=5)
+                    .map(|i| dir.join(format!("data_batch_{i}.bin")))
+                    .collect();
                 let refs: Vec<&std::path::Path> = names.iter().map(|p| p.as_path()).collect();
                 let train = data::read_cifar10(&refs)?.with_augment(data::Augment::cifar());
                 let test = data::read_cifar10(&[dir.join("test_batch.bin").as_path()])?
@@ -141,6 +185,11 @@ impl Task {
             }
             d => bail!("--dataset {d}"),
         };
-        Ok(Task { model, train, test, metric_name: "accuracy" })
+        Ok(Task {
+            model,
+            train,
+            test,
+            metric_name: "accuracy",
+        })
     }
 }

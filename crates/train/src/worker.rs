@@ -60,6 +60,18 @@ pub struct Worker {
     last_loss: f64,
 }
 
+/// Test hook: with GRADEX_FAULT_RANK=r and GRADEX_FAULT_STEP=s, rank r dies abruptly
+/// (no cleanup, like a killed process) when it reaches step s. The tests use it to check
+/// that a dead worker ends the job with an error naming it and leaves a checkpoint that
+/// resumes.
+fn fault_injection(rank: usize, step: usize) {
+    let var = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<usize>().ok());
+    if var("GRADEX_FAULT_RANK") == Some(rank) && var("GRADEX_FAULT_STEP") == Some(step) {
+        eprintln!("rank {rank}: GRADEX_FAULT_STEP={step} reached, exiting abruptly");
+        std::process::exit(17);
+    }
+}
+
 fn tensor_f32(t: &Tensor) -> Vec<f32> {
     t.to_vec::<f32>().unwrap_or_default()
 }
@@ -79,18 +91,26 @@ impl Worker {
             weight_decay: cfg.weight_decay,
         };
         let mut method = build(&spec, &ctx)?;
-        let specs: Vec<ParamSpec> = params.iter().map(|p| ParamSpec::new(&p.name, p.tensor.dims())).collect();
+        let specs: Vec<ParamSpec> = params
+            .iter()
+            .map(|p| ParamSpec::new(&p.name, p.tensor.dims()))
+            .collect();
         method.init(&specs)?;
         let opt = Sgd::new(cfg.lr, cfg.momentum, cfg.nesterov, cfg.weight_decay)?;
         let ex = Exchanger::spawn(comm, method);
-        let fired: Arc<Vec<AtomicBool>> = Arc::new(params.iter().map(|_| AtomicBool::new(false)).collect());
+        let fired: Arc<Vec<AtomicBool>> =
+            Arc::new(params.iter().map(|_| AtomicBool::new(false)).collect());
         for (i, p) in params.iter().enumerate() {
             let (jobs, fired, w) = (ex.jobs.clone(), fired.clone(), p.tensor.clone());
             p.tensor.register_grad_hook(move |g| {
                 fired[i].store(true, Ordering::SeqCst);
                 // A conversion failure sends empty buffers, which the method rejects
                 // with an error naming the parameter.
-                let _ = jobs.send(Job::Exchange { index: i, weights: tensor_f32(&w), grad: tensor_f32(g) });
+                let _ = jobs.send(Job::Exchange {
+                    index: i,
+                    weights: tensor_f32(&w),
+                    grad: tensor_f32(g),
+                });
             })?;
         }
         Ok(Worker {
@@ -116,17 +136,30 @@ impl Worker {
         for t in self.params.iter().chain(&self.buffers) {
             bytes.extend(tensor_f32(&t.tensor).iter().flat_map(|x| x.to_le_bytes()));
         }
-        let got = self.ex.broadcast(if self.rank == 0 { bytes } else { Vec::new() })?;
+        let got = self
+            .ex
+            .broadcast(if self.rank == 0 { bytes } else { Vec::new() })?;
         let mut off = 0;
         for t in self.params.iter().chain(&self.buffers) {
             let n = t.tensor.elem_count();
-            let chunk = got.get(off..off + 4 * n).context("rank 0's model is smaller than ours (different --model?)")?;
-            let v: Vec<f32> = chunk.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
-            no_grad(|| t.tensor.assign(&Tensor::from_vec(v, t.tensor.dims().to_vec(), Device::Cpu)?))?;
+            let chunk = got
+                .get(off..off + 4 * n)
+                .context("rank 0's model is smaller than ours (different --model?)")?;
+            let v: Vec<f32> = chunk
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect();
+            no_grad(|| {
+                t.tensor
+                    .assign(&Tensor::from_vec(v, t.tensor.dims().to_vec(), Device::Cpu)?)
+            })?;
             off += 4 * n;
         }
         if off != got.len() {
-            bail!("rank 0's model has {} bytes, ours {off} (different --model?)", got.len());
+            bail!(
+                "rank 0's model has {} bytes, ours {off} (different --model?)",
+                got.len()
+            );
         }
         Ok(())
     }
@@ -134,10 +167,18 @@ impl Worker {
     fn save_checkpoint(&self) -> Result<()> {
         let mut tensors = Vec::new();
         for p in &self.params {
-            tensors.push((format!("param/{}", p.name), tensor_f32(&p.tensor), p.tensor.dims().to_vec()));
+            tensors.push((
+                format!("param/{}", p.name),
+                tensor_f32(&p.tensor),
+                p.tensor.dims().to_vec(),
+            ));
         }
         for b in &self.buffers {
-            tensors.push((format!("buffer/{}", b.name), tensor_f32(&b.tensor), b.tensor.dims().to_vec()));
+            tensors.push((
+                format!("buffer/{}", b.name),
+                tensor_f32(&b.tensor),
+                b.tensor.dims().to_vec(),
+            ));
         }
         for (i, t) in self.opt.momentum_buffers() {
             tensors.push((format!("optim/{i}"), tensor_f32(&t), t.dims().to_vec()));
@@ -146,7 +187,11 @@ impl Worker {
             let n = v.len();
             tensors.push((format!("method/{k}"), v, vec![n]));
         }
-        checkpoint::save(&checkpoint::path(&self.cfg.out, self.rank), &tensors, &self.pos)
+        checkpoint::save(
+            &checkpoint::path(&self.cfg.out, self.rank),
+            &tensors,
+            &self.pos,
+        )
     }
 
     fn load_checkpoint(&mut self) -> Result<()> {
@@ -154,22 +199,42 @@ impl Worker {
         let saved = checkpoint::load(&file)?;
         no_grad(|| -> Result<()> {
             for p in &self.params {
-                p.tensor.assign(&checkpoint::take(&saved, &format!("param/{}", p.name), p.tensor.dims())?)?;
+                p.tensor.assign(&checkpoint::take(
+                    &saved,
+                    &format!("param/{}", p.name),
+                    p.tensor.dims(),
+                )?)?;
             }
             for b in &self.buffers {
-                b.tensor.assign(&checkpoint::take(&saved, &format!("buffer/{}", b.name), b.tensor.dims())?)?;
+                b.tensor.assign(&checkpoint::take(
+                    &saved,
+                    &format!("buffer/{}", b.name),
+                    b.tensor.dims(),
+                )?)?;
             }
             Ok(())
         })?;
         let mut method_state = Vec::new();
         for (name, data, shape) in &saved.tensors {
             if let Some(i) = name.strip_prefix("optim/") {
-                let i: usize = i.parse().with_context(|| format!("checkpoint tensor {name}"))?;
-                let p = self.params.get(i).with_context(|| format!("checkpoint tensor {name}: no parameter {i}"))?;
+                let i: usize = i
+                    .parse()
+                    .with_context(|| format!("checkpoint tensor {name}"))?;
+                let p = self
+                    .params
+                    .get(i)
+                    .with_context(|| format!("checkpoint tensor {name}: no parameter {i}"))?;
                 if shape != p.tensor.dims() {
-                    bail!("checkpoint tensor {name} has shape {shape:?}, parameter {} {:?}", p.name, p.tensor.dims());
+                    bail!(
+                        "checkpoint tensor {name} has shape {shape:?}, parameter {} {:?}",
+                        p.name,
+                        p.tensor.dims()
+                    );
                 }
-                self.opt.set_momentum_buffer(i, Tensor::from_vec(data.clone(), shape.clone(), Device::Cpu)?);
+                self.opt.set_momentum_buffer(
+                    i,
+                    Tensor::from_vec(data.clone(), shape.clone(), Device::Cpu)?,
+                );
             } else if let Some(k) = name.strip_prefix("method/") {
                 method_state.push((k.to_string(), data.clone()));
             }
@@ -185,9 +250,11 @@ impl Worker {
         let started = Instant::now();
         let cfg = self.cfg.clone();
         let lead = self.rank == 0;
-        std::fs::create_dir_all(&cfg.out).with_context(|| format!("creating the run directory {}", cfg.out.display()))?;
+        std::fs::create_dir_all(&cfg.out)
+            .with_context(|| format!("creating the run directory {}", cfg.out.display()))?;
         if resume {
-            self.load_checkpoint().with_context(|| format!("resuming from {}", cfg.out.display()))?;
+            self.load_checkpoint()
+                .with_context(|| format!("resuming from {}", cfg.out.display()))?;
         } else {
             self.broadcast_model()?;
             if lead {
@@ -195,7 +262,13 @@ impl Worker {
             }
         }
         let mut metrics = MetricsWriter::open(&cfg.out, lead, !resume)?;
-        let loader = Loader::new(self.task.train.clone(), cfg.batch_size, self.rank, self.world, cfg.seed)?;
+        let loader = Loader::new(
+            self.task.train.clone(),
+            cfg.batch_size,
+            self.rank,
+            self.world,
+            cfg.seed,
+        )?;
         let per_epoch = loader.batches_per_epoch();
         let (total_steps, epochs) = cfg.plan(per_epoch);
         let schedule = cfg.schedule();
@@ -203,7 +276,11 @@ impl Worker {
         let world = self.world as u64;
         let dense_ring = move |count: u64| -> u64 {
             // A ring allreduce sends 2(P−1)/P of the vector from every rank.
-            if world > 1 { count * 2 * (world - 1) * 4 * n_params as u64 / world } else { 0 }
+            if world > 1 {
+                count * 2 * (world - 1) * 4 * n_params as u64 / world
+            } else {
+                0
+            }
         };
         let wall_before = self.pos.wall_seconds;
         let mut window = Window::default();
@@ -212,7 +289,14 @@ impl Worker {
         if lead {
             println!(
                 "training {} on {} with {} ({} workers × batch {}), {} steps in {} epochs of {}",
-                cfg.model, cfg.dataset, cfg.method, self.world, cfg.batch_size, total_steps, epochs, per_epoch
+                cfg.model,
+                cfg.dataset,
+                cfg.method,
+                self.world,
+                cfg.batch_size,
+                total_steps,
+                epochs,
+                per_epoch
             );
         }
         for epoch in self.pos.epoch..epochs {
@@ -221,12 +305,22 @@ impl Worker {
                     break;
                 }
                 let batch = batch?;
+                fault_injection(self.rank, step);
                 let epoch_f = step as f64 / per_epoch as f64;
                 let lr = schedule.lr(cfg.lr, epoch_f);
                 self.opt.set_lr(lr);
-                self.ex.send(Job::Begin(StepInfo { step: step as u64, epoch: epoch_f }))?;
+                self.ex.send(Job::Begin(StepInfo {
+                    step: step as u64,
+                    epoch: epoch_f,
+                }))?;
                 let t0 = Instant::now();
-                let mut ctx = Ctx { training: true, rng: Rng::for_rank(cfg.seed ^ (step as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15), self.rank) };
+                let mut ctx = Ctx {
+                    training: true,
+                    rng: Rng::for_rank(
+                        cfg.seed ^ (step as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+                        self.rank,
+                    ),
+                };
                 let logits = self.task.model.forward(&batch.inputs, &mut ctx)?;
                 let loss = nn::loss::cross_entropy(&logits, &batch.labels, None)?;
                 let loss_value = loss.to_scalar::<f32>()? as f64;
@@ -238,15 +332,25 @@ impl Worker {
                 for (i, f) in self.fired.iter().enumerate() {
                     if !f.swap(false, Ordering::SeqCst) {
                         let n = self.params[i].tensor.elem_count();
-                        self.ex.send(Job::Exchange { index: i, weights: tensor_f32(&self.params[i].tensor), grad: vec![0.0; n] })?;
+                        self.ex.send(Job::Exchange {
+                            index: i,
+                            weights: tensor_f32(&self.params[i].tensor),
+                            grad: vec![0.0; n],
+                        })?;
                     }
                 }
-                let mut updates: Vec<Option<compress::Update>> = (0..self.params.len()).map(|_| None).collect();
+                let mut updates: Vec<Option<compress::Update>> =
+                    (0..self.params.len()).map(|_| None).collect();
                 let mut first_start: Option<Instant> = None;
                 for _ in 0..self.params.len() {
                     match self.ex.recv()? {
-                        Reply::Update { index, update, started } => {
-                            first_start = Some(first_start.map_or(started, |f: Instant| f.min(started)));
+                        Reply::Update {
+                            index,
+                            update,
+                            started,
+                        } => {
+                            first_start =
+                                Some(first_start.map_or(started, |f: Instant| f.min(started)));
                             window.wire.add(&update.stats);
                             updates[index] = Some(update);
                         }
@@ -268,13 +372,27 @@ impl Worker {
                 window.step += step_s;
                 window.compute += (backward_end - t0).as_secs_f64();
                 window.idle += idle;
-                window.overlap += first_start.map_or(0.0, |f| if f < backward_end { (backward_end - f).as_secs_f64() } else { -(f - backward_end).as_secs_f64() });
+                window.overlap += first_start.map_or(0.0, |f| {
+                    if f < backward_end {
+                        (backward_end - f).as_secs_f64()
+                    } else {
+                        -(f - backward_end).as_secs_f64()
+                    }
+                });
                 self.idle_fractions.push(idle / step_s);
                 self.step_times.push(step_s);
                 step += 1;
                 self.pos.step = step;
                 if step % cfg.log_every.max(1) == 0 || step == total_steps {
-                    self.log(&mut window, &mut metrics, step, total_steps, per_epoch, lr, &dense_ring)?;
+                    self.log(
+                        &mut window,
+                        &mut metrics,
+                        step,
+                        total_steps,
+                        per_epoch,
+                        lr,
+                        &dense_ring,
+                    )?;
                 }
             }
             let (metric, test_loss) = self.evaluate()?;
@@ -294,7 +412,12 @@ impl Worker {
                 bytes_sent: traffic.payload_sent,
             })?;
             if lead {
-                println!("epoch {} step {step}: test {} {:.4}, test loss {test_loss:.4}", epoch + 1, self.task.metric_name, metric);
+                println!(
+                    "epoch {} step {step}: test {} {:.4}, test loss {test_loss:.4}",
+                    epoch + 1,
+                    self.task.metric_name,
+                    metric
+                );
             }
             self.save_checkpoint()?;
             if step >= total_steps {
@@ -307,7 +430,13 @@ impl Worker {
         }
         let traffic = self.ex.counters()?;
         let dense = dense_ring(self.pos.step as u64);
-        let ratio = |d: u64, s: u64| if s > 0 { Some(d as f64 / s as f64) } else { None };
+        let ratio = |d: u64, s: u64| {
+            if s > 0 {
+                Some(d as f64 / s as f64)
+            } else {
+                None
+            }
+        };
         let n = self.step_times.len().max(1) as f64;
         let summary = Summary {
             final_metric: last_metric,
@@ -330,7 +459,10 @@ impl Worker {
             mean_idle_fraction: self.idle_fractions.iter().sum::<f64>() / n,
         };
         if lead {
-            crate::metrics::write_atomic(&cfg.out.join("summary.json"), serde_json::to_string_pretty(&summary)?.as_bytes())?;
+            crate::metrics::write_atomic(
+                &cfg.out.join("summary.json"),
+                serde_json::to_string_pretty(&summary)?.as_bytes(),
+            )?;
         }
         Ok(summary)
     }
@@ -343,7 +475,11 @@ impl Worker {
             grads.push((i, Tensor::from_vec(u.values, dims, Device::Cpu)?, u.kind));
         }
         if self.cfg.clip > 0.0 {
-            let mut gs: Vec<Tensor> = grads.iter().filter(|g| g.2 == UpdateKind::Gradient).map(|g| g.1.clone()).collect();
+            let mut gs: Vec<Tensor> = grads
+                .iter()
+                .filter(|g| g.2 == UpdateKind::Gradient)
+                .map(|g| g.1.clone())
+                .collect();
             nn::optim::clip_grad_norm(&mut gs, self.cfg.clip)?;
             let mut it = gs.into_iter();
             for g in grads.iter_mut().filter(|g| g.2 == UpdateKind::Gradient) {
@@ -364,13 +500,22 @@ impl Worker {
 
     fn sync_weights(&mut self, wire: &mut WireStats) -> Result<()> {
         for (i, p) in self.params.iter().enumerate() {
-            self.ex.send(Job::After { index: i, weights: tensor_f32(&p.tensor) })?;
+            self.ex.send(Job::After {
+                index: i,
+                weights: tensor_f32(&p.tensor),
+            })?;
         }
         for _ in 0..self.params.len() {
             match self.ex.recv()? {
-                Reply::After { index, weights, stats } => {
+                Reply::After {
+                    index,
+                    weights,
+                    stats,
+                } => {
                     let p = &self.params[index].tensor;
-                    no_grad(|| p.assign(&Tensor::from_vec(weights, p.dims().to_vec(), Device::Cpu)?))?;
+                    no_grad(|| {
+                        p.assign(&Tensor::from_vec(weights, p.dims().to_vec(), Device::Cpu)?)
+                    })?;
                     if let Some(s) = stats {
                         wire.add(&s);
                     }
@@ -408,6 +553,7 @@ impl Worker {
             density: w.wire.density(),
             bytes_sent: traffic.payload_sent,
             bytes_received: traffic.payload_received,
+            dense_bytes: dense_ring(step as u64),
             message_bytes: self.pos.message_bytes,
             dense_message_bytes: self.pos.dense_message_bytes,
             step_seconds: w.step / k,
@@ -420,7 +566,11 @@ impl Worker {
         metrics.write(&rec)?;
         if self.rank == 0 {
             let dense = dense_ring(step as u64);
-            let ratio = if traffic.payload_sent > 0 { format!("{:.1}x", dense as f64 / traffic.payload_sent as f64) } else { "-".into() };
+            let ratio = if traffic.payload_sent > 0 {
+                format!("{:.1}x", dense as f64 / traffic.payload_sent as f64)
+            } else {
+                "-".into()
+            };
             println!(
                 "step {step}/{total} epoch {:.2} loss {loss:.4} lr {lr:.4} density {:.5} sent {:.2} MB ratio {ratio} | step {:.1} ms: compute {:.1}, compress {:.1}, comm {:.1}, idle {:.1}",
                 rec.epoch,
@@ -440,7 +590,16 @@ impl Worker {
     /// Test metric and loss: each rank evaluates its shard; the counts are summed.
     fn evaluate(&mut self) -> Result<(f64, f64)> {
         let loader = {
-            let mut l = Loader::new(self.task.test.clone(), self.cfg.batch_size.min(self.task.test.len() / self.world).max(1), self.rank, self.world, 0)?;
+            let mut l = Loader::new(
+                self.task.test.clone(),
+                self.cfg
+                    .batch_size
+                    .min(self.task.test.len() / self.world)
+                    .max(1),
+                self.rank,
+                self.world,
+                0,
+            )?;
             l.shuffle = false;
             l
         };
@@ -451,7 +610,9 @@ impl Worker {
                 let batch = batch?;
                 let logits = self.task.model.forward(&batch.inputs, &mut ctx)?;
                 let n = batch.labels.elem_count() as f64;
-                loss_sum += nn::loss::cross_entropy(&logits, &batch.labels, None)?.to_scalar::<f32>()? as f64 * n;
+                loss_sum += nn::loss::cross_entropy(&logits, &batch.labels, None)?
+                    .to_scalar::<f32>()? as f64
+                    * n;
                 let pred = logits.argmax(1, false)?.to_vec::<u32>()?;
                 let labels = batch.labels.to_vec::<u32>()?;
                 correct += pred.iter().zip(&labels).filter(|(a, b)| a == b).count() as f64;
@@ -459,7 +620,9 @@ impl Worker {
             }
             Ok(())
         })?;
-        let r = self.ex.allreduce(vec![correct as f32, count as f32, loss_sum as f32])?;
+        let r = self
+            .ex
+            .allreduce(vec![correct as f32, count as f32, loss_sum as f32])?;
         let n = (r[1] as f64).max(1.0);
         Ok((r[0] as f64 / n, r[2] as f64 / n))
     }
