@@ -151,63 +151,6 @@ fn ratio_after(records: &[Value], from_epoch: f64) -> Option<f64> {
     (s1 > s0).then(|| (d1 - d0) / (s1 - s0))
 }
 
-fn svg_curves(curves: &[(String, Vec<(f64, f64)>)], path: &Path) -> Result<()> {
-    let (w, h, m) = (640.0, 400.0, 50.0);
-    let max_e = curves
-        .iter()
-        .flat_map(|c| c.1.iter().map(|p| p.0))
-        .fold(1.0f64, f64::max);
-    let (lo, hi) = curves
-        .iter()
-        .flat_map(|c| c.1.iter().map(|p| p.1))
-        .fold((f64::MAX, f64::MIN), |(a, b), v| (a.min(v), b.max(v)));
-    let (lo, hi) = if lo < hi {
-        (lo - 0.01, hi + 0.01)
-    } else {
-        (0.0, 1.0)
-    };
-    let x = |e: f64| m + (w - 2.0 * m) * e / max_e;
-    let y = |v: f64| h - m - (h - 2.0 * m) * (v - lo) / (hi - lo);
-    let colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"];
-    let mut s = format!("<svg xmlns='http://www.w3.org/2000/svg' width='{w}' height='{h}' font-family='sans-serif' font-size='12'>\n<rect width='100%' height='100%' fill='white'/>\n");
-    s += &format!("<line x1='{m}' y1='{}' x2='{}' y2='{}' stroke='black'/><line x1='{m}' y1='{m}' x2='{m}' y2='{}' stroke='black'/>\n", h - m, w - m, h - m, h - m);
-    s += &format!("<text x='{}' y='{}' text-anchor='middle'>epoch</text><text x='12' y='{}' transform='rotate(-90 12 {})' text-anchor='middle'>test top-1 accuracy</text>\n", w / 2.0, h - 12.0, h / 2.0, h / 2.0);
-    for k in 0..=4 {
-        let v = lo + (hi - lo) * k as f64 / 4.0;
-        s += &format!(
-            "<text x='{}' y='{}' text-anchor='end'>{:.3}</text>\n",
-            m - 4.0,
-            y(v) + 4.0,
-            v
-        );
-    }
-    for k in 0..=(max_e as usize) {
-        s += &format!(
-            "<text x='{}' y='{}' text-anchor='middle'>{k}</text>\n",
-            x(k as f64),
-            h - m + 16.0
-        );
-    }
-    for (i, (name, pts)) in curves.iter().enumerate() {
-        let c = colors[i % colors.len()];
-        let d: Vec<String> = pts
-            .iter()
-            .map(|(e, v)| format!("{:.1},{:.1}", x(*e), y(*v)))
-            .collect();
-        s += &format!(
-            "<polyline fill='none' stroke='{c}' stroke-width='2' points='{}'/>\n",
-            d.join(" ")
-        );
-        s += &format!(
-            "<text x='{}' y='{}' fill='{c}'>{name}</text>\n",
-            w - m - 150.0,
-            m + 16.0 * i as f64
-        );
-    }
-    s += "</svg>\n";
-    std::fs::write(path, s).with_context(|| format!("writing {}", path.display()))
-}
-
 fn main() -> Result<()> {
     let args = Args::parse();
     if let Some(cfg_path) = &args.worker_config {
@@ -320,7 +263,17 @@ fn main() -> Result<()> {
         );
     }
     std::fs::write(args.out.join("table2.csv"), &csv)?;
-    svg_curves(&curves, &args.out.join("curves.svg"))?;
+    let series: Vec<train::plot::Series> = curves
+        .into_iter()
+        .map(|(name, points)| train::plot::Series { name, points })
+        .collect();
+    train::plot::line_chart(
+        &args.out.join("curves.svg"),
+        "DGC Table 2: test accuracy",
+        "epoch",
+        "top-1 accuracy",
+        &series,
+    )?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(());

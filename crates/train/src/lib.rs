@@ -1,13 +1,14 @@
 //! The data-parallel trainer: a worker loop whose compression thread overlaps backprop
 //! ([`worker`], [`exchanger`]), the launcher that starts local workers ([`launcher`]),
 //! the configuration and CLI ([`config`]), what a run writes ([`metrics`],
-//! [`checkpoint`]), and what is trained on what ([`task`]).
+//! [`checkpoint`], [`plot`]), and what is trained on what ([`task`]).
 
 pub mod checkpoint;
 pub mod config;
 pub mod exchanger;
 pub mod launcher;
 pub mod metrics;
+pub mod plot;
 pub mod task;
 pub mod worker;
 

@@ -463,6 +463,7 @@ impl Worker {
                 &cfg.out.join("summary.json"),
                 serde_json::to_string_pretty(&summary)?.as_bytes(),
             )?;
+            crate::plot::run_charts(&cfg.out, self.task.metric_name)?;
         }
         Ok(summary)
     }

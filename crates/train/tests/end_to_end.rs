@@ -111,6 +111,10 @@ fn every_method_trains_with_identical_parameters_and_its_compression_ratio() {
             "summary.json",
             "checkpoint/rank0.safetensors",
             "checkpoint/rank1.safetensors",
+            "loss_by_epoch.svg",
+            "loss_by_bytes.svg",
+            "metric_by_epoch.svg",
+            "metric_by_bytes.svg",
         ] {
             assert!(dir.join(f).exists(), "{method}: {f} missing");
         }
@@ -308,6 +312,7 @@ fn wrong_configurations_fail_before_any_worker_starts() {
     let o = train(&["--config", dir.join("c.toml").to_str().unwrap()], &[]);
     assert!(!o.status.success());
     assert!(text(&o).contains("learning_rate"), "{}", text(&o));
+    let _ = std::fs::remove_dir_all(&dir);
     let o = train(&["--help"], &[]);
     assert!(text(&o).contains("momentum_correction") && text(&o).contains("--method-opt"));
 }
