@@ -1,24 +1,11 @@
 //! Selection: exact top-k against a full sort; DGC's sampled threshold keeps between
 //! 0.8·k and 1.3·k on realistic, heavy-tailed gradients.
 
+mod common;
+
+use common::heavy_tailed;
 use compress::select::{exact_topk, sampled_threshold};
 use tensor::Rng;
-
-/// Gradient-like values: mostly small Gaussian noise, a heavy tail (Student-t-like, from
-/// a Gaussian divided by the root of a chi-square with 3 degrees of freedom), and some
-/// exact zeros (dead ReLUs).
-fn heavy_tailed(n: usize, seed: u64) -> Vec<f32> {
-    let mut r = Rng::new(seed);
-    (0..n)
-        .map(|_| {
-            if r.below(20) == 0 {
-                return 0.0;
-            }
-            let chi: f64 = (0..3).map(|_| r.normal().powi(2)).sum::<f64>() / 3.0;
-            (1e-3 * r.normal() / chi.sqrt()) as f32
-        })
-        .collect()
-}
 
 #[test]
 fn exact_topk_matches_a_full_sort() {

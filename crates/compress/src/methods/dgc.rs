@@ -254,13 +254,8 @@ impl Method for Dgc {
         Ok(m.update(out, kind))
     }
     fn state(&self) -> StateTensors {
-        let mut s: StateTensors = Vec::new();
-        for (i, u) in self.u.iter().enumerate() {
-            s.push((format!("u.{i}"), u.clone()));
-        }
-        for (i, v) in self.v.iter().enumerate() {
-            s.push((format!("v.{i}"), v.clone()));
-        }
+        let mut s = crate::methods::named_state("u", &self.u);
+        s.extend(crate::methods::named_state("v", &self.v));
         s.push(("rng".into(), crate::methods::rng_to_state(&self.rng)));
         s
     }

@@ -207,11 +207,7 @@ impl Method for GradientDropping {
         Ok(Some(m.stats))
     }
     fn state(&self) -> StateTensors {
-        self.residual
-            .iter()
-            .enumerate()
-            .map(|(i, r)| (format!("residual.{i}"), r.clone()))
-            .collect()
+        crate::methods::named_state("residual", &self.residual)
     }
     fn load_state(&mut self, state: &StateTensors) -> Result<()> {
         crate::methods::load_named(self.label(), state, &mut [("residual", &mut self.residual)])

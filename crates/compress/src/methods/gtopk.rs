@@ -109,11 +109,7 @@ impl Method for GTopK {
         Ok(m.update(out, UpdateKind::Gradient))
     }
     fn state(&self) -> StateTensors {
-        self.residual
-            .iter()
-            .enumerate()
-            .map(|(i, r)| (format!("residual.{i}"), r.clone()))
-            .collect()
+        crate::methods::named_state("residual", &self.residual)
     }
     fn load_state(&mut self, state: &StateTensors) -> Result<()> {
         crate::methods::load_named("gtopk", state, &mut [("residual", &mut self.residual)])

@@ -41,6 +41,15 @@ pub(crate) fn split_rng(method: &str, state: &StateTensors) -> Result<(Rng, Stat
     Ok((Rng::from_state(s).ok_or_else(bad)?, rest))
 }
 
+/// Per-parameter vectors as state entries named `{name}.{index}` (what [`load_named`]
+/// reads back).
+pub(crate) fn named_state(name: &str, vecs: &[Vec<f32>]) -> StateTensors {
+    vecs.iter()
+        .enumerate()
+        .map(|(i, v)| (format!("{name}.{i}"), v.clone()))
+        .collect()
+}
+
 /// Fills each slot's per-parameter vectors from entries named `{slot}.{index}`, checking
 /// that every entry is used and every length matches what `init` allocated.
 pub(crate) fn load_named(

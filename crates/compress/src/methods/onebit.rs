@@ -147,11 +147,7 @@ impl Method for OneBit {
         Ok(m.update(out, UpdateKind::Gradient))
     }
     fn state(&self) -> StateTensors {
-        self.error
-            .iter()
-            .enumerate()
-            .map(|(i, e)| (format!("error.{i}"), e.clone()))
-            .collect()
+        crate::methods::named_state("error", &self.error)
     }
     fn load_state(&mut self, state: &StateTensors) -> Result<()> {
         crate::methods::load_named("onebit", state, &mut [("error", &mut self.error)])

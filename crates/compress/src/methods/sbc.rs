@@ -220,13 +220,8 @@ impl Method for Sbc {
         Ok(Some(m.stats))
     }
     fn state(&self) -> StateTensors {
-        let mut s: StateTensors = Vec::new();
-        for (i, w) in self.w_sync.iter().enumerate() {
-            s.push((format!("w_sync.{i}"), w.clone()));
-        }
-        for (i, r) in self.residual.iter().enumerate() {
-            s.push((format!("residual.{i}"), r.clone()));
-        }
+        let mut s = crate::methods::named_state("w_sync", &self.w_sync);
+        s.extend(crate::methods::named_state("residual", &self.residual));
         s
     }
     fn load_state(&mut self, state: &StateTensors) -> Result<()> {
