@@ -10,6 +10,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use crate::progress::Progress;
 
 fn free_port() -> Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
@@ -30,11 +31,16 @@ fn pump(
     prefix: String,
     tail: Arc<Mutex<VecDeque<String>>>,
     to_stderr: bool,
+    progress: Option<Arc<Progress>>,
 ) {
     std::thread::spawn(move || {
         for line in BufReader::new(stream).lines().map_while(|l| l.ok()) {
             if to_stderr {
                 eprintln!("{prefix}{line}");
+            } else if let Some(p) = &progress {
+                // Rank 0's lines drive the bar.
+                p.observe(&line);
+                p.line(&format!("{prefix}{line}"));
             } else {
                 println!("{prefix}{line}");
             }
@@ -53,6 +59,7 @@ pub fn launch(workers: usize, args: &[String]) -> Result<()> {
     let exe = std::env::current_exe().context("locating the train executable")?;
     let port = free_port()?.to_string();
     let token = token()?;
+    let progress = Arc::new(Progress::new());
     let mut children: Vec<(Child, Arc<Mutex<VecDeque<String>>>)> = Vec::new();
     for rank in 0..workers {
         let mut child = Command::new(&exe)
@@ -74,10 +81,11 @@ pub fn launch(workers: usize, args: &[String]) -> Result<()> {
             String::new()
         };
         if let Some(out) = child.stdout.take() {
-            pump(out, prefix.clone(), tail.clone(), false);
+            let p = (rank == 0).then(|| progress.clone());
+            pump(out, prefix.clone(), tail.clone(), false, p);
         }
         if let Some(err) = child.stderr.take() {
-            pump(err, prefix, tail.clone(), true);
+            pump(err, prefix, tail.clone(), true, None);
         }
         children.push((child, tail));
     }
@@ -111,6 +119,7 @@ pub fn launch(workers: usize, args: &[String]) -> Result<()> {
             }
         }
         if done.iter().all(|&d| d) {
+            progress.finish();
             return Ok(());
         }
         std::thread::sleep(Duration::from_millis(50));

@@ -9,6 +9,7 @@ pub mod exchanger;
 pub mod launcher;
 pub mod metrics;
 pub mod plot;
+pub mod progress;
 pub mod task;
 pub mod worker;
 

@@ -58,6 +58,8 @@ pub struct Worker {
     idle_fractions: Vec<f64>,
     step_times: Vec<f64>,
     last_loss: f64,
+    /// Rank 0's output: a bar on a terminal (launched workers are piped: plain lines).
+    progress: crate::progress::Progress,
 }
 
 /// Test hook: with GRADEX_FAULT_RANK=r and GRADEX_FAULT_STEP=s, rank r dies abruptly
@@ -127,6 +129,7 @@ impl Worker {
             idle_fractions: Vec::new(),
             step_times: Vec::new(),
             last_loss: f64::NAN,
+            progress: crate::progress::Progress::new(),
         })
     }
 
@@ -287,7 +290,7 @@ impl Worker {
         let mut step = self.pos.step;
         let mut last_metric = f64::NAN;
         if lead {
-            println!(
+            self.progress.line(&format!(
                 "training {} on {} with {} ({} workers × batch {}), {} steps in {} epochs of {}",
                 cfg.model,
                 cfg.dataset,
@@ -297,7 +300,7 @@ impl Worker {
                 total_steps,
                 epochs,
                 per_epoch
-            );
+            ));
         }
         for epoch in self.pos.epoch..epochs {
             for batch in loader.epoch(epoch) {
@@ -383,6 +386,9 @@ impl Worker {
                 self.step_times.push(step_s);
                 step += 1;
                 self.pos.step = step;
+                if lead {
+                    self.progress.step(step, total_steps);
+                }
                 if step % cfg.log_every.max(1) == 0 || step == total_steps {
                     self.log(
                         &mut window,
@@ -412,12 +418,12 @@ impl Worker {
                 bytes_sent: traffic.payload_sent,
             })?;
             if lead {
-                println!(
+                self.progress.line(&format!(
                     "epoch {} step {step}: test {} {:.4}, test loss {test_loss:.4}",
                     epoch + 1,
                     self.task.metric_name,
                     metric
-                );
+                ));
             }
             self.save_checkpoint()?;
             if step >= total_steps {
@@ -464,6 +470,7 @@ impl Worker {
                 serde_json::to_string_pretty(&summary)?.as_bytes(),
             )?;
             crate::plot::run_charts(&cfg.out, self.task.metric_name)?;
+            self.progress.finish();
         }
         Ok(summary)
     }
@@ -572,7 +579,7 @@ impl Worker {
             } else {
                 "-".into()
             };
-            println!(
+            self.progress.line(&format!(
                 "step {step}/{total} epoch {:.2} loss {loss:.4} lr {lr:.4} density {:.5} sent {:.2} MB ratio {ratio} | step {:.1} ms: compute {:.1}, compress {:.1}, comm {:.1}, idle {:.1}",
                 rec.epoch,
                 rec.density,
@@ -582,7 +589,7 @@ impl Worker {
                 rec.compression_seconds * 1e3,
                 rec.communication_seconds * 1e3,
                 rec.idle_seconds * 1e3,
-            );
+            ));
         }
         *w = Window::default();
         Ok(())
