@@ -1,43 +1,69 @@
 #!/usr/bin/env bash
-# Runs the prebuilt GPU test executables in .gpu/ on a machine with a GPU and no Rust
-# toolchain, with the CUDA libraries of its Python environment on LD_LIBRARY_PATH, and
-# prints a summary table last. Logs go to $OUT (or ./gpu-logs).
+# Runs the prebuilt GPU test executables (and any benchmark binary) carried in .gpu/ on a
+# machine with a GPU and no Rust toolchain, and prints a summary table last.
 #
-# Build and carry (on the development machine):
-#   cargo test -p tensor --test cuda --no-run        # prints the executable's path
-#   mkdir -p .gpu && cp target/debug/deps/cuda-<hash> .gpu/tensor-cuda
-# then run this script there (the device tool: carry [".gpu"]).
+# On the development machine (see crates/tensor/CUDA.md):
+#   CARGO_TARGET_DIR=/work/target-cuda cargo test --release -p tensor --no-run   # prints the executables
+#   mkdir -p .gpu && cp <each printed tests/*.rs executable> .gpu/<name>
+# then, on the GPU machine: bash scripts/gpu-check.sh   (the device tool: carry [".gpu"]).
+#
+# Executables named *bench* run without test-harness flags; all others are libtest
+# binaries and run with --test-threads=1 --nocapture (the GPU-vs-CPU errors are printed).
+# Logs go to $OUT (or ./gpu-logs). Exit status: 0 when every executable passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-gpu-logs}"
 mkdir -p "$out"
+
+# Every site-packages/nvidia/*/lib folder (NVRTC, cuBLAS, ... from pip) and the CUDA
+# toolkit's lib64 when one is installed; the driver (libcuda) comes from the system.
 libs=""
 for py in python3 python; do
-  if command -v "$py" >/dev/null; then
-    site=$("$py" -c 'import nvidia, os; print(os.path.dirname(nvidia.__path__[0]))' 2>/dev/null) || continue
-    for d in "$site"/nvidia/*/lib; do [ -d "$d" ] && libs="$libs:$d"; done
-    break
-  fi
+  command -v "$py" >/dev/null || continue
+  roots=$("$py" -c 'import nvidia, os; print(" ".join(nvidia.__path__))' 2>/dev/null) || continue
+  for root in $roots; do
+    for d in "$root"/*/lib; do [ -d "$d" ] && libs="$libs:$d"; done
+  done
+  break
 done
-for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do [ -d "$d" ] && libs="$libs:$d"; done
+for d in "${CUDA_HOME:-/usr/local/cuda}/lib64" /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+  [ -d "$d" ] && libs="$libs:$d"
+done
 export LD_LIBRARY_PATH="${libs#:}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export REQUIRE_GPU=1 REQUIRE_NVRTC=1
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$out/gpu.txt" 2>&1 || true
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$out/gpu.txt" 2>&1 || echo "nvidia-smi unavailable" > "$out/gpu.txt"
+
 summary=()
 status=0
-for exe in .gpu/*; do
-  [ -x "$exe" ] || continue
+shopt -s nullglob
+exes=(.gpu/*)
+if [ ${#exes[@]} -eq 0 ]; then
+  echo "no executables in .gpu/ (see the header of this script)" >&2
+  exit 2
+fi
+for exe in "${exes[@]}"; do
+  [ -f "$exe" ] && [ -x "$exe" ] || continue
   name=$(basename "$exe")
   start=$(date +%s%N)
-  "$exe" --test-threads=1 > "$out/$name.log" 2>&1
+  case "$name" in
+    *bench*) "$exe" > "$out/$name.log" 2>&1 ;;
+    *) "$exe" --test-threads=1 --nocapture > "$out/$name.log" 2>&1 ;;
+  esac
   rc=$?
   ms=$(( ($(date +%s%N) - start) / 1000000 ))
   passed=$(grep -o '[0-9]* passed' "$out/$name.log" | tail -1)
   failed=$(grep -o '[0-9]* failed' "$out/$name.log" | tail -1)
   [ $rc -ne 0 ] && status=1
-  summary+=("$(printf '%-28s rc=%-3s %-12s %-10s %8s ms' "$name" "$rc" "${passed:-?}" "${failed:-?}" "$ms")")
+  summary+=("$(printf '%-26s rc=%-3s %-11s %-9s %8s ms' "$name" "$rc" "${passed:--}" "${failed:--}" "$ms")")
 done
-echo "GPU: $(cat "$out/gpu.txt")"
+
+# The GPU-vs-CPU comparison lines, for the record.
+grep -h "^GPU-vs-CPU" "$out"/*.log > "$out/errors.txt" 2>/dev/null || true
 echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+echo "--- GPU-vs-CPU worst errors ---"
+cat "$out/errors.txt"
+echo "--- failures ---"
+grep -h -A3 "^---- \|panicked at" "$out"/*.log | head -40 || true
+echo "GPU: $(cat "$out/gpu.txt")"
 printf '%s\n' "--- summary ---" "${summary[@]}"
 exit $status

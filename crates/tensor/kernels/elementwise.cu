@@ -1,66 +1,103 @@
-// Elementwise kernels on contiguous f32 buffers, one thread per element (grid-stride).
-// The op codes match crate::cuda::kernels::{UnaryCode, BinaryCode}.
+// Elementwise kernels over strided views (broadcasting is a stride of 0): fill, strided
+// copies in both directions, dtype casts, unary maps, binary ops and where. The op codes
+// match crate::cuda::kernels::{unary_code, binary_code}. Float math follows the CPU
+// backend's definitions (e.g. maximum ignores a NaN operand like f32::max).
 
-extern "C" __global__ void unary_f32(const float* x, float* y, unsigned long long n,
-                                     int op, float a, float b) {
-    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
-         i += (unsigned long long)blockDim.x * gridDim.x) {
-        float v = x[i];
-        float r;
-        switch (op) {
-            case 0: r = -v; break;                                  // neg
-            case 1: r = fabsf(v); break;                            // abs
-            case 2: r = (v > 0.f) - (v < 0.f); break;               // sign
-            case 3: r = sqrtf(v); break;                            // sqrt
-            case 4: r = expf(v); break;                             // exp
-            case 5: r = logf(v); break;                             // log
-            case 6: r = tanhf(v); break;                            // tanh
-            case 7: r = 1.f / (1.f + expf(-v)); break;              // sigmoid
-            case 8: r = v > 0.f ? v : 0.f; break;                   // relu
-            case 9: r = v > 0.f ? 1.f : 0.f; break;                 // step (ReLU mask)
-            case 10: r = v * v; break;                              // sqr
-            case 11: r = 1.f / v; break;                            // recip
-            case 12: r = v * a + b; break;                          // affine: x*mul + add
-            case 13: r = powf(v, a); break;                         // powf
-            case 14: r = fminf(fmaxf(v, a), b); break;              // clamp [a, b]
-            case 15: r = (v >= a && v <= b) ? 1.f : 0.f; break;     // in range
-            default: r = __int_as_float(0x7fc00000); break;         // unknown op: NaN
-        }
-        y[i] = r;
+template <typename T> __device__ void fill_impl(T* y, unsigned long long n, T v) {
+    GRID_LOOP(i, n) y[i] = v;
+}
+template <typename T> __device__ void copy_impl(const T* x, Strided xs, T* y, unsigned long long n) {
+    GRID_LOOP(i, n) y[i] = x[strided_at(xs, i)];
+}
+template <typename T> __device__ void scatter_impl(T* dst, Strided ds, const T* src, unsigned long long n) {
+    GRID_LOOP(i, n) dst[strided_at(ds, i)] = src[i];
+}
+
+#define COPIES(T, S)                                                                                   \
+    extern "C" __global__ void fill_##S(T* y, unsigned long long n, T v) { fill_impl<T>(y, n, v); }    \
+    extern "C" __global__ void copy_##S(const T* x, Strided xs, T* y, unsigned long long n) {        \
+        copy_impl<T>(x, xs, y, n);                                                                    \
+    }                                                                                                 \
+    extern "C" __global__ void scatter_##S(T* d, Strided ds, const T* s, unsigned long long n) {     \
+        scatter_impl<T>(d, ds, s, n);                                                                 \
+    }
+COPIES(float, f32)
+COPIES(double, f64)
+COPIES(unsigned int, u32)
+
+// Casts. Float to index truncates toward zero and saturates, NaN and negatives become 0:
+// Rust's `as u32`, which the CPU backend uses.
+template <typename A, typename B> __device__ __forceinline__ B convert(A v) { return (B)v; }
+template <> __device__ __forceinline__ unsigned int convert<float, unsigned int>(float v) {
+    return (v != v || v <= 0.f) ? 0u : (v >= 4294967295.f ? 4294967295u : (unsigned int)v);
+}
+template <> __device__ __forceinline__ unsigned int convert<double, unsigned int>(double v) {
+    return (v != v || v <= 0.0) ? 0u : (v >= 4294967295.0 ? 4294967295u : (unsigned int)v);
+}
+#define CAST(A, SA, B, SB)                                                                           \
+    extern "C" __global__ void cast_##SA##_##SB(const A* x, Strided xs, B* y, unsigned long long n) { \
+        GRID_LOOP(i, n) y[i] = convert<A, B>(x[strided_at(xs, i)]);                                  \
+    }
+CAST(float, f32, double, f64)
+CAST(double, f64, float, f32)
+CAST(unsigned int, u32, float, f32)
+CAST(unsigned int, u32, double, f64)
+CAST(float, f32, unsigned int, u32)
+CAST(double, f64, unsigned int, u32)
+
+template <typename T> __device__ __forceinline__ T unary_op(T v, int op, T a, T b) {
+    const T zero = (T)0, one = (T)1;
+    switch (op) {
+        case 0: return -v;                                          // neg
+        case 1: return fabs(v);                                     // abs
+        case 2: return (v > zero ? one : zero) - (v < zero ? one : zero);  // sign
+        case 3: return sqrt(v);                                     // sqrt
+        case 4: return exp(v);                                      // exp
+        case 5: return log(v);                                      // log
+        case 6: return tanh(v);                                     // tanh
+        case 7: return one / (one + exp(-v));                       // sigmoid
+        case 8: return v > zero ? v : zero;                         // relu
+        case 9: return v > zero ? one : zero;                       // step (ReLU mask)
+        case 10: return v * v;                                      // sqr
+        case 11: return one / v;                                    // recip
+        case 12: return v * a + b;                                  // affine: x*mul + add
+        case 13: return pow(v, a);                                  // powf
+        case 14: return fmin(fmax(v, a), b);                        // clamp [a, b]
+        case 15: return (v >= a && v <= b) ? one : zero;            // in range
+        default: return nan_of(v);                                  // unknown op: NaN
     }
 }
 
-// Binary op with broadcasting: the output is contiguous with `ndim` dims of `shape`;
-// `ls`/`rs` are the operands' strides in elements (0 on broadcast dims).
-struct Dims { long long shape[8]; long long ls[8]; long long rs[8]; };
-
-extern "C" __global__ void binary_f32(const float* l, const float* r, float* y,
-                                      unsigned long long n, int ndim, Dims d, int op) {
-    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
-         i += (unsigned long long)blockDim.x * gridDim.x) {
-        long long rem = (long long)i, lo = 0, ro = 0;
-        for (int k = ndim - 1; k >= 0; --k) {
-            long long c = rem % d.shape[k];
-            rem /= d.shape[k];
-            lo += c * d.ls[k];
-            ro += c * d.rs[k];
-        }
-        float a = l[lo], b = r[ro], v;
-        switch (op) {
-            case 0: v = a + b; break;
-            case 1: v = a - b; break;
-            case 2: v = a * b; break;
-            case 3: v = a / b; break;
-            case 4: v = fmaxf(a, b); break;
-            case 5: v = fminf(a, b); break;
-            case 6: v = a == b; break;
-            case 7: v = a != b; break;
-            case 8: v = a < b; break;
-            case 9: v = a <= b; break;
-            case 10: v = a > b; break;
-            case 11: v = a >= b; break;
-            default: v = __int_as_float(0x7fc00000); break;
-        }
-        y[i] = v;
+template <typename T> __device__ __forceinline__ T binary_op(T x, T y, int op) {
+    switch (op) {
+        case 0: return x + y;
+        case 1: return x - y;
+        case 2: return x * y;
+        case 3: return x / y;
+        case 4: return fmax(x, y);
+        case 5: return fmin(x, y);
+        case 6: return x == y ? (T)1 : (T)0;
+        case 7: return x != y ? (T)1 : (T)0;
+        case 8: return x < y ? (T)1 : (T)0;
+        case 9: return x <= y ? (T)1 : (T)0;
+        case 10: return x > y ? (T)1 : (T)0;
+        case 11: return x >= y ? (T)1 : (T)0;
+        default: return nan_of(x);
     }
 }
+
+#define MATH(T, S)                                                                                    \
+    extern "C" __global__ void unary_##S(const T* x, Strided xs, T* y, unsigned long long n, int op,  \
+                                         T a, T b) {                                                  \
+        GRID_LOOP(i, n) y[i] = unary_op<T>(x[strided_at(xs, i)], op, a, b);                          \
+    }                                                                                                 \
+    extern "C" __global__ void binary_##S(const T* l, Strided ls, const T* r, Strided rs, T* y,      \
+                                          unsigned long long n, int op) {                             \
+        GRID_LOOP(i, n) y[i] = binary_op<T>(l[strided_at(ls, i)], r[strided_at(rs, i)], op);         \
+    }                                                                                                 \
+    extern "C" __global__ void where_##S(const T* c, Strided cs, const T* t, Strided ts, const T* f, \
+                                         Strided fs, T* y, unsigned long long n) {                    \
+        GRID_LOOP(i, n) y[i] = c[strided_at(cs, i)] != (T)0 ? t[strided_at(ts, i)] : f[strided_at(fs, i)]; \
+    }
+MATH(float, f32)
+MATH(double, f64)

@@ -1,32 +1,99 @@
-// Softmax (or log-softmax) over the last dimension of a contiguous [rows, cols] f32
-// matrix: one block per row; max, then the sum of exponentials, both in shared memory.
+// Softmax family over the last dimension of a contiguous [rows, cols] matrix, one block
+// per row (blockDim.x a power of two, at most 1024; dynamic shared memory of blockDim.x
+// doubles): softmax / log-softmax forward and backward, and cross-entropy against U32
+// labels (forward writes per-row losses and the probabilities; a one-block kernel takes
+// the mean). Label range checks happen on the host before launch.
 
-extern "C" __global__ void softmax_rows_f32(const float* x, float* y, unsigned long long cols, int log_out) {
-    extern __shared__ float part[];
-    const float* row = x + blockIdx.x * cols;
-    float* out = y + blockIdx.x * cols;
-    float m = -__int_as_float(0x7f800000);
-    for (unsigned long long j = threadIdx.x; j < cols; j += blockDim.x) m = fmaxf(m, row[j]);
-    part[threadIdx.x] = m;
-    __syncthreads();
-    for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) part[threadIdx.x] = fmaxf(part[threadIdx.x], part[threadIdx.x + s]);
-        __syncthreads();
-    }
-    m = part[0];
-    __syncthreads();
-    float acc = 0.f;
-    for (unsigned long long j = threadIdx.x; j < cols; j += blockDim.x) acc += expf(row[j] - m);
-    part[threadIdx.x] = acc;
+// Block-wide reduction of one double per thread; every thread gets the result.
+__device__ double block_sum(double v, double* part) {
+    part[threadIdx.x] = v;
     __syncthreads();
     for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
         if (threadIdx.x < s) part[threadIdx.x] += part[threadIdx.x + s];
         __syncthreads();
     }
-    float total = part[0];
-    float lt = logf(total);
+    double r = part[0];
+    __syncthreads();
+    return r;
+}
+__device__ double block_max(double v, double* part) {
+    part[threadIdx.x] = v;
+    __syncthreads();
+    for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) part[threadIdx.x] = fmax(part[threadIdx.x], part[threadIdx.x + s]);
+        __syncthreads();
+    }
+    double r = part[0];
+    __syncthreads();
+    return r;
+}
+
+// Writes log-softmax (log_out) or softmax of `row` into `out`, computing in T like the CPU.
+template <typename T>
+__device__ void softmax_row(const T* row, T* out, unsigned long long cols, int log_out, double* part) {
+    double m = -inf_of(0.0);
+    for (unsigned long long j = threadIdx.x; j < cols; j += blockDim.x) m = fmax(m, (double)row[j]);
+    T mx = (T)block_max(m, part);
+    double acc = 0.0;
+    for (unsigned long long j = threadIdx.x; j < cols; j += blockDim.x) acc += (double)exp(row[j] - mx);
+    T total = (T)block_sum(acc, part);
+    T lt = log(total), inv = (T)1 / total;
     for (unsigned long long j = threadIdx.x; j < cols; j += blockDim.x) {
-        float z = row[j] - m;
-        out[j] = log_out ? z - lt : expf(z) / total;
+        T z = row[j] - mx;
+        out[j] = log_out ? z - lt : exp(z) * inv;
     }
 }
+
+template <typename T>
+__device__ void softmax_bwd_row(const T* y, const T* g, T* dx, unsigned long long cols, int log_out, double* part) {
+    double acc = 0.0;
+    for (unsigned long long j = threadIdx.x; j < cols; j += blockDim.x)
+        acc += log_out ? (double)g[j] : (double)y[j] * (double)g[j];
+    T s = (T)block_sum(acc, part);
+    for (unsigned long long j = threadIdx.x; j < cols; j += blockDim.x)
+        dx[j] = log_out ? g[j] - exp(y[j]) * s : y[j] * (g[j] - s);
+}
+
+#define SOFTMAX(T, S)                                                                                   \
+    extern "C" __global__ void softmax_##S(const T* x, T* y, unsigned long long cols, int log_out) {   \
+        extern __shared__ double part[];                                                                \
+        softmax_row<T>(x + blockIdx.x * cols, y + blockIdx.x * cols, cols, log_out, part);             \
+    }                                                                                                   \
+    extern "C" __global__ void softmax_bwd_##S(const T* y, const T* g, T* dx, unsigned long long cols, \
+                                               int log_out) {                                           \
+        extern __shared__ double part[];                                                                \
+        unsigned long long o = blockIdx.x * cols;                                                       \
+        softmax_bwd_row<T>(y + o, g + o, dx + o, cols, log_out, part);                                  \
+    }                                                                                                   \
+    /* probs <- softmax(x); row_loss[r] <- -log p[label] (0 for the ignored label). */                 \
+    extern "C" __global__ void ce_fwd_##S(const T* x, const unsigned int* labels, T* probs,            \
+                                          double* row_loss, unsigned long long cols, long long ignore) { \
+        extern __shared__ double part[];                                                                \
+        unsigned long long o = blockIdx.x * cols;                                                       \
+        softmax_row<T>(x + o, probs + o, cols, 1, part);                                                \
+        __syncthreads();                                                                                \
+        unsigned l = labels[blockIdx.x];                                                                \
+        if (threadIdx.x == 0) row_loss[blockIdx.x] = ((long long)l == ignore) ? 0.0 : -(double)probs[o + l]; \
+        __syncthreads();                                                                                \
+        for (unsigned long long j = threadIdx.x; j < cols; j += blockDim.x) probs[o + j] = exp(probs[o + j]); \
+    }                                                                                                   \
+    /* One block: loss[0] <- sum(row_loss) / count (0 when count is 0). */                             \
+    extern "C" __global__ void ce_mean_##S(const double* row_loss, T* loss, unsigned long long rows,   \
+                                           unsigned long long count) {                                  \
+        extern __shared__ double part[];                                                                \
+        double acc = 0.0;                                                                               \
+        for (unsigned long long r = threadIdx.x; r < rows; r += blockDim.x) acc += row_loss[r];        \
+        double s = block_sum(acc, part);                                                                \
+        if (threadIdx.x == 0) loss[0] = count > 0 ? (T)(s / (double)count) : (T)0;                     \
+    }                                                                                                   \
+    extern "C" __global__ void ce_bwd_##S(const T* probs, const unsigned int* labels, T* dx,           \
+                                          unsigned long long n, unsigned long long cols, long long ignore, T scale) { \
+        GRID_LOOP(i, n) {                                                                               \
+            unsigned long long r = i / cols, j = i % cols;                                              \
+            unsigned l = labels[r];                                                                     \
+            if ((long long)l == ignore) { dx[i] = (T)0; continue; }                                     \
+            dx[i] = probs[i] * scale - (j == l ? scale : (T)0);                                         \
+        }                                                                                               \
+    }
+SOFTMAX(float, f32)
+SOFTMAX(double, f64)

@@ -273,6 +273,7 @@ fn input_grads(op: &Op, node: &Tensor, g: &Tensor, needs: &[bool]) -> Result<Vec
         Op::Broadcast(x) => vec![Some(g.sum_to(x.shape())?)],
         Op::Copy(_) => vec![Some(g.clone())],
         Op::ToDType(x) => vec![Some(g.to_dtype(x.dtype())?)],
+        Op::ToDevice(x) => vec![Some(g.to_device(x.device())?)],
         Op::Conv2d {
             input,
             weight,

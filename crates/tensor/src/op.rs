@@ -21,6 +21,8 @@ pub(crate) enum Op {
     Broadcast(Tensor),
     Copy(Tensor),
     ToDType(Tensor),
+    /// A copy to another device; the gradient goes back to the source's device.
+    ToDevice(Tensor),
     Conv2d {
         input: Tensor,
         weight: Tensor,
@@ -77,6 +79,7 @@ impl Op {
             | Op::Broadcast(a)
             | Op::Copy(a)
             | Op::ToDType(a)
+            | Op::ToDevice(a)
             | Op::Pool2d { input: a, .. }
             | Op::Softmax { arg: a, .. }
             | Op::CrossEntropy { logits: a, .. }

@@ -1,12 +1,13 @@
 //! The backend interface. `BackendStorage` is the set of kernels a device must provide;
-//! `CpuStorage` implements it today and `CudaStorage` (issue 8) will implement the same
-//! trait, so autograd and the tensor API never look at which device they run on.
+//! `CpuStorage` and `CudaStorage` implement it, and `Storage` dispatches to whichever
+//! holds the data, so autograd and the tensor API never look at which device they run on.
 //!
 //! Kernels receive the layout of every strided input. The heavy kernels (matmul aside)
 //! take contiguous inputs: the tensor layer makes them contiguous first, which keeps each
 //! backend's kernels simple and fast.
 
 use crate::cpu::CpuStorage;
+use crate::cuda::CudaStorage;
 use crate::{DType, Device, Layout, Result, Shape};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -274,60 +275,85 @@ pub trait BackendStorage: Sized {
 #[derive(Debug)]
 pub enum Storage {
     Cpu(CpuStorage),
-    // Cuda(crate::cuda::CudaStorage) arrives with issue 8.
+    Cuda(CudaStorage),
 }
 
 impl Storage {
     pub fn dtype(&self) -> DType {
         match self {
             Storage::Cpu(s) => s.dtype(),
+            Storage::Cuda(s) => s.dtype(),
         }
     }
     pub fn device(&self) -> Device {
         match self {
             Storage::Cpu(s) => s.device(),
+            Storage::Cuda(s) => s.device(),
         }
     }
     /// Number of elements held.
     pub fn len(&self) -> usize {
         match self {
             Storage::Cpu(s) => s.len(),
+            Storage::Cuda(s) => s.len(),
         }
     }
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-    pub fn as_cpu(&self) -> &CpuStorage {
-        match self {
-            Storage::Cpu(s) => s,
+
+    /// Host data placed on `device` (a copy to the GPU for CUDA).
+    pub fn from_cpu(cpu: CpuStorage, device: Device) -> Result<Storage> {
+        match device {
+            Device::Cpu => Ok(Storage::Cpu(cpu)),
+            Device::Cuda(i) => Ok(Storage::Cuda(CudaStorage::from_cpu(&cpu, &crate::cuda::device(i)?)?)),
         }
     }
-    pub fn as_cpu_mut(&mut self) -> &mut CpuStorage {
-        match self {
-            Storage::Cpu(s) => s,
+    /// `n` elements equal to `value`, created on the device itself.
+    pub fn full(n: usize, value: f64, dtype: DType, device: Device) -> Result<Storage> {
+        match device {
+            Device::Cpu => Ok(Storage::Cpu(CpuStorage::full(n, value, dtype))),
+            Device::Cuda(i) => Ok(Storage::Cuda(CudaStorage::full(n, value, dtype, &crate::cuda::device(i)?)?)),
+        }
+    }
+    /// An inverted-dropout mask: 0 with probability `p`, else `1 / (1 - p)`, element `i`
+    /// decided by `rng::counter_uniform(seed, i)` on every device.
+    pub fn dropout_mask(n: usize, p: f64, seed: u64, dtype: DType, device: Device) -> Result<Storage> {
+        match device {
+            Device::Cpu => CpuStorage::dropout_mask(n, p, seed, dtype).map(Storage::Cpu),
+            Device::Cuda(i) => Ok(Storage::Cuda(CudaStorage::dropout_mask(n, p, seed, dtype, &crate::cuda::device(i)?)?)),
         }
     }
 }
 
-/// Pairs two storages of the same device, or says which devices differ.
-fn same_device<'a>(
-    op: &'static str,
-    a: &'a Storage,
-    b: &'a Storage,
-) -> Result<(&'a CpuStorage, &'a CpuStorage)> {
+/// Two storages of the same backend, or which devices differ.
+enum Pair<'a> {
+    Cpu(&'a CpuStorage, &'a CpuStorage),
+    Cuda(&'a CudaStorage, &'a CudaStorage),
+}
+
+fn pair<'a>(op: &'static str, a: &'a Storage, b: &'a Storage) -> Result<Pair<'a>> {
     match (a, b) {
-        (Storage::Cpu(a), Storage::Cpu(b)) => Ok((a, b)),
-        #[allow(unreachable_patterns)]
-        _ => Err(crate::Error::DeviceMismatch {
-            op,
-            lhs: a.device(),
-            rhs: b.device(),
-        }),
+        (Storage::Cpu(a), Storage::Cpu(b)) => Ok(Pair::Cpu(a, b)),
+        (Storage::Cuda(x), Storage::Cuda(y)) if x.ordinal() == y.ordinal() => Ok(Pair::Cuda(x, y)),
+        _ => Err(crate::Error::DeviceMismatch { op, lhs: a.device(), rhs: b.device() }),
     }
 }
 
-// Delegation to the backend that holds the data. With CUDA (issue 8) each method gains a
-// `Storage::Cuda` arm; nothing above this layer changes.
+fn cpu_of<'a>(op: &'static str, s: &'a Storage, like: &Storage) -> Result<&'a CpuStorage> {
+    match s {
+        Storage::Cpu(c) => Ok(c),
+        _ => Err(crate::Error::DeviceMismatch { op, lhs: like.device(), rhs: s.device() }),
+    }
+}
+fn cuda_of<'a>(op: &'static str, s: &'a Storage, like: &Storage) -> Result<&'a CudaStorage> {
+    match s {
+        Storage::Cuda(c) if like.device() == s.device() => Ok(c),
+        _ => Err(crate::Error::DeviceMismatch { op, lhs: like.device(), rhs: s.device() }),
+    }
+}
+
+// Delegation to the backend that holds the data; nothing above this layer looks at devices.
 impl BackendStorage for Storage {
     fn dtype(&self) -> DType {
         Storage::dtype(self)
@@ -336,87 +362,110 @@ impl BackendStorage for Storage {
         Storage::device(self)
     }
     fn to_cpu(&self) -> Result<CpuStorage> {
-        self.as_cpu().to_cpu()
+        match self {
+            Storage::Cpu(s) => s.to_cpu(),
+            Storage::Cuda(s) => s.to_cpu(),
+        }
     }
     fn copy_strided(&self, l: &Layout) -> Result<Self> {
-        self.as_cpu().copy_strided(l).map(Storage::Cpu)
+        match self {
+            Storage::Cpu(s) => s.copy_strided(l).map(Storage::Cpu),
+            Storage::Cuda(s) => s.copy_strided(l).map(Storage::Cuda),
+        }
     }
     fn copy_into(&mut self, dst_l: &Layout, src: &Self) -> Result<()> {
-        let src = src.as_cpu();
-        self.as_cpu_mut().copy_into(dst_l, src)
+        match (self, src) {
+            (Storage::Cpu(d), Storage::Cpu(s)) => d.copy_into(dst_l, s),
+            (Storage::Cuda(d), Storage::Cuda(s)) if d.ordinal() == s.ordinal() => d.copy_into(dst_l, s),
+            (d, s) => Err(crate::Error::DeviceMismatch { op: "copy_into", lhs: d.device(), rhs: s.device() }),
+        }
     }
     fn to_dtype(&self, l: &Layout, dtype: DType) -> Result<Self> {
-        self.as_cpu().to_dtype(l, dtype).map(Storage::Cpu)
+        match self {
+            Storage::Cpu(s) => s.to_dtype(l, dtype).map(Storage::Cpu),
+            Storage::Cuda(s) => s.to_dtype(l, dtype).map(Storage::Cuda),
+        }
     }
     fn unary(&self, l: &Layout, op: UnaryOp) -> Result<Self> {
-        self.as_cpu().unary(l, op).map(Storage::Cpu)
+        match self {
+            Storage::Cpu(s) => s.unary(l, op).map(Storage::Cpu),
+            Storage::Cuda(s) => s.unary(l, op).map(Storage::Cuda),
+        }
     }
     fn binary(&self, ll: &Layout, rhs: &Self, rl: &Layout, op: BinaryOp) -> Result<Self> {
-        let (a, b) = same_device("binary op", self, rhs)?;
-        a.binary(ll, b, rl, op).map(Storage::Cpu)
+        match pair("binary op", self, rhs)? {
+            Pair::Cpu(a, b) => a.binary(ll, b, rl, op).map(Storage::Cpu),
+            Pair::Cuda(a, b) => a.binary(ll, b, rl, op).map(Storage::Cuda),
+        }
     }
-    fn where_cond(
-        &self,
-        cl: &Layout,
-        t: &Self,
-        tl: &Layout,
-        f: &Self,
-        fl: &Layout,
-    ) -> Result<Self> {
-        let (c, t) = same_device("where_cond", self, t)?;
-        let (_, f) = same_device("where_cond", self, f)?;
-        c.where_cond(cl, t, tl, f, fl).map(Storage::Cpu)
+    fn where_cond(&self, cl: &Layout, t: &Self, tl: &Layout, f: &Self, fl: &Layout) -> Result<Self> {
+        match pair("where_cond", self, t)? {
+            Pair::Cpu(c, t) => c.where_cond(cl, t, tl, cpu_of("where_cond", f, self)?, fl).map(Storage::Cpu),
+            Pair::Cuda(c, t) => c.where_cond(cl, t, tl, cuda_of("where_cond", f, self)?, fl).map(Storage::Cuda),
+        }
     }
     fn reduce(&self, l: &Layout, dims: &[usize], op: ReduceOp) -> Result<Self> {
-        self.as_cpu().reduce(l, dims, op).map(Storage::Cpu)
+        match self {
+            Storage::Cpu(s) => s.reduce(l, dims, op).map(Storage::Cpu),
+            Storage::Cuda(s) => s.reduce(l, dims, op).map(Storage::Cuda),
+        }
     }
-    fn matmul(
-        &self,
-        ll: &Layout,
-        rhs: &Self,
-        rl: &Layout,
-        bmnk: (usize, usize, usize, usize),
-    ) -> Result<Self> {
-        let (a, b) = same_device("matmul", self, rhs)?;
-        a.matmul(ll, b, rl, bmnk).map(Storage::Cpu)
+    fn matmul(&self, ll: &Layout, rhs: &Self, rl: &Layout, bmnk: (usize, usize, usize, usize)) -> Result<Self> {
+        match pair("matmul", self, rhs)? {
+            Pair::Cpu(a, b) => a.matmul(ll, b, rl, bmnk).map(Storage::Cpu),
+            Pair::Cuda(a, b) => a.matmul(ll, b, rl, bmnk).map(Storage::Cuda),
+        }
     }
     fn conv2d(&self, w: &Self, p: &Conv2dParams) -> Result<Self> {
-        let (x, w) = same_device("conv2d", self, w)?;
-        x.conv2d(w, p).map(Storage::Cpu)
+        match pair("conv2d", self, w)? {
+            Pair::Cpu(x, w) => x.conv2d(w, p).map(Storage::Cpu),
+            Pair::Cuda(x, w) => x.conv2d(w, p).map(Storage::Cuda),
+        }
     }
     fn conv2d_backward_input(&self, w: &Self, p: &Conv2dParams) -> Result<Self> {
-        let (g, w) = same_device("conv2d backward", self, w)?;
-        g.conv2d_backward_input(w, p).map(Storage::Cpu)
+        match pair("conv2d backward", self, w)? {
+            Pair::Cpu(g, w) => g.conv2d_backward_input(w, p).map(Storage::Cpu),
+            Pair::Cuda(g, w) => g.conv2d_backward_input(w, p).map(Storage::Cuda),
+        }
     }
     fn conv2d_backward_weight(&self, gy: &Self, p: &Conv2dParams) -> Result<Self> {
-        let (x, g) = same_device("conv2d backward", self, gy)?;
-        x.conv2d_backward_weight(g, p).map(Storage::Cpu)
+        match pair("conv2d backward", self, gy)? {
+            Pair::Cpu(x, g) => x.conv2d_backward_weight(g, p).map(Storage::Cpu),
+            Pair::Cuda(x, g) => x.conv2d_backward_weight(g, p).map(Storage::Cuda),
+        }
     }
     fn pool2d(&self, p: &Pool2dParams) -> Result<Self> {
-        self.as_cpu().pool2d(p).map(Storage::Cpu)
+        match self {
+            Storage::Cpu(s) => s.pool2d(p).map(Storage::Cpu),
+            Storage::Cuda(s) => s.pool2d(p).map(Storage::Cuda),
+        }
     }
     fn pool2d_backward(&self, gy: &Self, p: &Pool2dParams) -> Result<Self> {
-        let (x, g) = same_device("pool2d backward", self, gy)?;
-        x.pool2d_backward(g, p).map(Storage::Cpu)
+        match pair("pool2d backward", self, gy)? {
+            Pair::Cpu(x, g) => x.pool2d_backward(g, p).map(Storage::Cpu),
+            Pair::Cuda(x, g) => x.pool2d_backward(g, p).map(Storage::Cuda),
+        }
     }
-    fn batch_norm(
-        &self,
-        w: &Self,
-        b: &Self,
-        stats: Option<(&Self, &Self)>,
-        p: &BatchNormParams,
-    ) -> Result<(Self, Self, Self)> {
-        let (x, w) = same_device("batch_norm", self, w)?;
-        let (_, b) = same_device("batch_norm", self, b)?;
-        let stats = match stats {
-            Some((m, v)) => Some((
-                same_device("batch_norm", self, m)?.1,
-                same_device("batch_norm", self, v)?.1,
-            )),
-            None => None,
-        };
-        let (o, m, s) = x.batch_norm(w, b, stats, p)?;
-        Ok((Storage::Cpu(o), Storage::Cpu(m), Storage::Cpu(s)))
+    fn batch_norm(&self, w: &Self, b: &Self, stats: Option<(&Self, &Self)>, p: &BatchNormParams) -> Result<(Self, Self, Self)> {
+        const OP: &str = "batch_norm";
+        match self {
+            Storage::Cpu(x) => {
+                let stats = match stats {
+                    Some((m, v)) => Some((cpu_of(OP, m, self)?, cpu_of(OP, v, self)?)),
+                    None => None,
+                };
+                let (o, m, s) = x.batch_norm(cpu_of(OP, w, self)?, cpu_of(OP, b, self)?, stats, p)?;
+                Ok((Storage::Cpu(o), Storage::Cpu(m), Storage::Cpu(s)))
+            }
+            Storage::Cuda(x) => {
+                let stats = match stats {
+                    Some((m, v)) => Some((cuda_of(OP, m, self)?, cuda_of(OP, v, self)?)),
+                    None => None,
+                };
+                let (o, m, s) = x.batch_norm(cuda_of(OP, w, self)?, cuda_of(OP, b, self)?, stats, p)?;
+                Ok((Storage::Cuda(o), Storage::Cuda(m), Storage::Cuda(s)))
+            }
+        }
     }
     fn batch_norm_backward(
         &self,
@@ -427,32 +476,55 @@ impl BackendStorage for Storage {
         training: bool,
         p: &BatchNormParams,
     ) -> Result<(Self, Self, Self)> {
-        let (x, g) = same_device("batch_norm backward", self, gy)?;
-        let (w, m) = same_device("batch_norm backward", w, mean)?;
-        let (_, s) = same_device("batch_norm backward", self, invstd)?;
-        let (a, b, c) = x.batch_norm_backward(g, w, m, s, training, p)?;
-        Ok((Storage::Cpu(a), Storage::Cpu(b), Storage::Cpu(c)))
+        const OP: &str = "batch_norm backward";
+        match self {
+            Storage::Cpu(x) => {
+                let (a, b, c) = x.batch_norm_backward(
+                    cpu_of(OP, gy, self)?,
+                    cpu_of(OP, w, self)?,
+                    cpu_of(OP, mean, self)?,
+                    cpu_of(OP, invstd, self)?,
+                    training,
+                    p,
+                )?;
+                Ok((Storage::Cpu(a), Storage::Cpu(b), Storage::Cpu(c)))
+            }
+            Storage::Cuda(x) => {
+                let (a, b, c) = x.batch_norm_backward(
+                    cuda_of(OP, gy, self)?,
+                    cuda_of(OP, w, self)?,
+                    cuda_of(OP, mean, self)?,
+                    cuda_of(OP, invstd, self)?,
+                    training,
+                    p,
+                )?;
+                Ok((Storage::Cuda(a), Storage::Cuda(b), Storage::Cuda(c)))
+            }
+        }
     }
     fn softmax_last(&self, rows: usize, cols: usize, log: bool) -> Result<Self> {
-        self.as_cpu()
-            .softmax_last(rows, cols, log)
-            .map(Storage::Cpu)
+        match self {
+            Storage::Cpu(s) => s.softmax_last(rows, cols, log).map(Storage::Cpu),
+            Storage::Cuda(s) => s.softmax_last(rows, cols, log).map(Storage::Cuda),
+        }
     }
     fn softmax_last_backward(&self, g: &Self, rows: usize, cols: usize, log: bool) -> Result<Self> {
-        let (y, g) = same_device("softmax backward", self, g)?;
-        y.softmax_last_backward(g, rows, cols, log)
-            .map(Storage::Cpu)
+        match pair("softmax backward", self, g)? {
+            Pair::Cpu(y, g) => y.softmax_last_backward(g, rows, cols, log).map(Storage::Cpu),
+            Pair::Cuda(y, g) => y.softmax_last_backward(g, rows, cols, log).map(Storage::Cuda),
+        }
     }
-    fn cross_entropy(
-        &self,
-        labels: &Self,
-        n: usize,
-        c: usize,
-        ignore: Option<u32>,
-    ) -> Result<(Self, Self, usize)> {
-        let (x, l) = same_device("cross_entropy", self, labels)?;
-        let (loss, probs, count) = x.cross_entropy(l, n, c, ignore)?;
-        Ok((Storage::Cpu(loss), Storage::Cpu(probs), count))
+    fn cross_entropy(&self, labels: &Self, n: usize, c: usize, ignore: Option<u32>) -> Result<(Self, Self, usize)> {
+        match pair("cross_entropy", self, labels)? {
+            Pair::Cpu(x, l) => {
+                let (loss, probs, count) = x.cross_entropy(l, n, c, ignore)?;
+                Ok((Storage::Cpu(loss), Storage::Cpu(probs), count))
+            }
+            Pair::Cuda(x, l) => {
+                let (loss, probs, count) = x.cross_entropy(l, n, c, ignore)?;
+                Ok((Storage::Cuda(loss), Storage::Cuda(probs), count))
+            }
+        }
     }
     fn cross_entropy_backward(
         &self,
@@ -463,26 +535,33 @@ impl BackendStorage for Storage {
         ignore: Option<u32>,
         count: usize,
     ) -> Result<Self> {
-        let (p, l) = same_device("cross_entropy backward", self, labels)?;
-        p.cross_entropy_backward(l, grad, n, c, ignore, count)
-            .map(Storage::Cpu)
+        match pair("cross_entropy backward", self, labels)? {
+            Pair::Cpu(p, l) => p.cross_entropy_backward(l, grad, n, c, ignore, count).map(Storage::Cpu),
+            Pair::Cuda(p, l) => p.cross_entropy_backward(l, grad, n, c, ignore, count).map(Storage::Cuda),
+        }
     }
     fn index_select(&self, shape: &Shape, ids: &Self, dim: usize) -> Result<Self> {
-        let (x, i) = same_device("index_select", self, ids)?;
-        x.index_select(shape, i, dim).map(Storage::Cpu)
+        match pair("index_select", self, ids)? {
+            Pair::Cpu(x, i) => x.index_select(shape, i, dim).map(Storage::Cpu),
+            Pair::Cuda(x, i) => x.index_select(shape, i, dim).map(Storage::Cuda),
+        }
     }
-    fn index_add(
-        &self,
-        src_shape: &Shape,
-        ids: &Self,
-        dim: usize,
-        out_shape: &Shape,
-    ) -> Result<Self> {
-        let (x, i) = same_device("index_add", self, ids)?;
-        x.index_add(src_shape, i, dim, out_shape).map(Storage::Cpu)
+    fn index_add(&self, src_shape: &Shape, ids: &Self, dim: usize, out_shape: &Shape) -> Result<Self> {
+        match pair("index_add", self, ids)? {
+            Pair::Cpu(x, i) => x.index_add(src_shape, i, dim, out_shape).map(Storage::Cpu),
+            Pair::Cuda(x, i) => x.index_add(src_shape, i, dim, out_shape).map(Storage::Cuda),
+        }
     }
     fn topk(&self, rows: usize, cols: usize, k: usize, largest: bool) -> Result<(Self, Self)> {
-        let (v, i) = self.as_cpu().topk(rows, cols, k, largest)?;
-        Ok((Storage::Cpu(v), Storage::Cpu(i)))
+        match self {
+            Storage::Cpu(s) => {
+                let (v, i) = s.topk(rows, cols, k, largest)?;
+                Ok((Storage::Cpu(v), Storage::Cpu(i)))
+            }
+            Storage::Cuda(s) => {
+                let (v, i) = s.topk(rows, cols, k, largest)?;
+                Ok((Storage::Cuda(v), Storage::Cuda(i)))
+            }
+        }
     }
 }

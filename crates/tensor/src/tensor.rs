@@ -88,15 +88,6 @@ with_dtype!(f32, F32, DType::F32);
 with_dtype!(f64, F64, DType::F64);
 with_dtype!(u32, U32, DType::U32);
 
-fn check_device(device: Device) -> Result<()> {
-    match device {
-        Device::Cpu => Ok(()),
-        Device::Cuda(i) => Err(Error::CudaUnavailable(
-            i,
-            crate::cuda::UNAVAILABLE_REASON.into(),
-        )),
-    }
-}
 
 impl Tensor {
     // ---------------------------------------------------------------- construction
@@ -159,7 +150,6 @@ impl Tensor {
         device: Device,
     ) -> Result<Tensor> {
         let shape = shape.into();
-        check_device(device)?;
         if data.len() != shape.elem_count() {
             return Err(Error::ElementCount {
                 op: "from_vec",
@@ -169,7 +159,7 @@ impl Tensor {
             });
         }
         Ok(Tensor::from_storage(
-            Storage::Cpu(T::into_storage(data)),
+            Storage::from_cpu(T::into_storage(data), device)?,
             shape,
             None,
         ))
@@ -190,14 +180,8 @@ impl Tensor {
         device: Device,
     ) -> Result<Tensor> {
         let shape = shape.into();
-        check_device(device)?;
-        let n = shape.elem_count();
-        let s = match dtype {
-            DType::F32 => CpuStorage::F32(vec![value as f32; n]),
-            DType::F64 => CpuStorage::F64(vec![value; n]),
-            DType::U32 => CpuStorage::U32(vec![value as u32; n]),
-        };
-        Ok(Tensor::from_storage(Storage::Cpu(s), shape, None))
+        let s = Storage::full(shape.elem_count(), value, dtype, device)?;
+        Ok(Tensor::from_storage(s, shape, None))
     }
     pub fn zeros(shape: impl Into<Shape>, dtype: DType, device: Device) -> Result<Tensor> {
         Tensor::full(0.0, shape, dtype, device)
@@ -226,7 +210,8 @@ impl Tensor {
         device: Device,
         mut f: impl FnMut() -> f64,
     ) -> Result<Tensor> {
-        check_device(device)?;
+        // Samples come from the host Rng on every device, so a seed gives the same
+        // tensor on the CPU and on a GPU.
         let n = shape.elem_count();
         let s = match dtype {
             DType::F32 => CpuStorage::F32((0..n).map(|_| f() as f32).collect()),
@@ -239,7 +224,7 @@ impl Tensor {
                 })
             }
         };
-        Ok(Tensor::from_storage(Storage::Cpu(s), shape, None))
+        Ok(Tensor::from_storage(Storage::from_cpu(s, device)?, shape, None))
     }
     /// Normal samples with the given mean and standard deviation, from a seeded `Rng`.
     pub fn randn(
@@ -370,6 +355,22 @@ impl Tensor {
         let cpu = self.storage().copy_strided(self.layout())?.to_cpu()?;
         Ok(T::slice(&cpu).map(|s| s.to_vec()).unwrap_or_default())
     }
+    /// This tensor on `device`: itself when already there, else a contiguous copy (through
+    /// the host between different devices; large copies use pinned staging memory).
+    /// Differentiable: the gradient is copied back to this tensor's device.
+    pub fn to_device(&self, device: Device) -> Result<Tensor> {
+        if device == self.device() {
+            return Ok(self.clone());
+        }
+        let host = self.storage().copy_strided(self.layout())?.to_cpu()?;
+        let s = Storage::from_cpu(host, device)?;
+        Ok(Tensor::from_storage(s, self.shape().clone(), Some(Op::ToDevice(self.clone()))))
+    }
+    /// Shorthand for `to_device(Device::Cpu)`.
+    pub fn to_cpu(&self) -> Result<Tensor> {
+        self.to_device(Device::Cpu)
+    }
+
     /// The single element of a tensor with one element.
     pub fn to_scalar<T: WithDType>(&self) -> Result<T> {
         if self.elem_count() != 1 {

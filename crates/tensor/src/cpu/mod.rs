@@ -52,6 +52,25 @@ impl CpuStorage {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// `n` copies of `value`, converted with `as` like every cast here.
+    pub fn full(n: usize, value: f64, dtype: DType) -> Self {
+        match dtype {
+            DType::F32 => CpuStorage::F32(vec![value as f32; n]),
+            DType::F64 => CpuStorage::F64(vec![value; n]),
+            DType::U32 => CpuStorage::U32(vec![value as u32; n]),
+        }
+    }
+    /// An inverted-dropout mask: element `i` is 0 when `counter_uniform(seed, i) < p`, else
+    /// `1 / (1 - p)` (in the dtype); the CUDA kernel computes the same function.
+    pub fn dropout_mask(n: usize, p: f64, seed: u64, dtype: DType) -> Result<Self> {
+        let keep = 1.0 / (1.0 - p);
+        let m = |i: usize| if crate::rng::counter_uniform(seed, i as u64) < p { 0.0 } else { keep };
+        match dtype {
+            DType::F32 => Ok(CpuStorage::F32((0..n).map(|i| m(i) as f32).collect())),
+            DType::F64 => Ok(CpuStorage::F64((0..n).map(m).collect())),
+            DType::U32 => Err(unsupported("dropout", dtype)),
+        }
+    }
     pub fn zeros(n: usize, dtype: DType) -> Self {
         match dtype {
             DType::F32 => CpuStorage::F32(vec![0.0; n]),

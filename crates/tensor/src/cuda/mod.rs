@@ -1,30 +1,45 @@
-//! CUDA backend, first part (issue 8 is open): cudarc with dynamic loading (nothing CUDA
-//! is needed to build or to run on a CPU machine), our kernels in `kernels/*.cu` compiled
-//! by NVRTC for the device's architecture at first use and cached per process, cuBLAS
-//! for matrix products, and [`Gpu`], a device handle that runs them on host buffers.
+//! The CUDA backend: [`CudaStorage`] implements `BackendStorage` on NVIDIA GPUs, so a
+//! tensor on `Device::Cuda(i)` runs every op of the CPU backend on the GPU and autograd
+//! works unchanged.
 //!
-//! Not yet: `CudaStorage` behind the `BackendStorage` trait, so tensors cannot live on
-//! the GPU: `Device::cuda_if_available` still returns the CPU and `Device::Cuda(_)` is
-//! an error (`UNAVAILABLE_REASON`). What exists is tested against the CPU on a GPU
-//! (`tests/cuda.rs`, run by `scripts/gpu-check.sh`).
+//! - cudarc with dynamic loading: nothing CUDA is needed to build, and on a machine
+//!   without a driver [`is_available`] is false (no panic) and `Device::cuda_if_available`
+//!   returns the CPU.
+//! - Plain device allocations (never managed memory); large host<->device copies are
+//!   staged through a reused pinned buffer ([`device`]).
+//! - cuBLAS for matrix products and convolutions (im2col), TF32 only when asked for
+//!   ([`set_allow_tf32`]).
+//! - Our kernels live in `kernels/*.cu`, are compiled by NVRTC for the device's
+//!   architecture at first use and cached for the process ([`kernels`]).
+//! - A second stream beside the compute stream, and events ([`SideStream`], [`Event`]).
+//!
+//! crates/tensor/CUDA.md says how to build, test on a GPU machine and what was measured.
 
-mod gpu;
+mod blas;
+mod conv;
+mod device;
+mod elementwise;
+mod index;
 pub mod kernels;
+mod matmul;
+mod norm;
+mod pool;
+mod random;
+mod reduce;
+mod select;
+mod softmax;
+mod storage;
+mod stream;
 
-pub use gpu::{Gpu, GpuError};
+pub use blas::{set_allow_tf32, tf32_allowed};
+pub use device::{device, device_count, driver_library_present, CudaDevice};
+pub use kernels::nvrtc_available;
+pub use storage::CudaStorage;
+pub use stream::{record_compute_event, synchronize, Event, SideStream};
 
-/// Whether a CUDA driver and device `ordinal` are present. Never panics: cudarc's
-/// dynamic loading panics when `libcuda` is missing, which is caught here.
-pub fn driver_present(ordinal: usize) -> bool {
-    std::panic::catch_unwind(|| cudarc::driver::CudaContext::new(ordinal).is_ok()).unwrap_or(false)
+/// Whether tensors can live on CUDA device `ordinal`: a driver is loadable, the device
+/// exists, a context opens and cuBLAS loads. Never panics; the first call opens the
+/// device (later calls are cheap).
+pub fn is_available(ordinal: usize) -> bool {
+    device(ordinal).is_ok()
 }
-
-/// Whether tensors can be placed on CUDA device `ordinal`: not until `CudaStorage`
-/// exists, whatever the hardware.
-pub fn is_available(_ordinal: usize) -> bool {
-    false
-}
-
-/// Why `Device::Cuda` cannot be used in this build.
-pub(crate) const UNAVAILABLE_REASON: &str =
-    "tensors cannot live on CUDA yet (the CUDA kernels exist, CudaStorage is issue 8's next part); use Device::Cpu or Device::cuda_if_available";

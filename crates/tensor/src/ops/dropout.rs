@@ -1,11 +1,14 @@
 //! Inverted dropout with a seeded RNG: kept values are scaled by 1/(1-p) so evaluation
-//! needs no rescaling.
+//! needs no rescaling. The mask is counter-based (one seed drawn from `rng`, element i a
+//! function of (seed, i)), so it is built where the tensor lives, in parallel, and is the
+//! same on the CPU and on a GPU.
 
+use crate::storage::Storage;
 use crate::{Error, Result, Rng, Tensor};
 
 impl Tensor {
     /// Zeroes each element with probability `p` and scales the rest by `1 / (1 - p)`.
-    /// The mask comes from `rng`, so a seed reproduces it exactly.
+    /// The mask comes from `rng`, so a seed reproduces it exactly, on any device.
     pub fn dropout(&self, p: f64, rng: &mut Rng) -> Result<Tensor> {
         self.check_float("dropout")?;
         if !(0.0..1.0).contains(&p) {
@@ -16,12 +19,8 @@ impl Tensor {
         if p == 0.0 {
             return Ok(self.clone());
         }
-        let keep = 1.0 / (1.0 - p);
-        let mask: Vec<f64> = (0..self.elem_count())
-            .map(|_| if rng.uniform() < p { 0.0 } else { keep })
-            .collect();
-        let mask =
-            Tensor::from_vec(mask, self.shape().clone(), self.device())?.to_dtype(self.dtype())?;
-        self.mul(&mask)
+        let seed = rng.next_u64();
+        let mask = Storage::dropout_mask(self.elem_count(), p, seed, self.dtype(), self.device())?;
+        self.mul(&Tensor::from_storage(mask, self.shape().clone(), None))
     }
 }

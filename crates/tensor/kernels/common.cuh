@@ -1,0 +1,33 @@
+// Shared by every kernel module: prepended to each .cu source before NVRTC compiles it
+// (NVRTC has no include path here, and one header keeps the layout struct in one place).
+// Must match crate::cuda::kernels::Strided field for field.
+
+#define MAX_DIMS 8
+
+// A strided view: element i (row-major over `shape`) lives at `offset + sum(c_k * strides[k])`.
+struct Strided {
+    long long ndim;
+    long long offset;
+    long long shape[MAX_DIMS];
+    long long strides[MAX_DIMS];
+};
+
+__device__ __forceinline__ long long strided_at(const Strided& s, unsigned long long i) {
+    long long rem = (long long)i, off = s.offset;
+    for (int k = (int)s.ndim - 1; k >= 0; --k) {
+        long long c = rem % s.shape[k];
+        rem /= s.shape[k];
+        off += c * s.strides[k];
+    }
+    return off;
+}
+
+// Grid-stride loop: any grid size covers any n.
+#define GRID_LOOP(i, n)                                                                   \
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; \
+         i < (unsigned long long)(n); i += (unsigned long long)blockDim.x * gridDim.x)
+
+__device__ __forceinline__ float nan_of(float) { return __int_as_float(0x7fc00000); }
+__device__ __forceinline__ double nan_of(double) { return __longlong_as_double(0x7ff8000000000000LL); }
+__device__ __forceinline__ float inf_of(float) { return __int_as_float(0x7f800000); }
+__device__ __forceinline__ double inf_of(double) { return __longlong_as_double(0x7ff0000000000000LL); }

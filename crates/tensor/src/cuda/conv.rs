@@ -1,0 +1,215 @@
+//! 2-d convolution on the GPU as im2col + cuBLAS (kernels/conv.cu for the lowering):
+//! forward and both gradients, with groups, stride, padding and dilation. The column
+//! buffer is built for a chunk of images at a time so its size stays bounded.
+//!
+//! - forward: per group, `out[b] = W_g · col[b]` as one strided-batched product;
+//! - input gradient: `dcol[b] = W_gᵀ · dy[b]`, then col2im gathers it back to pixels;
+//! - weight gradient: the chunk's columns laid out `[C·kh·kw, nb·L]` and `dy` permuted
+//!   to `[O, nb·L]`, so each group is a single product accumulated over chunks.
+
+use super::blas::{gemm, BlasScalar, Operand};
+use super::device::CudaDevice;
+use super::kernels::Strided;
+use super::storage::{launched, GpuFloat};
+use crate::storage::Conv2dParams;
+use crate::Result;
+use cudarc::cublas::{CudaBlas, Gemm};
+use cudarc::driver::{CudaSlice, DeviceRepr, PushKernelArg};
+
+/// `ConvGeom` in kernels/conv.cu, field for field.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct ConvGeom {
+    c: i64,
+    h: i64,
+    w: i64,
+    kh: i64,
+    kw: i64,
+    sh: i64,
+    sw: i64,
+    ph: i64,
+    pw: i64,
+    dh: i64,
+    dw: i64,
+    oh: i64,
+    ow: i64,
+}
+// SAFETY: plain old data with the C layout the kernel declares.
+unsafe impl DeviceRepr for ConvGeom {}
+
+/// Column buffers stay under this many bytes (more images per chunk, fewer launches,
+/// up to here).
+const COL_BUDGET_BYTES: usize = 256 << 20;
+
+struct Dims {
+    n: usize,
+    c: usize,
+    o: usize,
+    g: usize,
+    cg: usize,
+    og: usize,
+    kk: usize,
+    l: usize,
+    rows: usize,
+    geom: ConvGeom,
+}
+
+fn dims(p: &Conv2dParams) -> Dims {
+    let (oh, ow) = (p.out_h(), p.out_w());
+    let kk = p.k_h * p.k_w;
+    Dims {
+        n: p.batch,
+        c: p.in_channels,
+        o: p.out_channels,
+        g: p.groups,
+        cg: p.in_channels / p.groups,
+        og: p.out_channels / p.groups,
+        kk,
+        l: oh * ow,
+        rows: p.in_channels * kk,
+        geom: ConvGeom {
+            c: p.in_channels as i64,
+            h: p.in_h as i64,
+            w: p.in_w as i64,
+            kh: p.k_h as i64,
+            kw: p.k_w as i64,
+            sh: p.stride.0 as i64,
+            sw: p.stride.1 as i64,
+            ph: p.padding.0 as i64,
+            pw: p.padding.1 as i64,
+            dh: p.dilation.0 as i64,
+            dw: p.dilation.1 as i64,
+            oh: oh as i64,
+            ow: ow as i64,
+        },
+    }
+}
+
+fn chunk<T>(d: &Dims) -> usize {
+    let per_image = (d.rows * d.l * std::mem::size_of::<T>()).max(1);
+    (COL_BUDGET_BYTES / per_image).clamp(1, d.n.max(1))
+}
+
+fn im2col<T: GpuFloat>(dev: &CudaDevice, x: &CudaSlice<T>, col: &mut CudaSlice<T>, d: &Dims, b0: usize, nb: usize, batch_inner: bool) -> Result<()> {
+    let name = format!("im2col_{}", T::SUFFIX);
+    let f = dev.func(&name)?;
+    let (b0, nb64, bi) = (b0 as i64, nb as i64, batch_inner as i32);
+    let mut b = dev.stream.launch_builder(&f);
+    b.arg(x).arg(col).arg(&d.geom).arg(&b0).arg(&nb64).arg(&bi);
+    // SAFETY: col holds at least nb*rows*L elements; x is the contiguous NCHW input.
+    launched(&name, unsafe { b.launch(CudaDevice::cfg(nb * d.rows * d.l)) })
+}
+
+pub(crate) fn forward<T: GpuFloat>(dev: &CudaDevice, x: &CudaSlice<T>, w: &CudaSlice<T>, p: &Conv2dParams) -> Result<CudaSlice<T>>
+where
+    CudaBlas: Gemm<T>,
+{
+    let d = dims(p);
+    let mut out = dev.alloc_zeros::<T>(d.n * d.o * d.l)?;
+    if d.n * d.o * d.l == 0 {
+        return Ok(out);
+    }
+    let nb = chunk::<T>(&d);
+    let mut col = dev.alloc::<T>(nb * d.rows * d.l)?;
+    let q = d.cg * d.kk;
+    for b0 in (0..d.n).step_by(nb) {
+        let cur = nb.min(d.n - b0);
+        im2col(dev, x, &mut col, &d, b0, cur, false)?;
+        for g in 0..d.g {
+            gemm(
+                dev,
+                (cur, d.og, d.l, q),
+                w,
+                Operand::rows(g * d.og * q, 0, q),
+                &col,
+                Operand::rows(g * q * d.l, d.rows * d.l, d.l),
+                &mut out,
+                ((b0 * d.o + g * d.og) * d.l, d.o * d.l, d.l),
+                T::ZERO,
+            )?;
+        }
+    }
+    Ok(out)
+}
+
+pub(crate) fn backward_input<T: GpuFloat>(dev: &CudaDevice, gy: &CudaSlice<T>, w: &CudaSlice<T>, p: &Conv2dParams) -> Result<CudaSlice<T>>
+where
+    CudaBlas: Gemm<T>,
+{
+    let d = dims(p);
+    let n_in = d.n * d.c * p.in_h * p.in_w;
+    let mut dx = dev.alloc_zeros::<T>(n_in)?;
+    if n_in == 0 || d.l == 0 {
+        return Ok(dx);
+    }
+    let nb = chunk::<T>(&d);
+    let mut dcol = dev.alloc::<T>(nb * d.rows * d.l)?;
+    let q = d.cg * d.kk;
+    let name = format!("col2im_{}", T::SUFFIX);
+    let f = dev.func(&name)?;
+    for b0 in (0..d.n).step_by(nb) {
+        let cur = nb.min(d.n - b0);
+        for g in 0..d.g {
+            gemm(
+                dev,
+                (cur, q, d.l, d.og),
+                w,
+                Operand::transposed(g * d.og * q, 0, q),
+                gy,
+                Operand::rows((b0 * d.o + g * d.og) * d.l, d.o * d.l, d.l),
+                &mut dcol,
+                (g * q * d.l, d.rows * d.l, d.l),
+                T::ZERO,
+            )?;
+        }
+        let (b0i, nbi) = (b0 as i64, cur as i64);
+        let mut b = dev.stream.launch_builder(&f);
+        b.arg(&dcol).arg(&mut dx).arg(&d.geom).arg(&b0i).arg(&nbi);
+        // SAFETY: dcol holds cur*rows*L elements; dx is the full NCHW gradient.
+        launched(&name, unsafe { b.launch(CudaDevice::cfg(cur * d.c * p.in_h * p.in_w)) })?;
+    }
+    Ok(dx)
+}
+
+pub(crate) fn backward_weight<T: GpuFloat>(dev: &CudaDevice, x: &CudaSlice<T>, gy: &CudaSlice<T>, p: &Conv2dParams) -> Result<CudaSlice<T>>
+where
+    CudaBlas: Gemm<T>,
+{
+    let d = dims(p);
+    let q = d.cg * d.kk;
+    let mut dw = dev.alloc_zeros::<T>(d.o * q)?;
+    if d.n * d.l == 0 || d.o * q == 0 {
+        return Ok(dw);
+    }
+    let nb = chunk::<T>(&d);
+    let mut col = dev.alloc::<T>(nb * d.rows * d.l)?;
+    let mut gyp = dev.alloc::<T>(nb * d.o * d.l)?;
+    let copy_name = format!("copy_{}", T::SUFFIX);
+    let copy = dev.func(&copy_name)?;
+    for b0 in (0..d.n).step_by(nb) {
+        let cur = nb.min(d.n - b0);
+        im2col(dev, x, &mut col, &d, b0, cur, true)?;
+        // dy[b0..b0+cur] as [O, cur, L]: a permuted view copied contiguous.
+        let view = Strided::new(&[d.o, cur, d.l], &[d.l, d.o * d.l, 1], b0 * d.o * d.l)?;
+        let n = (d.o * cur * d.l) as u64;
+        let mut b = dev.stream.launch_builder(&copy);
+        b.arg(gy).arg(&view).arg(&mut gyp).arg(&n);
+        // SAFETY: the view lies inside gy; gyp holds nb*O*L >= n elements.
+        launched(&copy_name, unsafe { b.launch(CudaDevice::cfg(n as usize)) })?;
+        let span = cur * d.l;
+        for g in 0..d.g {
+            gemm(
+                dev,
+                (1, d.og, q, span),
+                &gyp,
+                Operand::rows(g * d.og * span, 0, span),
+                &col,
+                Operand::transposed(g * q * span, 0, span),
+                &mut dw,
+                (g * d.og * q, 0, q),
+                <T as BlasScalar>::ONE,
+            )?;
+        }
+    }
+    Ok(dw)
+}

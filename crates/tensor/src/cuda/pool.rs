@@ -1,0 +1,76 @@
+//! Launch code for 2-d max/average pooling and its gradient (kernels/pool.cu).
+
+use super::device::CudaDevice;
+use super::storage::{launched, GpuFloat};
+use crate::storage::{Pool2dParams, PoolKind};
+use crate::Result;
+use cudarc::driver::{CudaSlice, DeviceRepr, PushKernelArg};
+
+/// `PoolGeom` in kernels/pool.cu, field for field.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct PoolGeom {
+    planes: i64,
+    h: i64,
+    w: i64,
+    kh: i64,
+    kw: i64,
+    sh: i64,
+    sw: i64,
+    ph: i64,
+    pw: i64,
+    oh: i64,
+    ow: i64,
+    is_max: i64,
+}
+// SAFETY: plain old data with the C layout the kernel declares.
+unsafe impl DeviceRepr for PoolGeom {}
+
+fn geom(p: &Pool2dParams) -> PoolGeom {
+    PoolGeom {
+        planes: (p.batch * p.channels) as i64,
+        h: p.in_h as i64,
+        w: p.in_w as i64,
+        kh: p.kernel.0 as i64,
+        kw: p.kernel.1 as i64,
+        sh: p.stride.0 as i64,
+        sw: p.stride.1 as i64,
+        ph: p.padding.0 as i64,
+        pw: p.padding.1 as i64,
+        oh: p.out_h() as i64,
+        ow: p.out_w() as i64,
+        is_max: (p.kind == PoolKind::Max) as i64,
+    }
+}
+
+pub(crate) fn forward<T: GpuFloat>(d: &CudaDevice, x: &CudaSlice<T>, p: &Pool2dParams) -> Result<CudaSlice<T>> {
+    let n = p.out_shape().elem_count();
+    let mut y = d.alloc::<T>(n)?;
+    if n == 0 {
+        return Ok(y);
+    }
+    let name = format!("pool_fwd_{}", T::SUFFIX);
+    let f = d.func(&name)?;
+    let g = geom(p);
+    let mut b = d.stream.launch_builder(&f);
+    b.arg(x).arg(&mut y).arg(&g);
+    // SAFETY: x is contiguous NCHW of the geometry's size; y holds every output.
+    launched(&name, unsafe { b.launch(CudaDevice::cfg(n)) })?;
+    Ok(y)
+}
+
+pub(crate) fn backward<T: GpuFloat>(d: &CudaDevice, x: &CudaSlice<T>, gy: &CudaSlice<T>, p: &Pool2dParams) -> Result<CudaSlice<T>> {
+    let n = p.batch * p.channels * p.in_h * p.in_w;
+    let mut gx = d.alloc_zeros::<T>(n)?;
+    if n == 0 || p.out_shape().elem_count() == 0 {
+        return Ok(gx);
+    }
+    let name = format!("pool_bwd_{}", T::SUFFIX);
+    let f = d.func(&name)?;
+    let g = geom(p);
+    let mut b = d.stream.launch_builder(&f);
+    b.arg(x).arg(gy).arg(&mut gx).arg(&g);
+    // SAFETY: as in forward; gx holds every input pixel.
+    launched(&name, unsafe { b.launch(CudaDevice::cfg(n)) })?;
+    Ok(gx)
+}

@@ -1,0 +1,499 @@
+//! `CudaStorage`: a tensor's elements in plain device memory on one GPU, and its
+//! implementation of `BackendStorage`. This file holds the buffer type, the transfers
+//! and the per-dtype dispatch; the kernels' launch code lives in the sibling files, one
+//! per concept, mirroring `cpu/`. Every op runs on the device's compute stream.
+//!
+//! Dtypes: F32 and F64 for arithmetic, U32 for indices and labels (copies, casts and
+//! index_select only, as on the CPU). Nothing falls back to the CPU silently: an op the
+//! GPU cannot run returns an error.
+
+use super::device::{cuda_err, CudaDevice};
+use super::{conv, elementwise, index, matmul, norm, pool, random, reduce, select, softmax};
+use crate::cpu::CpuStorage;
+use crate::storage::{
+    BackendStorage, BatchNormParams, BinaryOp, Conv2dParams, Pool2dParams, ReduceOp, UnaryOp,
+};
+use crate::{DType, Device, Error, Layout, Result, Shape};
+use cudarc::driver::{CudaSlice, DeviceRepr, ValidAsZeroBits};
+use std::sync::Arc;
+
+/// Element types that live on the GPU; `SUFFIX` names their kernel instantiations.
+pub(crate) trait GpuType: DeviceRepr + ValidAsZeroBits + Copy + Default + Send + Sync + 'static {
+    const SUFFIX: &'static str;
+    fn wrap(s: CudaSlice<Self>) -> CudaData;
+}
+impl GpuType for f32 {
+    const SUFFIX: &'static str = "f32";
+    fn wrap(s: CudaSlice<f32>) -> CudaData {
+        CudaData::F32(s)
+    }
+}
+impl GpuType for f64 {
+    const SUFFIX: &'static str = "f64";
+    fn wrap(s: CudaSlice<f64>) -> CudaData {
+        CudaData::F64(s)
+    }
+}
+impl GpuType for u32 {
+    const SUFFIX: &'static str = "u32";
+    fn wrap(s: CudaSlice<u32>) -> CudaData {
+        CudaData::U32(s)
+    }
+}
+
+/// Float element types: the ones kernels compute with.
+pub(crate) trait GpuFloat: GpuType + super::blas::BlasScalar {
+    fn from_f64(v: f64) -> Self;
+}
+impl GpuFloat for f32 {
+    fn from_f64(v: f64) -> f32 {
+        v as f32
+    }
+}
+impl GpuFloat for f64 {
+    fn from_f64(v: f64) -> f64 {
+        v
+    }
+}
+
+pub(crate) enum CudaData {
+    F32(CudaSlice<f32>),
+    F64(CudaSlice<f64>),
+    U32(CudaSlice<u32>),
+}
+
+pub struct CudaStorage {
+    pub(crate) data: CudaData,
+    /// Logical element count (buffers are never allocated empty, so the slice may be longer).
+    len: usize,
+    pub(crate) dev: Arc<CudaDevice>,
+}
+
+impl std::fmt::Debug for CudaStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CudaStorage({:?}, {} elements, cuda:{})", self.dtype(), self.len, self.dev.ordinal())
+    }
+}
+
+fn unsupported(op: &'static str, dtype: DType) -> Error {
+    Error::UnsupportedDType { op, dtype, expected: "f32 or f64" }
+}
+fn mismatch(op: &'static str, a: &CudaStorage, b: &CudaStorage) -> Error {
+    Error::DTypeMismatch { op, lhs: a.dtype(), rhs: b.dtype() }
+}
+
+impl CudaStorage {
+    pub(crate) fn new<T: GpuType>(s: CudaSlice<T>, len: usize, dev: &Arc<CudaDevice>) -> CudaStorage {
+        CudaStorage { data: T::wrap(s), len, dev: dev.clone() }
+    }
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    pub fn ordinal(&self) -> usize {
+        self.dev.ordinal()
+    }
+
+    /// Copies host data to device `dev`.
+    pub fn from_cpu(cpu: &CpuStorage, dev: &Arc<CudaDevice>) -> Result<CudaStorage> {
+        Ok(match cpu {
+            CpuStorage::F32(v) => CudaStorage::new(dev.upload(v)?, v.len(), dev),
+            CpuStorage::F64(v) => CudaStorage::new(dev.upload(v)?, v.len(), dev),
+            CpuStorage::U32(v) => CudaStorage::new(dev.upload(v)?, v.len(), dev),
+        })
+    }
+
+    /// `n` copies of `value` (converted like `Tensor::full` does on the CPU).
+    pub fn full(n: usize, value: f64, dtype: DType, dev: &Arc<CudaDevice>) -> Result<CudaStorage> {
+        Ok(match dtype {
+            DType::F32 => CudaStorage::new(elementwise::fill(dev, n, value as f32)?, n, dev),
+            DType::F64 => CudaStorage::new(elementwise::fill(dev, n, value)?, n, dev),
+            DType::U32 => CudaStorage::new(elementwise::fill(dev, n, value as u32)?, n, dev),
+        })
+    }
+
+    /// An inverted-dropout mask of `n` elements (see `rng::counter_uniform`).
+    pub fn dropout_mask(n: usize, p: f64, seed: u64, dtype: DType, dev: &Arc<CudaDevice>) -> Result<CudaStorage> {
+        Ok(match dtype {
+            DType::F32 => CudaStorage::new(random::dropout_mask::<f32>(dev, n, p, seed)?, n, dev),
+            DType::F64 => CudaStorage::new(random::dropout_mask::<f64>(dev, n, p, seed)?, n, dev),
+            DType::U32 => return Err(unsupported("dropout", dtype)),
+        })
+    }
+
+    /// The first `len` elements on the host, copied on `stream` (a side stream may read
+    /// while the compute stream keeps working).
+    pub(crate) fn to_cpu_on(&self, stream: &Arc<cudarc::driver::CudaStream>) -> Result<CpuStorage> {
+        Ok(match &self.data {
+            CudaData::F32(s) => CpuStorage::F32(self.dev.download_on(s, self.len, stream)?),
+            CudaData::F64(s) => CpuStorage::F64(self.dev.download_on(s, self.len, stream)?),
+            CudaData::U32(s) => CpuStorage::U32(self.dev.download_on(s, self.len, stream)?),
+        })
+    }
+
+    /// U32 indices as a host vector (for range checks that must be errors, not UB).
+    fn u32_to_host(&self, op: &'static str) -> Result<Vec<u32>> {
+        match &self.data {
+            CudaData::U32(s) => self.dev.download(s, self.len),
+            _ => Err(Error::UnsupportedDType { op, dtype: self.dtype(), expected: "u32 indices" }),
+        }
+    }
+    fn u32_slice(&self, op: &'static str) -> Result<&CudaSlice<u32>> {
+        match &self.data {
+            CudaData::U32(s) => Ok(s),
+            _ => Err(Error::UnsupportedDType { op, dtype: self.dtype(), expected: "u32 indices" }),
+        }
+    }
+    fn same_device(&self, other: &CudaStorage, op: &'static str) -> Result<()> {
+        if Arc::ptr_eq(&self.dev, &other.dev) {
+            Ok(())
+        } else {
+            Err(Error::DeviceMismatch { op, lhs: self.device(), rhs: other.device() })
+        }
+    }
+}
+
+impl BackendStorage for CudaStorage {
+    fn dtype(&self) -> DType {
+        match self.data {
+            CudaData::F32(_) => DType::F32,
+            CudaData::F64(_) => DType::F64,
+            CudaData::U32(_) => DType::U32,
+        }
+    }
+    fn device(&self) -> Device {
+        Device::Cuda(self.dev.ordinal())
+    }
+    fn to_cpu(&self) -> Result<CpuStorage> {
+        self.to_cpu_on(&self.dev.stream)
+    }
+
+    fn copy_strided(&self, l: &Layout) -> Result<Self> {
+        let d = &self.dev;
+        let n = l.elem_count();
+        Ok(match &self.data {
+            CudaData::F32(s) => CudaStorage::new(elementwise::copy_strided(d, s, l)?, n, d),
+            CudaData::F64(s) => CudaStorage::new(elementwise::copy_strided(d, s, l)?, n, d),
+            CudaData::U32(s) => CudaStorage::new(elementwise::copy_strided(d, s, l)?, n, d),
+        })
+    }
+
+    fn copy_into(&mut self, dst_l: &Layout, src: &Self) -> Result<()> {
+        self.same_device(src, "copy_into")?;
+        let d = self.dev.clone();
+        match (&mut self.data, &src.data) {
+            (CudaData::F32(a), CudaData::F32(b)) => elementwise::copy_into(&d, a, dst_l, b),
+            (CudaData::F64(a), CudaData::F64(b)) => elementwise::copy_into(&d, a, dst_l, b),
+            (CudaData::U32(a), CudaData::U32(b)) => elementwise::copy_into(&d, a, dst_l, b),
+            _ => Err(mismatch("copy_into", self, src)),
+        }
+    }
+
+    fn to_dtype(&self, l: &Layout, dtype: DType) -> Result<Self> {
+        let d = &self.dev;
+        let n = l.elem_count();
+        use elementwise::cast;
+        Ok(match (&self.data, dtype) {
+            (CudaData::F32(s), DType::F64) => CudaStorage::new(cast::<f32, f64>(d, s, l)?, n, d),
+            (CudaData::F64(s), DType::F32) => CudaStorage::new(cast::<f64, f32>(d, s, l)?, n, d),
+            (CudaData::U32(s), DType::F32) => CudaStorage::new(cast::<u32, f32>(d, s, l)?, n, d),
+            (CudaData::U32(s), DType::F64) => CudaStorage::new(cast::<u32, f64>(d, s, l)?, n, d),
+            (CudaData::F32(s), DType::U32) => CudaStorage::new(cast::<f32, u32>(d, s, l)?, n, d),
+            (CudaData::F64(s), DType::U32) => CudaStorage::new(cast::<f64, u32>(d, s, l)?, n, d),
+            _ => self.copy_strided(l)?,
+        })
+    }
+
+    fn unary(&self, l: &Layout, op: UnaryOp) -> Result<Self> {
+        let d = &self.dev;
+        let n = l.elem_count();
+        Ok(match &self.data {
+            CudaData::F32(s) => CudaStorage::new(elementwise::unary(d, s, l, op)?, n, d),
+            CudaData::F64(s) => CudaStorage::new(elementwise::unary(d, s, l, op)?, n, d),
+            CudaData::U32(_) => return Err(unsupported("unary op", DType::U32)),
+        })
+    }
+
+    fn binary(&self, ll: &Layout, rhs: &Self, rl: &Layout, op: BinaryOp) -> Result<Self> {
+        self.same_device(rhs, "binary op")?;
+        let d = &self.dev;
+        let n = ll.elem_count();
+        Ok(match (&self.data, &rhs.data) {
+            (CudaData::F32(a), CudaData::F32(b)) => CudaStorage::new(elementwise::binary(d, a, ll, b, rl, op)?, n, d),
+            (CudaData::F64(a), CudaData::F64(b)) => CudaStorage::new(elementwise::binary(d, a, ll, b, rl, op)?, n, d),
+            (CudaData::U32(_), CudaData::U32(_)) => return Err(unsupported("binary op", DType::U32)),
+            _ => return Err(mismatch("binary op", self, rhs)),
+        })
+    }
+
+    fn where_cond(&self, cl: &Layout, t: &Self, tl: &Layout, f: &Self, fl: &Layout) -> Result<Self> {
+        self.same_device(t, "where_cond")?;
+        self.same_device(f, "where_cond")?;
+        let d = &self.dev;
+        let n = cl.elem_count();
+        Ok(match (&self.data, &t.data, &f.data) {
+            (CudaData::F32(c), CudaData::F32(a), CudaData::F32(b)) => {
+                CudaStorage::new(elementwise::where_cond(d, c, cl, a, tl, b, fl)?, n, d)
+            }
+            (CudaData::F64(c), CudaData::F64(a), CudaData::F64(b)) => {
+                CudaStorage::new(elementwise::where_cond(d, c, cl, a, tl, b, fl)?, n, d)
+            }
+            _ => return Err(mismatch("where_cond", self, t)),
+        })
+    }
+
+    fn reduce(&self, l: &Layout, dims: &[usize], op: ReduceOp) -> Result<Self> {
+        let d = &self.dev;
+        if op == ReduceOp::ArgMax {
+            let [dim] = dims else {
+                return Err(Error::msg(format!("argmax: reduces exactly one dimension, got {dims:?}")));
+            };
+            let (s, n) = match &self.data {
+                CudaData::F32(s) => reduce::argmax(d, s, l, *dim)?,
+                CudaData::F64(s) => reduce::argmax(d, s, l, *dim)?,
+                CudaData::U32(_) => return Err(unsupported("argmax", DType::U32)),
+            };
+            return Ok(CudaStorage::new(s, n, d));
+        }
+        Ok(match &self.data {
+            CudaData::F32(s) => {
+                let (o, n) = reduce::reduce(d, s, l, dims, op)?;
+                CudaStorage::new(o, n, d)
+            }
+            CudaData::F64(s) => {
+                let (o, n) = reduce::reduce(d, s, l, dims, op)?;
+                CudaStorage::new(o, n, d)
+            }
+            CudaData::U32(_) => return Err(unsupported("reduce", DType::U32)),
+        })
+    }
+
+    fn matmul(&self, ll: &Layout, rhs: &Self, rl: &Layout, bmnk: (usize, usize, usize, usize)) -> Result<Self> {
+        self.same_device(rhs, "matmul")?;
+        let d = &self.dev;
+        let (b, m, n, _) = bmnk;
+        Ok(match (&self.data, &rhs.data) {
+            (CudaData::F32(x), CudaData::F32(y)) => CudaStorage::new(matmul::matmul(d, x, ll, y, rl, bmnk)?, b * m * n, d),
+            (CudaData::F64(x), CudaData::F64(y)) => CudaStorage::new(matmul::matmul(d, x, ll, y, rl, bmnk)?, b * m * n, d),
+            _ => return Err(mismatch("matmul", self, rhs)),
+        })
+    }
+
+    fn conv2d(&self, w: &Self, p: &Conv2dParams) -> Result<Self> {
+        self.same_device(w, "conv2d")?;
+        let d = &self.dev;
+        let n = p.out_shape().elem_count();
+        Ok(match (&self.data, &w.data) {
+            (CudaData::F32(x), CudaData::F32(w)) => CudaStorage::new(conv::forward(d, x, w, p)?, n, d),
+            (CudaData::F64(x), CudaData::F64(w)) => CudaStorage::new(conv::forward(d, x, w, p)?, n, d),
+            _ => return Err(mismatch("conv2d", self, w)),
+        })
+    }
+    fn conv2d_backward_input(&self, w: &Self, p: &Conv2dParams) -> Result<Self> {
+        self.same_device(w, "conv2d backward")?;
+        let d = &self.dev;
+        let n = p.in_shape().elem_count();
+        Ok(match (&self.data, &w.data) {
+            (CudaData::F32(g), CudaData::F32(w)) => CudaStorage::new(conv::backward_input(d, g, w, p)?, n, d),
+            (CudaData::F64(g), CudaData::F64(w)) => CudaStorage::new(conv::backward_input(d, g, w, p)?, n, d),
+            _ => return Err(mismatch("conv2d backward", self, w)),
+        })
+    }
+    fn conv2d_backward_weight(&self, gy: &Self, p: &Conv2dParams) -> Result<Self> {
+        self.same_device(gy, "conv2d backward")?;
+        let d = &self.dev;
+        let n = p.weight_shape().elem_count();
+        Ok(match (&self.data, &gy.data) {
+            (CudaData::F32(x), CudaData::F32(g)) => CudaStorage::new(conv::backward_weight(d, x, g, p)?, n, d),
+            (CudaData::F64(x), CudaData::F64(g)) => CudaStorage::new(conv::backward_weight(d, x, g, p)?, n, d),
+            _ => return Err(mismatch("conv2d backward", self, gy)),
+        })
+    }
+
+    fn pool2d(&self, p: &Pool2dParams) -> Result<Self> {
+        let d = &self.dev;
+        let n = p.out_shape().elem_count();
+        Ok(match &self.data {
+            CudaData::F32(x) => CudaStorage::new(pool::forward(d, x, p)?, n, d),
+            CudaData::F64(x) => CudaStorage::new(pool::forward(d, x, p)?, n, d),
+            CudaData::U32(_) => return Err(unsupported("pool2d", DType::U32)),
+        })
+    }
+    fn pool2d_backward(&self, gy: &Self, p: &Pool2dParams) -> Result<Self> {
+        self.same_device(gy, "pool2d backward")?;
+        let d = &self.dev;
+        let n = p.batch * p.channels * p.in_h * p.in_w;
+        Ok(match (&self.data, &gy.data) {
+            (CudaData::F32(x), CudaData::F32(g)) => CudaStorage::new(pool::backward(d, x, g, p)?, n, d),
+            (CudaData::F64(x), CudaData::F64(g)) => CudaStorage::new(pool::backward(d, x, g, p)?, n, d),
+            _ => return Err(mismatch("pool2d backward", self, gy)),
+        })
+    }
+
+    fn batch_norm(&self, w: &Self, b: &Self, stats: Option<(&Self, &Self)>, p: &BatchNormParams) -> Result<(Self, Self, Self)> {
+        for o in [w, b].into_iter().chain(stats.into_iter().flat_map(|(m, v)| [m, v])) {
+            self.same_device(o, "batch_norm")?;
+        }
+        let d = &self.dev;
+        let total = p.n * p.c * p.spatial;
+        macro_rules! run {
+            ($v:ident) => {{
+                let (CudaData::$v(x), CudaData::$v(w), CudaData::$v(b)) = (&self.data, &w.data, &b.data) else {
+                    return Err(mismatch("batch_norm", self, w));
+                };
+                let stats = match stats {
+                    Some((m, v)) => match (&m.data, &v.data) {
+                        (CudaData::$v(m), CudaData::$v(v)) => Some((m, v)),
+                        _ => return Err(mismatch("batch_norm running stats", self, m)),
+                    },
+                    None => None,
+                };
+                let (o, m, s) = norm::forward(d, x, w, b, stats, p)?;
+                Ok((CudaStorage::new(o, total, d), CudaStorage::new(m, p.c, d), CudaStorage::new(s, p.c, d)))
+            }};
+        }
+        match self.dtype() {
+            DType::F32 => run!(F32),
+            DType::F64 => run!(F64),
+            DType::U32 => Err(unsupported("batch_norm", DType::U32)),
+        }
+    }
+
+    fn batch_norm_backward(
+        &self,
+        gy: &Self,
+        w: &Self,
+        mean: &Self,
+        invstd: &Self,
+        training: bool,
+        p: &BatchNormParams,
+    ) -> Result<(Self, Self, Self)> {
+        for o in [gy, w, mean, invstd] {
+            self.same_device(o, "batch_norm backward")?;
+        }
+        let d = &self.dev;
+        let total = p.n * p.c * p.spatial;
+        macro_rules! run {
+            ($v:ident) => {{
+                let (CudaData::$v(x), CudaData::$v(g), CudaData::$v(w), CudaData::$v(m), CudaData::$v(s)) =
+                    (&self.data, &gy.data, &w.data, &mean.data, &invstd.data)
+                else {
+                    return Err(mismatch("batch_norm backward", self, gy));
+                };
+                let (a, b, c) = norm::backward(d, x, g, w, m, s, training, p)?;
+                Ok((CudaStorage::new(a, total, d), CudaStorage::new(b, p.c, d), CudaStorage::new(c, p.c, d)))
+            }};
+        }
+        match self.dtype() {
+            DType::F32 => run!(F32),
+            DType::F64 => run!(F64),
+            DType::U32 => Err(unsupported("batch_norm backward", DType::U32)),
+        }
+    }
+
+    fn softmax_last(&self, rows: usize, cols: usize, log: bool) -> Result<Self> {
+        let d = &self.dev;
+        Ok(match &self.data {
+            CudaData::F32(x) => CudaStorage::new(softmax::forward(d, x, rows, cols, log)?, rows * cols, d),
+            CudaData::F64(x) => CudaStorage::new(softmax::forward(d, x, rows, cols, log)?, rows * cols, d),
+            CudaData::U32(_) => return Err(unsupported("softmax", DType::U32)),
+        })
+    }
+    fn softmax_last_backward(&self, g: &Self, rows: usize, cols: usize, log: bool) -> Result<Self> {
+        self.same_device(g, "softmax backward")?;
+        let d = &self.dev;
+        Ok(match (&self.data, &g.data) {
+            (CudaData::F32(y), CudaData::F32(g)) => CudaStorage::new(softmax::backward(d, y, g, rows, cols, log)?, rows * cols, d),
+            (CudaData::F64(y), CudaData::F64(g)) => CudaStorage::new(softmax::backward(d, y, g, rows, cols, log)?, rows * cols, d),
+            _ => return Err(mismatch("softmax backward", self, g)),
+        })
+    }
+
+    fn cross_entropy(&self, labels: &Self, n: usize, c: usize, ignore: Option<u32>) -> Result<(Self, Self, usize)> {
+        self.same_device(labels, "cross_entropy")?;
+        // Labels are few (one per row): checking them on the host keeps a bad label an
+        // error rather than an out-of-bounds read, and gives the count the mean needs.
+        let host = labels.u32_to_host("cross_entropy labels")?;
+        let count = softmax::check_labels(&host, c, ignore)?;
+        let l = labels.u32_slice("cross_entropy labels")?;
+        let d = &self.dev;
+        Ok(match &self.data {
+            CudaData::F32(x) => {
+                let (loss, probs) = softmax::cross_entropy(d, x, l, n, c, ignore, count)?;
+                (CudaStorage::new(loss, 1, d), CudaStorage::new(probs, n * c, d), count)
+            }
+            CudaData::F64(x) => {
+                let (loss, probs) = softmax::cross_entropy(d, x, l, n, c, ignore, count)?;
+                (CudaStorage::new(loss, 1, d), CudaStorage::new(probs, n * c, d), count)
+            }
+            CudaData::U32(_) => return Err(unsupported("cross_entropy logits", DType::U32)),
+        })
+    }
+    fn cross_entropy_backward(
+        &self,
+        labels: &Self,
+        grad: f64,
+        n: usize,
+        c: usize,
+        ignore: Option<u32>,
+        count: usize,
+    ) -> Result<Self> {
+        self.same_device(labels, "cross_entropy backward")?;
+        let l = labels.u32_slice("cross_entropy labels")?;
+        let d = &self.dev;
+        Ok(match &self.data {
+            CudaData::F32(p) => CudaStorage::new(softmax::cross_entropy_backward(d, p, l, grad, n, c, ignore, count)?, n * c, d),
+            CudaData::F64(p) => CudaStorage::new(softmax::cross_entropy_backward(d, p, l, grad, n, c, ignore, count)?, n * c, d),
+            CudaData::U32(_) => return Err(unsupported("cross_entropy backward", DType::U32)),
+        })
+    }
+
+    fn index_select(&self, shape: &Shape, ids: &Self, dim: usize) -> Result<Self> {
+        self.same_device(ids, "index_select")?;
+        let host = ids.u32_to_host("index_select indices")?;
+        index::check_ids(&host, shape.dims()[dim], "index_select")?;
+        let i = ids.u32_slice("index_select indices")?;
+        let d = &self.dev;
+        let n = shape.elem_count() / shape.dims()[dim].max(1) * host.len();
+        Ok(match &self.data {
+            CudaData::F32(x) => CudaStorage::new(index::select(d, x, shape, i, host.len(), dim)?, n, d),
+            CudaData::F64(x) => CudaStorage::new(index::select(d, x, shape, i, host.len(), dim)?, n, d),
+            CudaData::U32(x) => CudaStorage::new(index::select(d, x, shape, i, host.len(), dim)?, n, d),
+        })
+    }
+    fn index_add(&self, src_shape: &Shape, ids: &Self, dim: usize, out_shape: &Shape) -> Result<Self> {
+        self.same_device(ids, "index_add")?;
+        let host = ids.u32_to_host("index_add indices")?;
+        index::check_ids(&host, out_shape.dims()[dim], "index_add")?;
+        let i = ids.u32_slice("index_add indices")?;
+        let d = &self.dev;
+        let n = out_shape.elem_count();
+        Ok(match &self.data {
+            CudaData::F32(x) => CudaStorage::new(index::add(d, x, src_shape, i, dim, out_shape)?, n, d),
+            CudaData::F64(x) => CudaStorage::new(index::add(d, x, src_shape, i, dim, out_shape)?, n, d),
+            CudaData::U32(_) => return Err(unsupported("index_add", DType::U32)),
+        })
+    }
+
+    fn topk(&self, rows: usize, cols: usize, k: usize, largest: bool) -> Result<(Self, Self)> {
+        let d = &self.dev;
+        Ok(match &self.data {
+            CudaData::F32(x) => {
+                let (v, i) = select::topk(d, x, rows, cols, k, largest)?;
+                (CudaStorage::new(v, rows * k, d), CudaStorage::new(i, rows * k, d))
+            }
+            CudaData::F64(x) => {
+                let (v, i) = select::topk(d, x, rows, cols, k, largest)?;
+                (CudaStorage::new(v, rows * k, d), CudaStorage::new(i, rows * k, d))
+            }
+            CudaData::U32(_) => return Err(unsupported("topk", DType::U32)),
+        })
+    }
+}
+
+/// Maps a kernel launch's result to ours, naming the kernel.
+pub(crate) fn launched<T>(name: &str, r: std::result::Result<T, cudarc::driver::DriverError>) -> Result<()> {
+    r.map(|_| ()).map_err(cuda_err(name))
+}
