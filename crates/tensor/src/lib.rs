@@ -1,13 +1,15 @@
-//! Tensors on the CPU (and on CUDA GPUs once issue 8 lands) with reverse-mode autograd
-//! and gradient-ready hooks: the foundation of the stack.
+//! Tensors on the CPU and on CUDA GPUs with reverse-mode autograd and gradient-ready
+//! hooks: the foundation of the stack.
 //!
 //! - [`Tensor`]: a strided view of shared storage; views (reshape, transpose, narrow,
 //!   broadcast) share data, ops return new tensors.
 //! - Autograd: every op records its inputs; [`Tensor::backward`] returns a [`GradStore`];
 //!   [`no_grad`] turns recording off; [`Tensor::register_grad_hook`] calls back the moment
 //!   a variable's gradient is final, so gradient exchange can overlap backward.
-//! - Backends implement [`storage::BackendStorage`]; today that is the CPU ([`cpu`]),
-//!   parallel with rayon (honouring `RAYON_NUM_THREADS`) and `gemm` for products.
+//! - Backends implement [`storage::BackendStorage`]: the CPU ([`cpu`]), parallel with
+//!   rayon (honouring `RAYON_NUM_THREADS`) and `gemm` for products, and CUDA ([`cuda`]:
+//!   cuBLAS and NVRTC-compiled kernels, see crates/tensor/CUDA.md). `Device::cuda_if_available`
+//!   picks the GPU only when a driver, a device, cuBLAS and NVRTC are really there.
 //!
 //! ```
 //! use tensor::{Conv2dOptions, DType, Device, Rng, Tensor};

@@ -86,6 +86,17 @@ impl Rng {
     }
 }
 
+/// Element `i` of the counter-based uniform stream `seed`, in `[0, 1)`: a SplitMix64
+/// finaliser of `seed + (i + 1) * golden`, so any element is computed independently (on
+/// a GPU thread as on the CPU; kernels/random.cu holds the same function).
+pub(crate) fn counter_uniform(seed: u64, i: u64) -> f64 {
+    let mut z = seed.wrapping_add(i.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    (z >> 11) as f64 * (1.0 / 9_007_199_254_740_992.0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -107,15 +118,4 @@ mod tests {
             Rng::for_rank(1, 1).next_u64()
         );
     }
-}
-
-/// Element `i` of the counter-based uniform stream `seed`, in `[0, 1)`: a SplitMix64
-/// finaliser of `seed + (i + 1) * golden`, so any element is computed independently (on
-/// a GPU thread as on the CPU; kernels/random.cu holds the same function).
-pub(crate) fn counter_uniform(seed: u64, i: u64) -> f64 {
-    let mut z = seed.wrapping_add(i.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^= z >> 31;
-    (z >> 11) as f64 * (1.0 / 9_007_199_254_740_992.0)
 }
