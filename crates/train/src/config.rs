@@ -249,7 +249,7 @@ impl Config {
         }
         match self.device.as_str() {
             "cpu" | "auto" => {}
-            "cuda" => bail!("--device cuda: this build's trainer runs on the CPU (the CUDA backend is issue 8); use --device auto to take a GPU when one is supported"),
+            "cuda" => bail!("--device cuda: the trainer does not move models to the GPU yet (issue 8's remaining part); use --device cpu, or auto (which trains on the CPU until then)"),
             d => bail!("--device {d}: expected cpu, cuda or auto"),
         }
         match self.backend.as_str() {
