@@ -306,22 +306,42 @@ impl Storage {
     pub fn from_cpu(cpu: CpuStorage, device: Device) -> Result<Storage> {
         match device {
             Device::Cpu => Ok(Storage::Cpu(cpu)),
-            Device::Cuda(i) => Ok(Storage::Cuda(CudaStorage::from_cpu(&cpu, &crate::cuda::device(i)?)?)),
+            Device::Cuda(i) => Ok(Storage::Cuda(CudaStorage::from_cpu(
+                &cpu,
+                &crate::cuda::device(i)?,
+            )?)),
         }
     }
     /// `n` elements equal to `value`, created on the device itself.
     pub fn full(n: usize, value: f64, dtype: DType, device: Device) -> Result<Storage> {
         match device {
             Device::Cpu => Ok(Storage::Cpu(CpuStorage::full(n, value, dtype))),
-            Device::Cuda(i) => Ok(Storage::Cuda(CudaStorage::full(n, value, dtype, &crate::cuda::device(i)?)?)),
+            Device::Cuda(i) => Ok(Storage::Cuda(CudaStorage::full(
+                n,
+                value,
+                dtype,
+                &crate::cuda::device(i)?,
+            )?)),
         }
     }
     /// An inverted-dropout mask: 0 with probability `p`, else `1 / (1 - p)`, element `i`
     /// decided by `rng::counter_uniform(seed, i)` on every device.
-    pub fn dropout_mask(n: usize, p: f64, seed: u64, dtype: DType, device: Device) -> Result<Storage> {
+    pub fn dropout_mask(
+        n: usize,
+        p: f64,
+        seed: u64,
+        dtype: DType,
+        device: Device,
+    ) -> Result<Storage> {
         match device {
             Device::Cpu => CpuStorage::dropout_mask(n, p, seed, dtype).map(Storage::Cpu),
-            Device::Cuda(i) => Ok(Storage::Cuda(CudaStorage::dropout_mask(n, p, seed, dtype, &crate::cuda::device(i)?)?)),
+            Device::Cuda(i) => Ok(Storage::Cuda(CudaStorage::dropout_mask(
+                n,
+                p,
+                seed,
+                dtype,
+                &crate::cuda::device(i)?,
+            )?)),
         }
     }
 }
@@ -336,20 +356,32 @@ fn pair<'a>(op: &'static str, a: &'a Storage, b: &'a Storage) -> Result<Pair<'a>
     match (a, b) {
         (Storage::Cpu(a), Storage::Cpu(b)) => Ok(Pair::Cpu(a, b)),
         (Storage::Cuda(x), Storage::Cuda(y)) if x.ordinal() == y.ordinal() => Ok(Pair::Cuda(x, y)),
-        _ => Err(crate::Error::DeviceMismatch { op, lhs: a.device(), rhs: b.device() }),
+        _ => Err(crate::Error::DeviceMismatch {
+            op,
+            lhs: a.device(),
+            rhs: b.device(),
+        }),
     }
 }
 
 fn cpu_of<'a>(op: &'static str, s: &'a Storage, like: &Storage) -> Result<&'a CpuStorage> {
     match s {
         Storage::Cpu(c) => Ok(c),
-        _ => Err(crate::Error::DeviceMismatch { op, lhs: like.device(), rhs: s.device() }),
+        _ => Err(crate::Error::DeviceMismatch {
+            op,
+            lhs: like.device(),
+            rhs: s.device(),
+        }),
     }
 }
 fn cuda_of<'a>(op: &'static str, s: &'a Storage, like: &Storage) -> Result<&'a CudaStorage> {
     match s {
         Storage::Cuda(c) if like.device() == s.device() => Ok(c),
-        _ => Err(crate::Error::DeviceMismatch { op, lhs: like.device(), rhs: s.device() }),
+        _ => Err(crate::Error::DeviceMismatch {
+            op,
+            lhs: like.device(),
+            rhs: s.device(),
+        }),
     }
 }
 
@@ -376,8 +408,14 @@ impl BackendStorage for Storage {
     fn copy_into(&mut self, dst_l: &Layout, src: &Self) -> Result<()> {
         match (self, src) {
             (Storage::Cpu(d), Storage::Cpu(s)) => d.copy_into(dst_l, s),
-            (Storage::Cuda(d), Storage::Cuda(s)) if d.ordinal() == s.ordinal() => d.copy_into(dst_l, s),
-            (d, s) => Err(crate::Error::DeviceMismatch { op: "copy_into", lhs: d.device(), rhs: s.device() }),
+            (Storage::Cuda(d), Storage::Cuda(s)) if d.ordinal() == s.ordinal() => {
+                d.copy_into(dst_l, s)
+            }
+            (d, s) => Err(crate::Error::DeviceMismatch {
+                op: "copy_into",
+                lhs: d.device(),
+                rhs: s.device(),
+            }),
         }
     }
     fn to_dtype(&self, l: &Layout, dtype: DType) -> Result<Self> {
@@ -398,10 +436,21 @@ impl BackendStorage for Storage {
             Pair::Cuda(a, b) => a.binary(ll, b, rl, op).map(Storage::Cuda),
         }
     }
-    fn where_cond(&self, cl: &Layout, t: &Self, tl: &Layout, f: &Self, fl: &Layout) -> Result<Self> {
+    fn where_cond(
+        &self,
+        cl: &Layout,
+        t: &Self,
+        tl: &Layout,
+        f: &Self,
+        fl: &Layout,
+    ) -> Result<Self> {
         match pair("where_cond", self, t)? {
-            Pair::Cpu(c, t) => c.where_cond(cl, t, tl, cpu_of("where_cond", f, self)?, fl).map(Storage::Cpu),
-            Pair::Cuda(c, t) => c.where_cond(cl, t, tl, cuda_of("where_cond", f, self)?, fl).map(Storage::Cuda),
+            Pair::Cpu(c, t) => c
+                .where_cond(cl, t, tl, cpu_of("where_cond", f, self)?, fl)
+                .map(Storage::Cpu),
+            Pair::Cuda(c, t) => c
+                .where_cond(cl, t, tl, cuda_of("where_cond", f, self)?, fl)
+                .map(Storage::Cuda),
         }
     }
     fn reduce(&self, l: &Layout, dims: &[usize], op: ReduceOp) -> Result<Self> {
@@ -410,7 +459,13 @@ impl BackendStorage for Storage {
             Storage::Cuda(s) => s.reduce(l, dims, op).map(Storage::Cuda),
         }
     }
-    fn matmul(&self, ll: &Layout, rhs: &Self, rl: &Layout, bmnk: (usize, usize, usize, usize)) -> Result<Self> {
+    fn matmul(
+        &self,
+        ll: &Layout,
+        rhs: &Self,
+        rl: &Layout,
+        bmnk: (usize, usize, usize, usize),
+    ) -> Result<Self> {
         match pair("matmul", self, rhs)? {
             Pair::Cpu(a, b) => a.matmul(ll, b, rl, bmnk).map(Storage::Cpu),
             Pair::Cuda(a, b) => a.matmul(ll, b, rl, bmnk).map(Storage::Cuda),
@@ -446,7 +501,13 @@ impl BackendStorage for Storage {
             Pair::Cuda(x, g) => x.pool2d_backward(g, p).map(Storage::Cuda),
         }
     }
-    fn batch_norm(&self, w: &Self, b: &Self, stats: Option<(&Self, &Self)>, p: &BatchNormParams) -> Result<(Self, Self, Self)> {
+    fn batch_norm(
+        &self,
+        w: &Self,
+        b: &Self,
+        stats: Option<(&Self, &Self)>,
+        p: &BatchNormParams,
+    ) -> Result<(Self, Self, Self)> {
         const OP: &str = "batch_norm";
         match self {
             Storage::Cpu(x) => {
@@ -454,7 +515,8 @@ impl BackendStorage for Storage {
                     Some((m, v)) => Some((cpu_of(OP, m, self)?, cpu_of(OP, v, self)?)),
                     None => None,
                 };
-                let (o, m, s) = x.batch_norm(cpu_of(OP, w, self)?, cpu_of(OP, b, self)?, stats, p)?;
+                let (o, m, s) =
+                    x.batch_norm(cpu_of(OP, w, self)?, cpu_of(OP, b, self)?, stats, p)?;
                 Ok((Storage::Cpu(o), Storage::Cpu(m), Storage::Cpu(s)))
             }
             Storage::Cuda(x) => {
@@ -462,7 +524,8 @@ impl BackendStorage for Storage {
                     Some((m, v)) => Some((cuda_of(OP, m, self)?, cuda_of(OP, v, self)?)),
                     None => None,
                 };
-                let (o, m, s) = x.batch_norm(cuda_of(OP, w, self)?, cuda_of(OP, b, self)?, stats, p)?;
+                let (o, m, s) =
+                    x.batch_norm(cuda_of(OP, w, self)?, cuda_of(OP, b, self)?, stats, p)?;
                 Ok((Storage::Cuda(o), Storage::Cuda(m), Storage::Cuda(s)))
             }
         }
@@ -510,11 +573,21 @@ impl BackendStorage for Storage {
     }
     fn softmax_last_backward(&self, g: &Self, rows: usize, cols: usize, log: bool) -> Result<Self> {
         match pair("softmax backward", self, g)? {
-            Pair::Cpu(y, g) => y.softmax_last_backward(g, rows, cols, log).map(Storage::Cpu),
-            Pair::Cuda(y, g) => y.softmax_last_backward(g, rows, cols, log).map(Storage::Cuda),
+            Pair::Cpu(y, g) => y
+                .softmax_last_backward(g, rows, cols, log)
+                .map(Storage::Cpu),
+            Pair::Cuda(y, g) => y
+                .softmax_last_backward(g, rows, cols, log)
+                .map(Storage::Cuda),
         }
     }
-    fn cross_entropy(&self, labels: &Self, n: usize, c: usize, ignore: Option<u32>) -> Result<(Self, Self, usize)> {
+    fn cross_entropy(
+        &self,
+        labels: &Self,
+        n: usize,
+        c: usize,
+        ignore: Option<u32>,
+    ) -> Result<(Self, Self, usize)> {
         match pair("cross_entropy", self, labels)? {
             Pair::Cpu(x, l) => {
                 let (loss, probs, count) = x.cross_entropy(l, n, c, ignore)?;
@@ -536,8 +609,12 @@ impl BackendStorage for Storage {
         count: usize,
     ) -> Result<Self> {
         match pair("cross_entropy backward", self, labels)? {
-            Pair::Cpu(p, l) => p.cross_entropy_backward(l, grad, n, c, ignore, count).map(Storage::Cpu),
-            Pair::Cuda(p, l) => p.cross_entropy_backward(l, grad, n, c, ignore, count).map(Storage::Cuda),
+            Pair::Cpu(p, l) => p
+                .cross_entropy_backward(l, grad, n, c, ignore, count)
+                .map(Storage::Cpu),
+            Pair::Cuda(p, l) => p
+                .cross_entropy_backward(l, grad, n, c, ignore, count)
+                .map(Storage::Cuda),
         }
     }
     fn index_select(&self, shape: &Shape, ids: &Self, dim: usize) -> Result<Self> {
@@ -546,7 +623,13 @@ impl BackendStorage for Storage {
             Pair::Cuda(x, i) => x.index_select(shape, i, dim).map(Storage::Cuda),
         }
     }
-    fn index_add(&self, src_shape: &Shape, ids: &Self, dim: usize, out_shape: &Shape) -> Result<Self> {
+    fn index_add(
+        &self,
+        src_shape: &Shape,
+        ids: &Self,
+        dim: usize,
+        out_shape: &Shape,
+    ) -> Result<Self> {
         match pair("index_add", self, ids)? {
             Pair::Cpu(x, i) => x.index_add(src_shape, i, dim, out_shape).map(Storage::Cpu),
             Pair::Cuda(x, i) => x.index_add(src_shape, i, dim, out_shape).map(Storage::Cuda),

@@ -88,7 +88,6 @@ with_dtype!(f32, F32, DType::F32);
 with_dtype!(f64, F64, DType::F64);
 with_dtype!(u32, U32, DType::U32);
 
-
 impl Tensor {
     // ---------------------------------------------------------------- construction
 
@@ -224,7 +223,11 @@ impl Tensor {
                 })
             }
         };
-        Ok(Tensor::from_storage(Storage::from_cpu(s, device)?, shape, None))
+        Ok(Tensor::from_storage(
+            Storage::from_cpu(s, device)?,
+            shape,
+            None,
+        ))
     }
     /// Normal samples with the given mean and standard deviation, from a seeded `Rng`.
     pub fn randn(
@@ -364,7 +367,11 @@ impl Tensor {
         }
         let host = self.storage().copy_strided(self.layout())?.to_cpu()?;
         let s = Storage::from_cpu(host, device)?;
-        Ok(Tensor::from_storage(s, self.shape().clone(), Some(Op::ToDevice(self.clone()))))
+        Ok(Tensor::from_storage(
+            s,
+            self.shape().clone(),
+            Some(Op::ToDevice(self.clone())),
+        ))
     }
     /// Shorthand for `to_device(Device::Cpu)`.
     pub fn to_cpu(&self) -> Result<Tensor> {

@@ -37,10 +37,17 @@ fn locate_nvrtc() -> Option<String> {
             }
             for py in ["python3", "python"] {
                 let out = std::process::Command::new(py)
-                    .args(["-c", "import nvidia, os; print(os.pathsep.join(nvidia.__path__))"])
+                    .args([
+                        "-c",
+                        "import nvidia, os; print(os.pathsep.join(nvidia.__path__))",
+                    ])
                     .output();
                 if let Ok(out) = out {
-                    for root in String::from_utf8_lossy(&out.stdout).trim().split(':').filter(|s| !s.is_empty()) {
+                    for root in String::from_utf8_lossy(&out.stdout)
+                        .trim()
+                        .split(':')
+                        .filter(|s| !s.is_empty())
+                    {
                         if let Ok(entries) = std::fs::read_dir(root) {
                             dirs.extend(entries.flatten().map(|e| e.path().join("lib")));
                         }
@@ -48,18 +55,26 @@ fn locate_nvrtc() -> Option<String> {
                 }
             }
             for dir in dirs {
-                let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+                let Ok(entries) = std::fs::read_dir(&dir) else {
+                    continue;
+                };
                 let mut libs: Vec<_> = entries.flatten().map(|e| e.path()).collect();
                 // The builtins library first: libnvrtc loads it by name at compile time.
                 libs.sort_by_key(|p| !p.to_string_lossy().contains("builtins"));
                 let mut ok = false;
                 for lib in libs.iter().filter(|p| {
-                    let n = p.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+                    let n = p
+                        .file_name()
+                        .map(|n| n.to_string_lossy().to_string())
+                        .unwrap_or_default();
                     n.starts_with("libnvrtc") && n.contains(".so")
                 }) {
                     // SAFETY: loading NVIDIA's library runs only its initialisers.
                     let h = unsafe {
-                        libloading::os::unix::Library::open(Some(lib), libloading::os::unix::RTLD_NOW | libloading::os::unix::RTLD_GLOBAL)
+                        libloading::os::unix::Library::open(
+                            Some(lib),
+                            libloading::os::unix::RTLD_NOW | libloading::os::unix::RTLD_GLOBAL,
+                        )
                     };
                     if let Ok(h) = h {
                         std::mem::forget(h); // stays loaded for the process
@@ -92,7 +107,11 @@ fn kernels_compile_nvrtc() {
             let ptx = kernels::compile(m, arch).unwrap_or_else(|e| panic!("{e}"));
             let text = ptx.to_src();
             for k in m.kernels {
-                assert!(text.contains(&format!(".entry {k}(")), "kernels/{}.cu for {arch}: no entry {k} in the PTX", m.name);
+                assert!(
+                    text.contains(&format!(".entry {k}(")),
+                    "kernels/{}.cu for {arch}: no entry {k} in the PTX",
+                    m.name
+                );
             }
             compiled += 1;
         }
@@ -107,8 +126,14 @@ fn without_a_driver_cuda_is_an_error_and_auto_picks_the_cpu() {
         return;
     }
     assert_eq!(Device::cuda_if_available(0), Device::Cpu);
-    assert!(matches!(Tensor::zeros(vec![2], DType::F32, Device::Cuda(0)), Err(Error::CudaUnavailable(0, _))));
-    assert!(matches!(Tensor::from_vec(vec![1f32], 1, Device::Cuda(3)), Err(Error::CudaUnavailable(3, _))));
+    assert!(matches!(
+        Tensor::zeros(vec![2], DType::F32, Device::Cuda(0)),
+        Err(Error::CudaUnavailable(0, _))
+    ));
+    assert!(matches!(
+        Tensor::from_vec(vec![1f32], 1, Device::Cuda(3)),
+        Err(Error::CudaUnavailable(3, _))
+    ));
 }
 
 // ------------------------------------------------------------------ the test_device pattern
@@ -126,8 +151,14 @@ fn gpu_device() -> Option<Device> {
     if ok {
         return Some(Device::Cuda(0));
     }
-    let why = cuda::device(0).err().map(|e| e.to_string()).unwrap_or_default();
-    assert!(!required("REQUIRE_GPU"), "REQUIRE_GPU=1 but no usable GPU: {why}");
+    let why = cuda::device(0)
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        !required("REQUIRE_GPU"),
+        "REQUIRE_GPU=1 but no usable GPU: {why}"
+    );
     eprintln!("skipped (no GPU): {why}");
     None
 }
@@ -147,11 +178,21 @@ fn run_gpu(test: &str, body: fn(Device) -> Result<Named>, tol: f64) {
     let mut worst = 0f64;
     for ((name, w), (_, g)) in want.iter().zip(&got) {
         // No silent fallback: a GPU run must produce GPU tensors.
-        assert_eq!(g.device(), dev, "{test}/{name}: result is on {}", g.device());
+        assert_eq!(
+            g.device(),
+            dev,
+            "{test}/{name}: result is on {}",
+            g.device()
+        );
         assert_eq!(w.dims(), g.dims(), "{test}/{name}: shape");
         assert_eq!(w.dtype(), g.dtype(), "{test}/{name}: dtype");
-        let (w, g) = (w.to_vec_f64().unwrap_or_else(|e| panic!("{e}")), g.to_vec_f64().unwrap_or_else(|e| panic!("{e}")));
-        let rms = (w.iter().map(|v| v * v).sum::<f64>() / w.len().max(1) as f64).sqrt().max(1e-30);
+        let (w, g) = (
+            w.to_vec_f64().unwrap_or_else(|e| panic!("{e}")),
+            g.to_vec_f64().unwrap_or_else(|e| panic!("{e}")),
+        );
+        let rms = (w.iter().map(|v| v * v).sum::<f64>() / w.len().max(1) as f64)
+            .sqrt()
+            .max(1e-30);
         let mut max_err = 0f64;
         for (i, (a, b)) in g.iter().zip(&w).enumerate() {
             if b.is_nan() {
@@ -159,13 +200,22 @@ fn run_gpu(test: &str, body: fn(Device) -> Result<Named>, tol: f64) {
                 continue;
             }
             let err = (a - b).abs() / b.abs().max(rms);
-            assert!(err <= tol, "{test}/{name}[{i}]: GPU {a} vs CPU {b} (error {err:e} > {tol:e})");
+            assert!(
+                err <= tol,
+                "{test}/{name}[{i}]: GPU {a} vs CPU {b} (error {err:e} > {tol:e})"
+            );
             max_err = max_err.max(err);
         }
         worst = worst.max(max_err);
-        eprintln!("  {test}/{name}: {} values, max error {max_err:.2e}", w.len());
+        eprintln!(
+            "  {test}/{name}: {} values, max error {max_err:.2e}",
+            w.len()
+        );
     }
-    eprintln!("GPU-vs-CPU {test}: {} results, worst error {worst:.2e} (tolerance {tol:e})", got.len());
+    eprintln!(
+        "GPU-vs-CPU {test}: {} results, worst error {worst:.2e} (tolerance {tol:e})",
+        got.len()
+    );
 }
 
 /// `name::cpu` runs the body on the CPU; `name::gpu` runs it on both and compares.
@@ -185,7 +235,14 @@ macro_rules! test_device {
 }
 
 fn randn(shape: &[usize], seed: u64, dev: Device) -> Result<Tensor> {
-    Tensor::randn(shape.to_vec(), 0.0, 1.0, DType::F32, dev, &mut Rng::new(seed))
+    Tensor::randn(
+        shape.to_vec(),
+        0.0,
+        1.0,
+        DType::F32,
+        dev,
+        &mut Rng::new(seed),
+    )
 }
 fn uniform(shape: &[usize], lo: f64, hi: f64, seed: u64, dev: Device) -> Result<Tensor> {
     Tensor::rand_uniform(shape.to_vec(), lo, hi, DType::F32, dev, &mut Rng::new(seed))
@@ -197,7 +254,9 @@ fn grads_of(prefix: &str, y: &Tensor, vars: &[(&str, &Tensor)], dev: Device) -> 
     let g = y.mul(&r)?.sum_all()?.backward()?;
     let mut out = Vec::new();
     for (name, v) in vars {
-        let gv = g.get(v).ok_or_else(|| Error::msg(format!("no gradient for {name}")))?;
+        let gv = g
+            .get(v)
+            .ok_or_else(|| Error::msg(format!("no gradient for {name}")))?;
         out.push((format!("{prefix} d{name}"), gv.clone()));
     }
     Ok(out)
@@ -266,7 +325,10 @@ fn binary_broadcast_where(dev: Device) -> Result<Named> {
     }
     out.push(("eq self".into(), a.eq(&a)?));
     let c = a.gt(&b)?;
-    let y = c.where_cond(&a.broadcast_as(vec![8, 5, 33])?, &b.sqr()?.broadcast_as(vec![8, 5, 33])?)?;
+    let y = c.where_cond(
+        &a.broadcast_as(vec![8, 5, 33])?,
+        &b.sqr()?.broadcast_as(vec![8, 5, 33])?,
+    )?;
     out.push(("where".into(), y.clone()));
     out.extend(grads_of("where", &y, &[("a", &a), ("b", &b)], dev)?);
     Ok(out)
@@ -276,7 +338,14 @@ test_device!(binary_broadcast_where, 1e-5);
 fn reductions(dev: Device) -> Result<Named> {
     let x = randn(&[6, 7, 50, 9], 5, dev)?.to_var();
     let mut out = Vec::new();
-    for dims in [vec![3], vec![2], vec![0], vec![1, 2], vec![0, 3], vec![0, 1, 2, 3]] {
+    for dims in [
+        vec![3],
+        vec![2],
+        vec![0],
+        vec![1, 2],
+        vec![0, 3],
+        vec![0, 1, 2, 3],
+    ] {
         let s = x.sum(&dims, false)?;
         out.push((format!("sum{dims:?}"), s.clone()));
         out.extend(grads_of(&format!("sum{dims:?}"), &s, &[("x", &x)], dev)?);
@@ -288,7 +357,10 @@ fn reductions(dev: Device) -> Result<Named> {
         out.push((format!("min{dims:?}"), x.min(&dims, false)?));
     }
     for d in 0..4 {
-        out.push((format!("argmax{d}"), x.argmax(d, false)?.to_dtype(DType::F32)?));
+        out.push((
+            format!("argmax{d}"),
+            x.argmax(d, false)?.to_dtype(DType::F32)?,
+        ));
     }
     // Strided input: a permuted view.
     let p = x.permute(&[3, 1, 0, 2])?;
@@ -308,7 +380,12 @@ fn matmul(dev: Device) -> Result<Named> {
         let b = randn(&[k, n], 8, dev)?.to_var();
         let y = a.matmul(&b)?;
         out.push((format!("{m}x{k}x{n}"), y.clone()));
-        out.extend(grads_of(&format!("{m}x{k}x{n}"), &y, &[("a", &a), ("b", &b)], dev)?);
+        out.extend(grads_of(
+            &format!("{m}x{k}x{n}"),
+            &y,
+            &[("a", &a), ("b", &b)],
+            dev,
+        )?);
     }
     let a = randn(&[4, 3, 20, 30], 9, dev)?.to_var();
     let b = randn(&[4, 3, 30, 10], 10, dev)?.to_var();
@@ -321,11 +398,15 @@ fn matmul(dev: Device) -> Result<Named> {
     out.push(("shared rhs, transposed".into(), y.clone()));
     out.extend(grads_of("shared rhs", &y, &[("a", &a), ("w", &w)], dev)?);
     let at = randn(&[3, 30, 20], 12, dev)?.to_var();
-    let y = at.transpose(1, 2)?.matmul(&b.narrow(0, 0, 1)?.squeeze(0)?)?;
+    let y = at
+        .transpose(1, 2)?
+        .matmul(&b.narrow(0, 0, 1)?.squeeze(0)?)?;
     out.push(("lhs transposed".into(), y.clone()));
     out.extend(grads_of("lhs transposed", &y, &[("at", &at)], dev)?);
     // A view cuBLAS cannot read in place (column slices of a permutation): copied first.
-    let odd = randn(&[30, 4, 20], 13, dev)?.permute(&[1, 2, 0])?.narrow(1, 3, 10)?;
+    let odd = randn(&[30, 4, 20], 13, dev)?
+        .permute(&[1, 2, 0])?
+        .narrow(1, 3, 10)?;
     out.push(("strided view".into(), odd.matmul(&w.transpose(0, 1)?)?));
     Ok(out)
 }
@@ -335,11 +416,30 @@ fn copies_and_casts(dev: Device) -> Result<Named> {
     let x = randn(&[5, 6, 7], 14, dev)?;
     let mut out = vec![
         ("to f64".into(), x.to_dtype(DType::F64)?),
-        ("f64 to f32".into(), x.to_dtype(DType::F64)?.to_dtype(DType::F32)?),
-        ("to u32 (scaled)".into(), x.affine(10.0, 0.0)?.to_dtype(DType::U32)?.to_dtype(DType::F32)?),
-        ("contiguous permuted".into(), x.permute(&[2, 0, 1])?.contiguous()?),
-        ("cat".into(), Tensor::cat(&[x.clone(), x.narrow(1, 2, 3)?], 1)?),
-        ("broadcast".into(), x.narrow(0, 0, 1)?.broadcast_as(vec![4, 6, 7])?.contiguous()?),
+        (
+            "f64 to f32".into(),
+            x.to_dtype(DType::F64)?.to_dtype(DType::F32)?,
+        ),
+        (
+            "to u32 (scaled)".into(),
+            x.affine(10.0, 0.0)?
+                .to_dtype(DType::U32)?
+                .to_dtype(DType::F32)?,
+        ),
+        (
+            "contiguous permuted".into(),
+            x.permute(&[2, 0, 1])?.contiguous()?,
+        ),
+        (
+            "cat".into(),
+            Tensor::cat(&[x.clone(), x.narrow(1, 2, 3)?], 1)?,
+        ),
+        (
+            "broadcast".into(),
+            x.narrow(0, 0, 1)?
+                .broadcast_as(vec![4, 6, 7])?
+                .contiguous()?,
+        ),
     ];
     // assign into a strided view (copy_into).
     let dst = Tensor::zeros(vec![5, 6, 7], DType::F32, dev)?;
@@ -358,7 +458,9 @@ fn copies_and_casts(dev: Device) -> Result<Named> {
     out.push(("to_device".into(), y.clone()));
     let r = randn(&[4, 4], 18, dev)?;
     let g = y.mul(&r)?.sum_all()?.backward()?;
-    let gv = g.get(&v).ok_or_else(|| Error::msg("no gradient through to_device"))?;
+    let gv = g
+        .get(&v)
+        .ok_or_else(|| Error::msg("no gradient through to_device"))?;
     assert_eq!(gv.device(), Device::Cpu);
     out.push(("to_device grad".into(), gv.to_device(dev)?));
     Ok(out)
@@ -393,12 +495,60 @@ test_device!(softmax_and_cross_entropy, 1e-5);
 fn convolution(dev: Device) -> Result<Named> {
     let mut out = Vec::new();
     let cases = [
-        ("3x3 pad1", [4, 3, 16, 16], [8, 3, 3, 3], Conv2dOptions { padding: (1, 1), ..Default::default() }),
-        ("stride2", [2, 4, 15, 13], [6, 4, 3, 3], Conv2dOptions { stride: (2, 2), padding: (1, 1), ..Default::default() }),
-        ("dilated", [2, 3, 12, 12], [4, 3, 3, 3], Conv2dOptions { dilation: (2, 2), padding: (2, 1), ..Default::default() }),
-        ("groups", [3, 6, 10, 10], [9, 2, 3, 3], Conv2dOptions { groups: 3, padding: (1, 1), ..Default::default() }),
-        ("1x1", [2, 16, 8, 8], [32, 16, 1, 1], Conv2dOptions::default()),
-        ("5x3 rect", [2, 3, 11, 9], [4, 3, 5, 3], Conv2dOptions { stride: (1, 2), ..Default::default() }),
+        (
+            "3x3 pad1",
+            [4, 3, 16, 16],
+            [8, 3, 3, 3],
+            Conv2dOptions {
+                padding: (1, 1),
+                ..Default::default()
+            },
+        ),
+        (
+            "stride2",
+            [2, 4, 15, 13],
+            [6, 4, 3, 3],
+            Conv2dOptions {
+                stride: (2, 2),
+                padding: (1, 1),
+                ..Default::default()
+            },
+        ),
+        (
+            "dilated",
+            [2, 3, 12, 12],
+            [4, 3, 3, 3],
+            Conv2dOptions {
+                dilation: (2, 2),
+                padding: (2, 1),
+                ..Default::default()
+            },
+        ),
+        (
+            "groups",
+            [3, 6, 10, 10],
+            [9, 2, 3, 3],
+            Conv2dOptions {
+                groups: 3,
+                padding: (1, 1),
+                ..Default::default()
+            },
+        ),
+        (
+            "1x1",
+            [2, 16, 8, 8],
+            [32, 16, 1, 1],
+            Conv2dOptions::default(),
+        ),
+        (
+            "5x3 rect",
+            [2, 3, 11, 9],
+            [4, 3, 5, 3],
+            Conv2dOptions {
+                stride: (1, 2),
+                ..Default::default()
+            },
+        ),
     ];
     for (i, (name, xs, ws, o)) in cases.into_iter().enumerate() {
         let x = randn(&xs, 30 + i as u64, dev)?.to_var();
@@ -416,8 +566,22 @@ fn pooling(dev: Device) -> Result<Named> {
     let mut out = Vec::new();
     let opts = [
         ("2x2", Pool2dOptions::square(2)),
-        ("3x3 s2 p1", Pool2dOptions { kernel: (3, 3), stride: (2, 2), padding: (1, 1) }),
-        ("3x2 s1", Pool2dOptions { kernel: (3, 2), stride: (1, 1), padding: (0, 0) }),
+        (
+            "3x3 s2 p1",
+            Pool2dOptions {
+                kernel: (3, 3),
+                stride: (2, 2),
+                padding: (1, 1),
+            },
+        ),
+        (
+            "3x2 s1",
+            Pool2dOptions {
+                kernel: (3, 2),
+                stride: (1, 1),
+                padding: (0, 0),
+            },
+        ),
     ];
     for (name, o) in opts {
         let y = x.max_pool2d(o)?;
@@ -440,25 +604,43 @@ fn batch_norm(dev: Device) -> Result<Named> {
     out.push(("train out".into(), t.output.clone()));
     out.push(("train mean".into(), t.mean.clone()));
     out.push(("train var".into(), t.var.clone()));
-    out.extend(grads_of("train", &t.output, &[("x", &x), ("w", &w), ("b", &b)], dev)?);
+    out.extend(grads_of(
+        "train",
+        &t.output,
+        &[("x", &x), ("w", &w), ("b", &b)],
+        dev,
+    )?);
     let rm = randn(&[5], 63, dev)?;
     let rv = uniform(&[5], 0.5, 2.0, 64, dev)?;
     let e = x.batch_norm(&w, &b, Some((&rm, &rv)), 1e-5)?;
     out.push(("eval out".into(), e.output.clone()));
-    out.extend(grads_of("eval", &e.output, &[("x", &x), ("w", &w), ("b", &b)], dev)?);
+    out.extend(grads_of(
+        "eval",
+        &e.output,
+        &[("x", &x), ("w", &w), ("b", &b)],
+        dev,
+    )?);
     let x2 = randn(&[16, 12], 65, dev)?.to_var();
     let w2 = uniform(&[12], 0.5, 1.5, 66, dev)?.to_var();
     let b2 = randn(&[12], 67, dev)?.to_var();
     let t2 = x2.batch_norm(&w2, &b2, None, 1e-5)?;
     out.push(("2-d out".into(), t2.output.clone()));
-    out.extend(grads_of("2-d", &t2.output, &[("x", &x2), ("w", &w2), ("b", &b2)], dev)?);
+    out.extend(grads_of(
+        "2-d",
+        &t2.output,
+        &[("x", &x2), ("w", &w2), ("b", &b2)],
+        dev,
+    )?);
     Ok(out)
 }
 test_device!(batch_norm, 1e-5);
 
 fn index_select_and_add(dev: Device) -> Result<Named> {
     let table = randn(&[50, 16], 70, dev)?.to_var();
-    let ids: Vec<u32> = (0..40).map(|i| (i * 13 % 50) as u32).chain([3, 3, 3]).collect();
+    let ids: Vec<u32> = (0..40)
+        .map(|i| (i * 13 % 50) as u32)
+        .chain([3, 3, 3])
+        .collect();
     let idt = Tensor::from_vec(ids, 43, dev)?;
     let mut out = Vec::new();
     let e = table.embedding(&idt)?;
@@ -470,8 +652,15 @@ fn index_select_and_add(dev: Device) -> Result<Named> {
     out.push(("select dim1".into(), y.clone()));
     out.extend(grads_of("select dim1", &y, &[("x", &x)], dev)?);
     let u = Tensor::arange_u32(20, dev)?.reshape(vec![4, 5])?;
-    out.push(("select u32".into(), u.index_select(&Tensor::from_vec(vec![3u32, 1], 2, dev)?, 0)?.to_dtype(DType::F32)?));
-    assert!(matches!(x.index_select(&Tensor::from_vec(vec![9u32], 1, dev)?, 1), Err(Error::IndexOutOfRange { .. })));
+    out.push((
+        "select u32".into(),
+        u.index_select(&Tensor::from_vec(vec![3u32, 1], 2, dev)?, 0)?
+            .to_dtype(DType::F32)?,
+    ));
+    assert!(matches!(
+        x.index_select(&Tensor::from_vec(vec![9u32], 1, dev)?, 1),
+        Err(Error::IndexOutOfRange { .. })
+    ));
     Ok(out)
 }
 test_device!(index_select_and_add, 1e-5);
@@ -498,7 +687,10 @@ test_device!(top_k, 0.0);
 fn dropout(dev: Device) -> Result<Named> {
     let x = randn(&[1000, 33], 90, dev)?.to_var();
     let y = x.dropout(0.3, &mut Rng::new(5))?;
-    let kept = y.ne(&Tensor::zeros(vec![1], DType::F32, dev)?)?.mean_all()?.to_scalar::<f32>()?;
+    let kept = y
+        .ne(&Tensor::zeros(vec![1], DType::F32, dev)?)?
+        .mean_all()?
+        .to_scalar::<f32>()?;
     assert!((kept - 0.7).abs() < 0.01, "dropout kept {kept}");
     let mut out = vec![("dropout".to_string(), y.clone())];
     out.extend(grads_of("dropout", &y, &[("x", &x)], dev)?);
@@ -514,19 +706,48 @@ fn small_model(dev: Device) -> Result<Named> {
     let g1 = Tensor::ones(vec![8], DType::F32, dev)?.to_var();
     let b1 = Tensor::zeros(vec![8], DType::F32, dev)?.to_var();
     let w2 = randn(&[16, 8, 3, 3], 102, dev)?.affine(0.1, 0.0)?.to_var();
-    let fc = randn(&[16 * 4 * 4, 10], 103, dev)?.affine(0.05, 0.0)?.to_var();
+    let fc = randn(&[16 * 4 * 4, 10], 103, dev)?
+        .affine(0.05, 0.0)?
+        .to_var();
     let fb = Tensor::zeros(vec![10], DType::F32, dev)?.to_var();
     let labels = Tensor::from_vec((0..16u32).map(|i| i % 10).collect::<Vec<_>>(), 16, dev)?;
-    let h = x.conv2d(&w1, Conv2dOptions { padding: (1, 1), ..Default::default() })?;
-    let h = h.batch_norm(&g1, &b1, None, 1e-5)?.output.relu()?.max_pool2d(Pool2dOptions::square(2))?;
-    let h = h.conv2d(&w2, Conv2dOptions { padding: (1, 1), ..Default::default() })?.relu()?;
+    let h = x.conv2d(
+        &w1,
+        Conv2dOptions {
+            padding: (1, 1),
+            ..Default::default()
+        },
+    )?;
+    let h = h
+        .batch_norm(&g1, &b1, None, 1e-5)?
+        .output
+        .relu()?
+        .max_pool2d(Pool2dOptions::square(2))?;
+    let h = h
+        .conv2d(
+            &w2,
+            Conv2dOptions {
+                padding: (1, 1),
+                ..Default::default()
+            },
+        )?
+        .relu()?;
     let h = h.avg_pool2d(Pool2dOptions::square(2))?.flatten_from(1)?;
     let logits = h.matmul(&fc)?.add(&fb)?;
     let loss = logits.cross_entropy(&labels, None)?;
     let g = loss.backward()?;
     let mut out = vec![("logits".to_string(), logits), ("loss".to_string(), loss)];
-    for (name, v) in [("w1", &w1), ("g1", &g1), ("b1", &b1), ("w2", &w2), ("fc", &fc), ("fb", &fb)] {
-        let gv = g.get(v).ok_or_else(|| Error::msg(format!("no gradient for {name}")))?;
+    for (name, v) in [
+        ("w1", &w1),
+        ("g1", &g1),
+        ("b1", &b1),
+        ("w2", &w2),
+        ("fc", &fc),
+        ("fb", &fb),
+    ] {
+        let gv = g
+            .get(v)
+            .ok_or_else(|| Error::msg(format!("no gradient for {name}")))?;
         out.push((format!("d{name}"), gv.clone()));
     }
     Ok(out)
@@ -541,8 +762,14 @@ fn f64_ops(dev: Device) -> Result<Named> {
     let y = a.matmul(&b)?.tanh()?.log_softmax(1)?;
     let mut out = vec![("f64 chain".to_string(), y.clone())];
     let g = y.sum_all()?.backward()?;
-    out.push(("f64 da".into(), g.get(&a).ok_or_else(|| Error::msg("no grad"))?.clone()));
-    out.push(("f64 db".into(), g.get(&b).ok_or_else(|| Error::msg("no grad"))?.clone()));
+    out.push((
+        "f64 da".into(),
+        g.get(&a).ok_or_else(|| Error::msg("no grad"))?.clone(),
+    ));
+    out.push((
+        "f64 db".into(),
+        g.get(&b).ok_or_else(|| Error::msg("no grad"))?.clone(),
+    ));
     Ok(out)
 }
 test_device!(f64_ops, 1e-12);
@@ -556,7 +783,10 @@ fn gpu_mixing_devices_is_an_error() {
     let b = Tensor::zeros(vec![3], DType::F32, Device::Cpu).unwrap();
     assert!(matches!(a.add(&b), Err(Error::DeviceMismatch { .. })));
     assert!(a.matmul(&b.reshape(vec![3, 1]).unwrap()).is_err());
-    assert!(matches!(Tensor::zeros(vec![1], DType::F32, Device::Cuda(99)), Err(Error::CudaUnavailable(99, _))));
+    assert!(matches!(
+        Tensor::zeros(vec![1], DType::F32, Device::Cuda(99)),
+        Err(Error::CudaUnavailable(99, _))
+    ));
 }
 
 #[test]
@@ -593,7 +823,11 @@ fn gpu_tf32_is_opt_in() {
     cuda::set_allow_tf32(false);
     let again = a.matmul(&a).unwrap().to_vec::<f32>().unwrap();
     assert_eq!(exact, again, "TF32 off must be reproducible");
-    let diff = exact.iter().zip(&fast).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+    let diff = exact
+        .iter()
+        .zip(&fast)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0f32, f32::max);
     eprintln!("TF32 vs FP32 max abs difference on a 256x256 product: {diff:e}");
 }
 
@@ -601,6 +835,11 @@ fn gpu_tf32_is_opt_in() {
 fn gpu_device_reports_its_architecture() {
     let Some(_) = gpu_device() else { return };
     let d = cuda::device(0).unwrap();
-    eprintln!("cuda:0 = {} ({}), {} device(s)", d.name(), d.arch(), cuda::device_count());
+    eprintln!(
+        "cuda:0 = {} ({}), {} device(s)",
+        d.name(),
+        d.arch(),
+        cuda::device_count()
+    );
     assert!(d.arch().starts_with("sm_"));
 }

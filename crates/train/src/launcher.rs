@@ -4,13 +4,13 @@
 //! the job: the others are killed (rather than left waiting on a dead peer) and the error
 //! names the rank and repeats its last lines of output.
 
+use crate::progress::Progress;
 use anyhow::{bail, Context, Result};
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use crate::progress::Progress;
 
 fn free_port() -> Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?

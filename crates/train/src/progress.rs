@@ -16,8 +16,10 @@ impl Progress {
             return Progress { bar: None };
         }
         let bar = ProgressBar::new(0);
-        let style = ProgressStyle::with_template("{bar:40} {pos}/{len} steps [{elapsed_precise} < {eta_precise}] {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar());
+        let style = ProgressStyle::with_template(
+            "{bar:40} {pos}/{len} steps [{elapsed_precise} < {eta_precise}] {msg}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar());
         bar.set_style(style);
         Progress { bar: Some(bar) }
     }
@@ -37,13 +39,27 @@ impl Progress {
     /// Reads a worker's log line: `step A/B ...` moves the bar and becomes its message.
     pub fn observe(&self, line: &str) {
         let Some(b) = &self.bar else { return };
-        let Some(rest) = line.strip_prefix("step ") else { return };
-        let Some((a, tail)) = rest.split_once('/') else { return };
-        let total = tail.split_whitespace().next().and_then(|t| t.parse::<u64>().ok());
+        let Some(rest) = line.strip_prefix("step ") else {
+            return;
+        };
+        let Some((a, tail)) = rest.split_once('/') else {
+            return;
+        };
+        let total = tail
+            .split_whitespace()
+            .next()
+            .and_then(|t| t.parse::<u64>().ok());
         if let (Ok(a), Some(t)) = (a.parse::<u64>(), total) {
             b.set_length(t);
             b.set_position(a);
-            b.set_message(tail.split_once(' ').map(|x| x.1).unwrap_or("").chars().take(60).collect::<String>());
+            b.set_message(
+                tail.split_once(' ')
+                    .map(|x| x.1)
+                    .unwrap_or("")
+                    .chars()
+                    .take(60)
+                    .collect::<String>(),
+            );
         }
     }
     pub fn finish(&self) {

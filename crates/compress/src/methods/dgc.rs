@@ -195,7 +195,11 @@ impl Method for Dgc {
             let mut gs = 1f32;
             if c.clip > 0.0 {
                 let limit = c.clip / (self.world as f64).sqrt();
-                let norm = grad.iter().map(|&x| (x as f64) * (x as f64)).sum::<f64>().sqrt();
+                let norm = grad
+                    .iter()
+                    .map(|&x| (x as f64) * (x as f64))
+                    .sum::<f64>()
+                    .sqrt();
                 if norm > limit {
                     gs = (limit / norm) as f32;
                 }

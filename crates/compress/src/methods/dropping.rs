@@ -182,7 +182,11 @@ impl Method for GradientDropping {
         Ok(m.update(out, UpdateKind::Gradient))
     }
     fn after_step_every(&self) -> Option<u64> {
-        if self.cfg.local.is_some() && self.cfg.sync_every > 0 { Some(self.cfg.sync_every as u64) } else { None }
+        if self.cfg.local.is_some() && self.cfg.sync_every > 0 {
+            Some(self.cfg.sync_every as u64)
+        } else {
+            None
+        }
     }
     fn after_step(
         &mut self,

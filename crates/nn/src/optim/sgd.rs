@@ -32,7 +32,8 @@ impl Sgd {
 impl Sgd {
     /// The momentum buffers by parameter index (for checkpoints), in index order.
     pub fn momentum_buffers(&self) -> Vec<(usize, Tensor)> {
-        let mut v: Vec<(usize, Tensor)> = self.buffers.iter().map(|(&i, t)| (i, t.clone())).collect();
+        let mut v: Vec<(usize, Tensor)> =
+            self.buffers.iter().map(|(&i, t)| (i, t.clone())).collect();
         v.sort_by_key(|p| p.0);
         v
     }

@@ -64,7 +64,13 @@ impl CpuStorage {
     /// `1 / (1 - p)` (in the dtype); the CUDA kernel computes the same function.
     pub fn dropout_mask(n: usize, p: f64, seed: u64, dtype: DType) -> Result<Self> {
         let keep = 1.0 / (1.0 - p);
-        let m = |i: usize| if crate::rng::counter_uniform(seed, i as u64) < p { 0.0 } else { keep };
+        let m = |i: usize| {
+            if crate::rng::counter_uniform(seed, i as u64) < p {
+                0.0
+            } else {
+                keep
+            }
+        };
         match dtype {
             DType::F32 => Ok(CpuStorage::F32((0..n).map(|i| m(i) as f32).collect())),
             DType::F64 => Ok(CpuStorage::F64((0..n).map(m).collect())),

@@ -27,7 +27,9 @@ pub fn set_allow_tf32(on: bool) {
 pub fn tf32_allowed() -> bool {
     match TF32.load(Ordering::Relaxed) {
         0 => {
-            let on = std::env::var("GRADEX_CUDA_TF32").map(|v| v == "1").unwrap_or(false);
+            let on = std::env::var("GRADEX_CUDA_TF32")
+                .map(|v| v == "1")
+                .unwrap_or(false);
             set_allow_tf32(on);
             on
         }
@@ -49,20 +51,45 @@ pub(crate) struct Operand {
 impl Operand {
     /// A row-major matrix with row stride `ld`.
     pub fn rows(offset: usize, batch_stride: usize, ld: usize) -> Operand {
-        Operand { offset, batch_stride, ld, trans: false }
+        Operand {
+            offset,
+            batch_stride,
+            ld,
+            trans: false,
+        }
     }
     /// The transpose of a row-major matrix with row stride `ld`.
     pub fn transposed(offset: usize, batch_stride: usize, ld: usize) -> Operand {
-        Operand { offset, batch_stride, ld, trans: true }
+        Operand {
+            offset,
+            batch_stride,
+            ld,
+            trans: true,
+        }
     }
     /// How a logical `[r, c]` matrix with strides `(sr, sc)` maps onto cuBLAS, if it does
     /// (`None`: the view needs a contiguous copy first).
-    pub fn from_strides(offset: usize, batch_stride: usize, r: usize, c: usize, sr: usize, sc: usize) -> Option<Operand> {
+    pub fn from_strides(
+        offset: usize,
+        batch_stride: usize,
+        r: usize,
+        c: usize,
+        sr: usize,
+        sc: usize,
+    ) -> Option<Operand> {
         if (c <= 1 || sc == 1) && (r <= 1 || sr >= c) {
-            return Some(Operand::rows(offset, batch_stride, if r <= 1 { c.max(1) } else { sr }));
+            return Some(Operand::rows(
+                offset,
+                batch_stride,
+                if r <= 1 { c.max(1) } else { sr },
+            ));
         }
         if (r <= 1 || sr == 1) && (c <= 1 || sc >= r) {
-            return Some(Operand::transposed(offset, batch_stride, if c <= 1 { r.max(1) } else { sc }));
+            return Some(Operand::transposed(
+                offset,
+                batch_stride,
+                if c <= 1 { r.max(1) } else { sc },
+            ));
         }
         None
     }
@@ -86,7 +113,8 @@ impl BlasScalar for f64 {
 }
 
 fn int(v: usize, what: &str) -> Result<i32> {
-    i32::try_from(v).map_err(|_| Error::msg(format!("cuBLAS: {what} = {v} does not fit a 32-bit int")))
+    i32::try_from(v)
+        .map_err(|_| Error::msg(format!("cuBLAS: {what} = {v} does not fit a 32-bit int")))
 }
 
 /// `C[b] = A[b] · B[b] + beta · C[b]` for `b < batch`, all row-major `[m, k] · [k, n]`;
@@ -112,7 +140,13 @@ where
     }
     // Column-major view: Cᵀ (n × m) = Bᵀ (n × k) · Aᵀ (k × m). A row-major operand read
     // column-major is already its transpose, so it enters with op N.
-    let op = |t: bool| if t { cublasOperation_t::CUBLAS_OP_T } else { cublasOperation_t::CUBLAS_OP_N };
+    let op = |t: bool| {
+        if t {
+            cublasOperation_t::CUBLAS_OP_T
+        } else {
+            cublasOperation_t::CUBLAS_OP_N
+        }
+    };
     // cuBLAS insists on ld >= rows of the stored column-major matrix even where a
     // dimension of 1 makes it irrelevant.
     let lda = if bo.trans { bo.ld.max(k) } else { bo.ld.max(n) };

@@ -90,17 +90,32 @@ fn chunk<T>(d: &Dims) -> usize {
     (COL_BUDGET_BYTES / per_image).clamp(1, d.n.max(1))
 }
 
-fn im2col<T: GpuFloat>(dev: &CudaDevice, x: &CudaSlice<T>, col: &mut CudaSlice<T>, d: &Dims, b0: usize, nb: usize, batch_inner: bool) -> Result<()> {
+fn im2col<T: GpuFloat>(
+    dev: &CudaDevice,
+    x: &CudaSlice<T>,
+    col: &mut CudaSlice<T>,
+    d: &Dims,
+    b0: usize,
+    nb: usize,
+    batch_inner: bool,
+) -> Result<()> {
     let name = format!("im2col_{}", T::SUFFIX);
     let f = dev.func(&name)?;
     let (b0, nb64, bi) = (b0 as i64, nb as i64, batch_inner as i32);
     let mut b = dev.stream.launch_builder(&f);
     b.arg(x).arg(col).arg(&d.geom).arg(&b0).arg(&nb64).arg(&bi);
     // SAFETY: col holds at least nb*rows*L elements; x is the contiguous NCHW input.
-    launched(&name, unsafe { b.launch(CudaDevice::cfg(nb * d.rows * d.l)) })
+    launched(&name, unsafe {
+        b.launch(CudaDevice::cfg(nb * d.rows * d.l))
+    })
 }
 
-pub(crate) fn forward<T: GpuFloat>(dev: &CudaDevice, x: &CudaSlice<T>, w: &CudaSlice<T>, p: &Conv2dParams) -> Result<CudaSlice<T>>
+pub(crate) fn forward<T: GpuFloat>(
+    dev: &CudaDevice,
+    x: &CudaSlice<T>,
+    w: &CudaSlice<T>,
+    p: &Conv2dParams,
+) -> Result<CudaSlice<T>>
 where
     CudaBlas: Gemm<T>,
 {
@@ -132,7 +147,12 @@ where
     Ok(out)
 }
 
-pub(crate) fn backward_input<T: GpuFloat>(dev: &CudaDevice, gy: &CudaSlice<T>, w: &CudaSlice<T>, p: &Conv2dParams) -> Result<CudaSlice<T>>
+pub(crate) fn backward_input<T: GpuFloat>(
+    dev: &CudaDevice,
+    gy: &CudaSlice<T>,
+    w: &CudaSlice<T>,
+    p: &Conv2dParams,
+) -> Result<CudaSlice<T>>
 where
     CudaBlas: Gemm<T>,
 {
@@ -166,12 +186,19 @@ where
         let mut b = dev.stream.launch_builder(&f);
         b.arg(&dcol).arg(&mut dx).arg(&d.geom).arg(&b0i).arg(&nbi);
         // SAFETY: dcol holds cur*rows*L elements; dx is the full NCHW gradient.
-        launched(&name, unsafe { b.launch(CudaDevice::cfg(cur * d.c * p.in_h * p.in_w)) })?;
+        launched(&name, unsafe {
+            b.launch(CudaDevice::cfg(cur * d.c * p.in_h * p.in_w))
+        })?;
     }
     Ok(dx)
 }
 
-pub(crate) fn backward_weight<T: GpuFloat>(dev: &CudaDevice, x: &CudaSlice<T>, gy: &CudaSlice<T>, p: &Conv2dParams) -> Result<CudaSlice<T>>
+pub(crate) fn backward_weight<T: GpuFloat>(
+    dev: &CudaDevice,
+    x: &CudaSlice<T>,
+    gy: &CudaSlice<T>,
+    p: &Conv2dParams,
+) -> Result<CudaSlice<T>>
 where
     CudaBlas: Gemm<T>,
 {

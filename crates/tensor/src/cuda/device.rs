@@ -43,14 +43,16 @@ impl Staging {
             if !self.ptr.is_null() {
                 // SAFETY: allocated by malloc_host below; every copy into it has completed
                 // (each user synchronises the stream before releasing the lock).
-                unsafe { cu::free_host(self.ptr.cast()) }.map_err(cuda_err("free pinned memory"))?;
+                unsafe { cu::free_host(self.ptr.cast()) }
+                    .map_err(cuda_err("free pinned memory"))?;
                 self.ptr = std::ptr::null_mut();
                 self.bytes = 0;
             }
             let want = bytes.next_power_of_two();
             // SAFETY: plain page-locked allocation (flags 0: cached, not write-combined,
             // because the host reads downloads back).
-            let p = unsafe { cu::malloc_host(want, 0) }.map_err(cuda_err("allocate pinned memory"))?;
+            let p =
+                unsafe { cu::malloc_host(want, 0) }.map_err(cuda_err("allocate pinned memory"))?;
             self.ptr = p.cast();
             self.bytes = want;
         }
@@ -92,7 +94,11 @@ pub struct CudaDevice {
 
 impl std::fmt::Debug for CudaDevice {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "CudaDevice(cuda:{}, {}, {})", self.ordinal, self.name, self.arch)
+        write!(
+            f,
+            "CudaDevice(cuda:{}, {}, {})",
+            self.ordinal, self.name, self.arch
+        )
     }
 }
 
@@ -107,8 +113,12 @@ pub fn device_count() -> usize {
     if !driver_library_present() {
         return 0;
     }
-    std::panic::catch_unwind(|| CudaContext::device_count().map(|n| n.max(0) as usize).unwrap_or(0))
-        .unwrap_or(0)
+    std::panic::catch_unwind(|| {
+        CudaContext::device_count()
+            .map(|n| n.max(0) as usize)
+            .unwrap_or(0)
+    })
+    .unwrap_or(0)
 }
 
 fn registry() -> &'static Mutex<HashMap<usize, Arc<CudaDevice>>> {
@@ -132,7 +142,8 @@ impl CudaDevice {
         let unavailable = |why: String| Error::CudaUnavailable(ordinal, why);
         if !driver_library_present() {
             return Err(unavailable(
-                "the CUDA driver library (libcuda.so) is not installed or not on the library path".into(),
+                "the CUDA driver library (libcuda.so) is not installed or not on the library path"
+                    .into(),
             ));
         }
         if !kernels::nvrtc_available() {
@@ -142,17 +153,22 @@ impl CudaDevice {
         }
         let count = device_count();
         if ordinal >= count {
-            return Err(unavailable(format!("the driver reports {count} CUDA device(s)")));
+            return Err(unavailable(format!(
+                "the driver reports {count} CUDA device(s)"
+            )));
         }
         let ctx = std::panic::catch_unwind(|| CudaContext::new(ordinal))
             .map_err(|_| unavailable("the CUDA driver library could not be used".into()))?
             .map_err(|e| unavailable(format!("creating a context failed: {e:?}")))?;
-        let (major, minor) = ctx.compute_capability().map_err(|e| unavailable(format!("{e:?}")))?;
+        let (major, minor) = ctx
+            .compute_capability()
+            .map_err(|e| unavailable(format!("{e:?}")))?;
         let name = ctx.name().unwrap_or_else(|_| "unknown GPU".into());
         let stream = ctx.default_stream();
         // SAFETY: dlopen probe only.
-        let blas_present = std::panic::catch_unwind(|| unsafe { cudarc::cublas::sys::is_culib_present() })
-            .unwrap_or(false);
+        let blas_present =
+            std::panic::catch_unwind(|| unsafe { cudarc::cublas::sys::is_culib_present() })
+                .unwrap_or(false);
         if !blas_present {
             return Err(unavailable(
                 "cuBLAS (libcublas.so.13) is not on the library path (pip install nvidia-cublas, see crates/tensor/CUDA.md)".into(),
@@ -170,7 +186,10 @@ impl CudaDevice {
             blas: Mutex::new(blas),
             modules: Mutex::new(HashMap::new()),
             functions: Mutex::new(HashMap::new()),
-            staging: Mutex::new(Staging { ptr: std::ptr::null_mut(), bytes: 0 }),
+            staging: Mutex::new(Staging {
+                ptr: std::ptr::null_mut(),
+                bytes: 0,
+            }),
         };
         Ok(dev)
     }
@@ -193,7 +212,12 @@ impl CudaDevice {
 
     /// The kernel `name`, compiling its module on first use.
     pub(crate) fn func(&self, name: &str) -> Result<CudaFunction> {
-        if let Some(f) = self.functions.lock().unwrap_or_else(|e| e.into_inner()).get(name) {
+        if let Some(f) = self
+            .functions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(name)
+        {
             return Ok(f.clone());
         }
         let (m, name) = kernels::find(name)
@@ -213,15 +237,24 @@ impl CudaDevice {
                 }
             }
         };
-        let f = module.load_function(name).map_err(cuda_err("load kernel"))?;
-        self.functions.lock().unwrap_or_else(|e| e.into_inner()).insert(name, f.clone());
+        let f = module
+            .load_function(name)
+            .map_err(cuda_err("load kernel"))?;
+        self.functions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(name, f.clone());
         Ok(f)
     }
 
     /// A 1-d launch covering `n` elements (grid-stride kernels take any grid).
     pub(crate) fn cfg(n: usize) -> LaunchConfig {
         let blocks = n.div_ceil(256).clamp(1, 1 << 20) as u32;
-        LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 }
+        LaunchConfig {
+            grid_dim: (blocks, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        }
     }
     /// One block per row with a power-of-two thread count suited to `cols`, and
     /// `doubles_per_thread` doubles of dynamic shared memory per thread.
@@ -240,8 +273,13 @@ impl CudaDevice {
         // SAFETY: the contents are written by a kernel or a copy before anyone reads them.
         unsafe { self.stream.alloc::<T>(n.max(1)) }.map_err(cuda_err("allocate"))
     }
-    pub(crate) fn alloc_zeros<T: DeviceRepr + ValidAsZeroBits>(&self, n: usize) -> Result<CudaSlice<T>> {
-        self.stream.alloc_zeros::<T>(n.max(1)).map_err(cuda_err("allocate"))
+    pub(crate) fn alloc_zeros<T: DeviceRepr + ValidAsZeroBits>(
+        &self,
+        n: usize,
+    ) -> Result<CudaSlice<T>> {
+        self.stream
+            .alloc_zeros::<T>(n.max(1))
+            .map_err(cuda_err("allocate"))
     }
 
     /// Host to device, staged through pinned memory when large.
@@ -250,7 +288,9 @@ impl CudaDevice {
         let bytes = std::mem::size_of_val(src);
         if bytes < PINNED_MIN_BYTES {
             if !src.is_empty() {
-                self.stream.memcpy_htod(src, &mut dst).map_err(cuda_err("copy to device"))?;
+                self.stream
+                    .memcpy_htod(src, &mut dst)
+                    .map_err(cuda_err("copy to device"))?;
             }
             return Ok(dst);
         }
@@ -261,8 +301,12 @@ impl CudaDevice {
         unsafe {
             std::ptr::copy_nonoverlapping(src.as_ptr(), p, src.len());
             let (dptr, _sync) = dst.device_ptr_mut(&self.stream);
-            cu::memcpy_htod_async(dptr, std::slice::from_raw_parts(p, src.len()), self.stream.cu_stream())
-                .map_err(cuda_err("copy to device"))?;
+            cu::memcpy_htod_async(
+                dptr,
+                std::slice::from_raw_parts(p, src.len()),
+                self.stream.cu_stream(),
+            )
+            .map_err(cuda_err("copy to device"))?;
         }
         self.synchronize()?;
         Ok(dst)
@@ -282,7 +326,9 @@ impl CudaDevice {
         }
         // The raw copies below need the context current on this thread (which may be a
         // compression thread that never touched CUDA before).
-        self.ctx.bind_to_thread().map_err(cuda_err("bind context"))?;
+        self.ctx
+            .bind_to_thread()
+            .map_err(cuda_err("bind context"))?;
         if bytes < PINNED_MIN_BYTES {
             let mut out = vec![T::default(); n];
             {
@@ -299,14 +345,22 @@ impl CudaDevice {
         // SAFETY: as in `upload`; we synchronise the stream before reading the buffer.
         unsafe {
             let (sptr, _sync) = src.device_ptr(stream);
-            cu::memcpy_dtoh_async(std::slice::from_raw_parts_mut(p, n), sptr, stream.cu_stream())
-                .map_err(cuda_err("copy to host"))?;
+            cu::memcpy_dtoh_async(
+                std::slice::from_raw_parts_mut(p, n),
+                sptr,
+                stream.cu_stream(),
+            )
+            .map_err(cuda_err("copy to host"))?;
             drop(_sync);
             stream.synchronize().map_err(cuda_err("synchronize"))?;
             Ok(std::slice::from_raw_parts(p, n).to_vec())
         }
     }
-    pub(crate) fn download<T: DeviceRepr + Copy + Default, S: DevicePtr<T>>(&self, src: &S, n: usize) -> Result<Vec<T>> {
+    pub(crate) fn download<T: DeviceRepr + Copy + Default, S: DevicePtr<T>>(
+        &self,
+        src: &S,
+        n: usize,
+    ) -> Result<Vec<T>> {
         self.download_on(src, n, &self.stream)
     }
 }

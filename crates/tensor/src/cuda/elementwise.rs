@@ -22,7 +22,11 @@ pub(crate) fn fill<T: GpuType>(d: &CudaDevice, n: usize, v: T) -> Result<CudaSli
 }
 
 /// A contiguous copy of the view `l` of `x`.
-pub(crate) fn copy_strided<T: GpuType>(d: &CudaDevice, x: &CudaSlice<T>, l: &Layout) -> Result<CudaSlice<T>> {
+pub(crate) fn copy_strided<T: GpuType>(
+    d: &CudaDevice,
+    x: &CudaSlice<T>,
+    l: &Layout,
+) -> Result<CudaSlice<T>> {
     let n = l.elem_count();
     let mut y = d.alloc::<T>(n)?;
     if n == 0 {
@@ -31,7 +35,9 @@ pub(crate) fn copy_strided<T: GpuType>(d: &CudaDevice, x: &CudaSlice<T>, l: &Lay
     if l.is_contiguous() {
         let src = x.slice(l.offset()..l.offset() + n);
         let mut dst = y.slice_mut(0..n);
-        d.stream.memcpy_dtod(&src, &mut dst).map_err(super::device::cuda_err("copy"))?;
+        d.stream
+            .memcpy_dtod(&src, &mut dst)
+            .map_err(super::device::cuda_err("copy"))?;
         return Ok(y);
     }
     let name = format!("copy_{}", T::SUFFIX);
@@ -45,7 +51,12 @@ pub(crate) fn copy_strided<T: GpuType>(d: &CudaDevice, x: &CudaSlice<T>, l: &Lay
 }
 
 /// Writes contiguous `src` into the view `dst_l` of `dst`.
-pub(crate) fn copy_into<T: GpuType>(d: &CudaDevice, dst: &mut CudaSlice<T>, dst_l: &Layout, src: &CudaSlice<T>) -> Result<()> {
+pub(crate) fn copy_into<T: GpuType>(
+    d: &CudaDevice,
+    dst: &mut CudaSlice<T>,
+    dst_l: &Layout,
+    src: &CudaSlice<T>,
+) -> Result<()> {
     let n = dst_l.elem_count();
     if n == 0 {
         return Ok(());
@@ -59,7 +70,11 @@ pub(crate) fn copy_into<T: GpuType>(d: &CudaDevice, dst: &mut CudaSlice<T>, dst_
     launched(&name, unsafe { b.launch(CudaDevice::cfg(n)) })
 }
 
-pub(crate) fn cast<A: GpuType, B: GpuType>(d: &CudaDevice, x: &CudaSlice<A>, l: &Layout) -> Result<CudaSlice<B>> {
+pub(crate) fn cast<A: GpuType, B: GpuType>(
+    d: &CudaDevice,
+    x: &CudaSlice<A>,
+    l: &Layout,
+) -> Result<CudaSlice<B>> {
     let n = l.elem_count();
     let mut y = d.alloc::<B>(n)?;
     if n == 0 {
@@ -75,7 +90,12 @@ pub(crate) fn cast<A: GpuType, B: GpuType>(d: &CudaDevice, x: &CudaSlice<A>, l: 
     Ok(y)
 }
 
-pub(crate) fn unary<T: GpuFloat>(d: &CudaDevice, x: &CudaSlice<T>, l: &Layout, op: UnaryOp) -> Result<CudaSlice<T>> {
+pub(crate) fn unary<T: GpuFloat>(
+    d: &CudaDevice,
+    x: &CudaSlice<T>,
+    l: &Layout,
+    op: UnaryOp,
+) -> Result<CudaSlice<T>> {
     let n = l.elem_count();
     let mut y = d.alloc::<T>(n)?;
     if n == 0 {
@@ -88,7 +108,13 @@ pub(crate) fn unary<T: GpuFloat>(d: &CudaDevice, x: &CudaSlice<T>, l: &Layout, o
     let (p, q) = (T::from_f64(p), T::from_f64(q));
     let (xs, n64) = (Strided::of(l)?, n as u64);
     let mut b = d.stream.launch_builder(&f);
-    b.arg(x).arg(&xs).arg(&mut y).arg(&n64).arg(&code).arg(&p).arg(&q);
+    b.arg(x)
+        .arg(&xs)
+        .arg(&mut y)
+        .arg(&n64)
+        .arg(&code)
+        .arg(&p)
+        .arg(&q);
     // SAFETY: as in copy_strided.
     launched(&name, unsafe { b.launch(CudaDevice::cfg(n)) })?;
     Ok(y)
@@ -109,9 +135,20 @@ pub(crate) fn binary<T: GpuFloat>(
     }
     let name = format!("binary_{}", T::SUFFIX);
     let f = d.func(&name)?;
-    let (as_, cs, n64, code) = (Strided::of(al)?, Strided::of(cl)?, n as u64, binary_code(op));
+    let (as_, cs, n64, code) = (
+        Strided::of(al)?,
+        Strided::of(cl)?,
+        n as u64,
+        binary_code(op),
+    );
     let mut b = d.stream.launch_builder(&f);
-    b.arg(a).arg(&as_).arg(c).arg(&cs).arg(&mut y).arg(&n64).arg(&code);
+    b.arg(a)
+        .arg(&as_)
+        .arg(c)
+        .arg(&cs)
+        .arg(&mut y)
+        .arg(&n64)
+        .arg(&code);
     // SAFETY: both layouts have the output's shape and address their own buffers.
     launched(&name, unsafe { b.launch(CudaDevice::cfg(n)) })?;
     Ok(y)
@@ -133,9 +170,21 @@ pub(crate) fn where_cond<T: GpuFloat>(
     }
     let name = format!("where_{}", T::SUFFIX);
     let k = d.func(&name)?;
-    let (cs, ts, fs, n64) = (Strided::of(cl)?, Strided::of(tl)?, Strided::of(fl)?, n as u64);
+    let (cs, ts, fs, n64) = (
+        Strided::of(cl)?,
+        Strided::of(tl)?,
+        Strided::of(fl)?,
+        n as u64,
+    );
     let mut b = d.stream.launch_builder(&k);
-    b.arg(c).arg(&cs).arg(t).arg(&ts).arg(f).arg(&fs).arg(&mut y).arg(&n64);
+    b.arg(c)
+        .arg(&cs)
+        .arg(t)
+        .arg(&ts)
+        .arg(f)
+        .arg(&fs)
+        .arg(&mut y)
+        .arg(&n64);
     // SAFETY: as in binary.
     launched(&name, unsafe { b.launch(CudaDevice::cfg(n)) })?;
     Ok(y)

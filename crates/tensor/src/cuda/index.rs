@@ -9,14 +9,22 @@ use cudarc::driver::{CudaSlice, PushKernelArg};
 
 pub(crate) fn check_ids(ids: &[u32], size: usize, op: &'static str) -> Result<()> {
     match ids.iter().find(|&&i| i as usize >= size) {
-        Some(&i) => Err(Error::IndexOutOfRange { op, index: i as usize, size }),
+        Some(&i) => Err(Error::IndexOutOfRange {
+            op,
+            index: i as usize,
+            size,
+        }),
         None => Ok(()),
     }
 }
 
 fn split(shape: &Shape, dim: usize) -> (usize, usize, usize) {
     let d = shape.dims();
-    (d[..dim].iter().product(), d[dim], d[dim + 1..].iter().product())
+    (
+        d[..dim].iter().product(),
+        d[dim],
+        d[dim + 1..].iter().product(),
+    )
 }
 
 pub(crate) fn select<T: GpuType>(
@@ -37,7 +45,13 @@ pub(crate) fn select<T: GpuType>(
     let f = d.func(&name)?;
     let (o, s, k, i) = (outer as i64, size as i64, n_ids as i64, inner as i64);
     let mut b = d.stream.launch_builder(&f);
-    b.arg(src).arg(ids).arg(&mut out).arg(&o).arg(&s).arg(&k).arg(&i);
+    b.arg(src)
+        .arg(ids)
+        .arg(&mut out)
+        .arg(&o)
+        .arg(&s)
+        .arg(&k)
+        .arg(&i);
     // SAFETY: ids were checked to be < size; src is contiguous of `shape`.
     launched(&name, unsafe { b.launch(CudaDevice::cfg(n)) })?;
     Ok(out)
@@ -62,7 +76,13 @@ pub(crate) fn add<T: GpuFloat>(
     let f = d.func(&name)?;
     let (o, s, k, i) = (outer as i64, size as i64, n_ids as i64, inner as i64);
     let mut b = d.stream.launch_builder(&f);
-    b.arg(src).arg(ids).arg(&mut out).arg(&o).arg(&s).arg(&k).arg(&i);
+    b.arg(src)
+        .arg(ids)
+        .arg(&mut out)
+        .arg(&o)
+        .arg(&s)
+        .arg(&k)
+        .arg(&i);
     // SAFETY: ids were checked to be < size; out is zeroed and of `out_shape`.
     launched(&name, unsafe { b.launch(CudaDevice::cfg(n)) })?;
     Ok(out)

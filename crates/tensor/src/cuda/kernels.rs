@@ -24,10 +24,27 @@ pub const MODULES: &[KernelModule] = &[
         name: "elementwise",
         source: include_str!("../../kernels/elementwise.cu"),
         kernels: &[
-            "fill_f32", "fill_f64", "fill_u32", "copy_f32", "copy_f64", "copy_u32", "scatter_f32",
-            "scatter_f64", "scatter_u32", "cast_f32_f64", "cast_f64_f32", "cast_u32_f32",
-            "cast_u32_f64", "cast_f32_u32", "cast_f64_u32", "unary_f32", "unary_f64",
-            "binary_f32", "binary_f64", "where_f32", "where_f64",
+            "fill_f32",
+            "fill_f64",
+            "fill_u32",
+            "copy_f32",
+            "copy_f64",
+            "copy_u32",
+            "scatter_f32",
+            "scatter_f64",
+            "scatter_u32",
+            "cast_f32_f64",
+            "cast_f64_f32",
+            "cast_u32_f32",
+            "cast_u32_f64",
+            "cast_f32_u32",
+            "cast_f64_u32",
+            "unary_f32",
+            "unary_f64",
+            "binary_f32",
+            "binary_f64",
+            "where_f32",
+            "where_f64",
         ],
     },
     KernelModule {
@@ -39,8 +56,16 @@ pub const MODULES: &[KernelModule] = &[
         name: "softmax",
         source: include_str!("../../kernels/softmax.cu"),
         kernels: &[
-            "softmax_f32", "softmax_f64", "softmax_bwd_f32", "softmax_bwd_f64", "ce_fwd_f32",
-            "ce_fwd_f64", "ce_mean_f32", "ce_mean_f64", "ce_bwd_f32", "ce_bwd_f64",
+            "softmax_f32",
+            "softmax_f64",
+            "softmax_bwd_f32",
+            "softmax_bwd_f64",
+            "ce_fwd_f32",
+            "ce_fwd_f64",
+            "ce_mean_f32",
+            "ce_mean_f64",
+            "ce_bwd_f32",
+            "ce_bwd_f64",
         ],
     },
     KernelModule {
@@ -51,14 +76,26 @@ pub const MODULES: &[KernelModule] = &[
     KernelModule {
         name: "pool",
         source: include_str!("../../kernels/pool.cu"),
-        kernels: &["pool_fwd_f32", "pool_fwd_f64", "pool_bwd_f32", "pool_bwd_f64"],
+        kernels: &[
+            "pool_fwd_f32",
+            "pool_fwd_f64",
+            "pool_bwd_f32",
+            "pool_bwd_f64",
+        ],
     },
     KernelModule {
         name: "norm",
         source: include_str!("../../kernels/norm.cu"),
         kernels: &[
-            "bn_stats_f32", "bn_stats_f64", "bn_eval_stats_f32", "bn_eval_stats_f64",
-            "bn_apply_f32", "bn_apply_f64", "bn_bwd_sums_f32", "bn_bwd_sums_f64", "bn_bwd_dx_f32",
+            "bn_stats_f32",
+            "bn_stats_f64",
+            "bn_eval_stats_f32",
+            "bn_eval_stats_f64",
+            "bn_apply_f32",
+            "bn_apply_f64",
+            "bn_bwd_sums_f32",
+            "bn_bwd_sums_f64",
+            "bn_bwd_dx_f32",
             "bn_bwd_dx_f64",
         ],
     },
@@ -66,7 +103,10 @@ pub const MODULES: &[KernelModule] = &[
         name: "index",
         source: include_str!("../../kernels/index.cu"),
         kernels: &[
-            "index_select_f32", "index_select_f64", "index_select_u32", "index_add_f32",
+            "index_select_f32",
+            "index_select_f64",
+            "index_select_u32",
+            "index_add_f32",
             "index_add_f64",
         ],
     },
@@ -79,7 +119,11 @@ pub const MODULES: &[KernelModule] = &[
         name: "topk",
         source: include_str!("../../kernels/topk.cu"),
         kernels: &[
-            "topk_init_f32", "topk_init_f64", "topk_step_f32", "topk_step_f64", "topk_take_f32",
+            "topk_init_f32",
+            "topk_init_f64",
+            "topk_step_f32",
+            "topk_step_f64",
+            "topk_take_f32",
             "topk_take_f64",
         ],
     },
@@ -88,7 +132,9 @@ pub const MODULES: &[KernelModule] = &[
 /// The module that defines `kernel` and the kernel's name as stored there (`None` for
 /// a name no module exports).
 pub fn find(kernel: &str) -> Option<(&'static KernelModule, &'static str)> {
-    MODULES.iter().find_map(|m| m.kernels.iter().find(|k| **k == kernel).map(|k| (m, *k)))
+    MODULES
+        .iter()
+        .find_map(|m| m.kernels.iter().find(|k| **k == kernel).map(|k| (m, *k)))
 }
 
 /// Why NVRTC could not be used, or what it said about a source.
@@ -135,7 +181,11 @@ pub fn compile(m: &KernelModule, arch: &'static str) -> Result<cudarc::nvrtc::Pt
     };
     // A library that loads but lacks a symbol still panics inside cudarc; keep it an error.
     std::panic::catch_unwind(|| cudarc::nvrtc::compile_ptx_with_opts(src, opts))
-        .map_err(|_| CompileError::Unavailable("NVRTC panicked while loading (an incompatible libnvrtc?)".into()))?
+        .map_err(|_| {
+            CompileError::Unavailable(
+                "NVRTC panicked while loading (an incompatible libnvrtc?)".into(),
+            )
+        })?
         .map_err(|e| CompileError::Failed(format!("kernels/{}.cu for {arch}: {e:?}", m.name)))
 }
 
@@ -159,14 +209,23 @@ impl Strided {
     pub fn new(dims: &[usize], strides: &[usize], offset: usize) -> crate::Result<Strided> {
         // Dims of size 1 carry no information; dropping them lets rank-9+ views that are
         // really smaller through.
-        let kept: Vec<(usize, usize)> =
-            dims.iter().zip(strides).filter(|(d, _)| **d != 1).map(|(d, s)| (*d, *s)).collect();
+        let kept: Vec<(usize, usize)> = dims
+            .iter()
+            .zip(strides)
+            .filter(|(d, _)| **d != 1)
+            .map(|(d, s)| (*d, *s))
+            .collect();
         if kept.len() > MAX_DIMS {
             return Err(crate::Error::msg(format!(
                 "CUDA kernels take views of at most {MAX_DIMS} dimensions (of size > 1), got dims {dims:?}; make the tensor contiguous or reshape it first"
             )));
         }
-        let mut s = Strided { ndim: kept.len() as i64, offset: offset as i64, shape: [1; MAX_DIMS], strides: [0; MAX_DIMS] };
+        let mut s = Strided {
+            ndim: kept.len() as i64,
+            offset: offset as i64,
+            shape: [1; MAX_DIMS],
+            strides: [0; MAX_DIMS],
+        };
         for (k, (d, st)) in kept.into_iter().enumerate() {
             s.shape[k] = d as i64;
             s.strides[k] = st as i64;
@@ -178,7 +237,12 @@ impl Strided {
     }
     /// A contiguous vector of `n` elements.
     pub fn flat(n: usize) -> Strided {
-        let mut s = Strided { ndim: 1, offset: 0, shape: [1; MAX_DIMS], strides: [0; MAX_DIMS] };
+        let mut s = Strided {
+            ndim: 1,
+            offset: 0,
+            shape: [1; MAX_DIMS],
+            strides: [0; MAX_DIMS],
+        };
         s.shape[0] = n as i64;
         s.strides[0] = 1;
         s

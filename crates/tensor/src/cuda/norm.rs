@@ -32,15 +32,30 @@ pub(crate) fn forward<T: GpuFloat>(
             let name = format!("bn_stats_{}", T::SUFFIX);
             let f = d.func(&name)?;
             let mut l = d.stream.launch_builder(&f);
-            l.arg(x).arg(&n).arg(&c).arg(&sp).arg(&p.eps).arg(&mut st).arg(&mut mean).arg(&mut invstd);
+            l.arg(x)
+                .arg(&n)
+                .arg(&c)
+                .arg(&sp)
+                .arg(&p.eps)
+                .arg(&mut st)
+                .arg(&mut mean)
+                .arg(&mut invstd);
             // SAFETY: one block per channel over contiguous [N, C, spatial] input.
-            launched(&name, unsafe { l.launch(CudaDevice::cfg_rows(p.c, p.n * p.spatial, 2)) })?;
+            launched(&name, unsafe {
+                l.launch(CudaDevice::cfg_rows(p.c, p.n * p.spatial, 2))
+            })?;
         }
         Some((rm, rv)) => {
             let name = format!("bn_eval_stats_{}", T::SUFFIX);
             let f = d.func(&name)?;
             let mut l = d.stream.launch_builder(&f);
-            l.arg(rm).arg(rv).arg(&c).arg(&p.eps).arg(&mut st).arg(&mut mean).arg(&mut invstd);
+            l.arg(rm)
+                .arg(rv)
+                .arg(&c)
+                .arg(&p.eps)
+                .arg(&mut st)
+                .arg(&mut mean)
+                .arg(&mut invstd);
             // SAFETY: running statistics hold C elements.
             launched(&name, unsafe { l.launch(CudaDevice::cfg(p.c)) })?;
         }
@@ -50,7 +65,14 @@ pub(crate) fn forward<T: GpuFloat>(
         let f = d.func(&name)?;
         let t = total as i64;
         let mut l = d.stream.launch_builder(&f);
-        l.arg(x).arg(w).arg(b).arg(&st).arg(&mut out).arg(&t).arg(&c).arg(&sp);
+        l.arg(x)
+            .arg(w)
+            .arg(b)
+            .arg(&st)
+            .arg(&mut out)
+            .arg(&t)
+            .arg(&c)
+            .arg(&sp);
         // SAFETY: elementwise over `total` elements; per-channel arrays hold C.
         launched(&name, unsafe { l.launch(CudaDevice::cfg(total)) })?;
     }
@@ -81,15 +103,36 @@ pub(crate) fn backward<T: GpuFloat>(
     let name = format!("bn_bwd_sums_{}", T::SUFFIX);
     let f = d.func(&name)?;
     let mut l = d.stream.launch_builder(&f);
-    l.arg(x).arg(gy).arg(mean).arg(invstd).arg(&n).arg(&c).arg(&sp).arg(&mut sums).arg(&mut dw).arg(&mut db);
+    l.arg(x)
+        .arg(gy)
+        .arg(mean)
+        .arg(invstd)
+        .arg(&n)
+        .arg(&c)
+        .arg(&sp)
+        .arg(&mut sums)
+        .arg(&mut dw)
+        .arg(&mut db);
     // SAFETY: one block per channel, as in forward.
-    launched(&name, unsafe { l.launch(CudaDevice::cfg_rows(p.c, p.n * p.spatial, 2)) })?;
+    launched(&name, unsafe {
+        l.launch(CudaDevice::cfg_rows(p.c, p.n * p.spatial, 2))
+    })?;
     {
         let name = format!("bn_bwd_dx_{}", T::SUFFIX);
         let f = d.func(&name)?;
         let (t, tr) = (total as i64, training as i32);
         let mut l = d.stream.launch_builder(&f);
-        l.arg(x).arg(gy).arg(w).arg(mean).arg(invstd).arg(&sums).arg(&mut dx).arg(&t).arg(&c).arg(&sp).arg(&tr);
+        l.arg(x)
+            .arg(gy)
+            .arg(w)
+            .arg(mean)
+            .arg(invstd)
+            .arg(&sums)
+            .arg(&mut dx)
+            .arg(&t)
+            .arg(&c)
+            .arg(&sp)
+            .arg(&tr);
         // SAFETY: elementwise over `total` elements.
         launched(&name, unsafe { l.launch(CudaDevice::cfg(total)) })?;
     }

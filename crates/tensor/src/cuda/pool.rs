@@ -43,7 +43,11 @@ fn geom(p: &Pool2dParams) -> PoolGeom {
     }
 }
 
-pub(crate) fn forward<T: GpuFloat>(d: &CudaDevice, x: &CudaSlice<T>, p: &Pool2dParams) -> Result<CudaSlice<T>> {
+pub(crate) fn forward<T: GpuFloat>(
+    d: &CudaDevice,
+    x: &CudaSlice<T>,
+    p: &Pool2dParams,
+) -> Result<CudaSlice<T>> {
     let n = p.out_shape().elem_count();
     let mut y = d.alloc::<T>(n)?;
     if n == 0 {
@@ -59,7 +63,12 @@ pub(crate) fn forward<T: GpuFloat>(d: &CudaDevice, x: &CudaSlice<T>, p: &Pool2dP
     Ok(y)
 }
 
-pub(crate) fn backward<T: GpuFloat>(d: &CudaDevice, x: &CudaSlice<T>, gy: &CudaSlice<T>, p: &Pool2dParams) -> Result<CudaSlice<T>> {
+pub(crate) fn backward<T: GpuFloat>(
+    d: &CudaDevice,
+    x: &CudaSlice<T>,
+    gy: &CudaSlice<T>,
+    p: &Pool2dParams,
+) -> Result<CudaSlice<T>> {
     let n = p.batch * p.channels * p.in_h * p.in_w;
     let mut gx = d.alloc_zeros::<T>(n)?;
     if n == 0 || p.out_shape().elem_count() == 0 {

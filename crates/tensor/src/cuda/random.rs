@@ -6,7 +6,12 @@ use super::storage::{launched, GpuFloat};
 use crate::Result;
 use cudarc::driver::{CudaSlice, PushKernelArg};
 
-pub(crate) fn dropout_mask<T: GpuFloat>(d: &CudaDevice, n: usize, p: f64, seed: u64) -> Result<CudaSlice<T>> {
+pub(crate) fn dropout_mask<T: GpuFloat>(
+    d: &CudaDevice,
+    n: usize,
+    p: f64,
+    seed: u64,
+) -> Result<CudaSlice<T>> {
     let mut m = d.alloc::<T>(n)?;
     if n == 0 {
         return Ok(m);

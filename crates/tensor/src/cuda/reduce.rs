@@ -23,17 +23,32 @@ fn split(l: &Layout, dims: &[usize]) -> Result<(Strided, Strided, usize, usize)>
         }
     }
     let (n_out, n_red) = (kd.iter().product(), rd.iter().product());
-    Ok((Strided::new(&kd, &ks, l.offset())?, Strided::new(&rd, &rs, 0)?, n_out, n_red))
+    Ok((
+        Strided::new(&kd, &ks, l.offset())?,
+        Strided::new(&rd, &rs, 0)?,
+        n_out,
+        n_red,
+    ))
 }
 
 fn cfg(n_out: usize, n_red: usize) -> LaunchConfig {
     // The kernel's shared arrays hold 256 entries; fewer threads for short reductions.
     let threads = n_red.next_power_of_two().clamp(32, 256) as u32;
-    LaunchConfig { grid_dim: (n_out.clamp(1, 1 << 20) as u32, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 }
+    LaunchConfig {
+        grid_dim: (n_out.clamp(1, 1 << 20) as u32, 1, 1),
+        block_dim: (threads, 1, 1),
+        shared_mem_bytes: 0,
+    }
 }
 
 /// Sum, max or min over `dims` (keepdim form); returns the buffer and its length.
-pub(crate) fn reduce<T: GpuFloat>(d: &CudaDevice, x: &CudaSlice<T>, l: &Layout, dims: &[usize], op: ReduceOp) -> Result<(CudaSlice<T>, usize)> {
+pub(crate) fn reduce<T: GpuFloat>(
+    d: &CudaDevice,
+    x: &CudaSlice<T>,
+    l: &Layout,
+    dims: &[usize],
+    op: ReduceOp,
+) -> Result<(CudaSlice<T>, usize)> {
     if dims.is_empty() {
         return Ok((super::elementwise::copy_strided(d, x, l)?, l.elem_count()));
     }
@@ -46,20 +61,35 @@ pub(crate) fn reduce<T: GpuFloat>(d: &CudaDevice, x: &CudaSlice<T>, l: &Layout, 
         ReduceOp::Sum => 0,
         ReduceOp::Max => 1,
         ReduceOp::Min => 2,
-        ReduceOp::ArgMax => return Err(crate::Error::msg("reduce: argmax goes through reduce::argmax")),
+        ReduceOp::ArgMax => {
+            return Err(crate::Error::msg(
+                "reduce: argmax goes through reduce::argmax",
+            ))
+        }
     };
     let name = format!("reduce_{}", T::SUFFIX);
     let f = d.func(&name)?;
     let (no, nr) = (n_out as u64, n_red as u64);
     let mut b = d.stream.launch_builder(&f);
-    b.arg(x).arg(&kept).arg(&red).arg(&mut y).arg(&no).arg(&nr).arg(&code);
+    b.arg(x)
+        .arg(&kept)
+        .arg(&red)
+        .arg(&mut y)
+        .arg(&no)
+        .arg(&nr)
+        .arg(&code);
     // SAFETY: both descriptors come from a valid layout of x; y holds n_out elements.
     launched(&name, unsafe { b.launch(cfg(n_out, n_red)) })?;
     Ok((y, n_out))
 }
 
 /// Index of the first maximum along `dim` (the first NaN if any), as U32.
-pub(crate) fn argmax<T: GpuFloat>(d: &CudaDevice, x: &CudaSlice<T>, l: &Layout, dim: usize) -> Result<(CudaSlice<u32>, usize)> {
+pub(crate) fn argmax<T: GpuFloat>(
+    d: &CudaDevice,
+    x: &CudaSlice<T>,
+    l: &Layout,
+    dim: usize,
+) -> Result<(CudaSlice<u32>, usize)> {
     let (kept, red, n_out, n_red) = split(l, &[dim])?;
     let mut y = d.alloc::<u32>(n_out)?;
     if n_out == 0 {

@@ -28,7 +28,12 @@ pub(crate) fn topk<T: GpuFloat>(
     let init = format!("topk_init_{}", T::SUFFIX);
     let f = d.func(&init)?;
     let mut b = d.stream.launch_builder(&f);
-    b.arg(x).arg(&mut v).arg(&mut id).arg(&r64).arg(&c64).arg(&p64);
+    b.arg(x)
+        .arg(&mut v)
+        .arg(&mut id)
+        .arg(&r64)
+        .arg(&c64)
+        .arg(&p64);
     // SAFETY: x is contiguous [rows, cols]; v and id hold rows*P.
     launched(&init, unsafe { b.launch(CudaDevice::cfg(total)) })?;
     let step = format!("topk_step_{}", T::SUFFIX);
@@ -39,7 +44,13 @@ pub(crate) fn topk<T: GpuFloat>(
         while j > 0 {
             let (s64, j64) = (size as i64, j as i64);
             let mut b = d.stream.launch_builder(&f);
-            b.arg(&mut v).arg(&mut id).arg(&r64).arg(&p64).arg(&s64).arg(&j64).arg(&lg);
+            b.arg(&mut v)
+                .arg(&mut id)
+                .arg(&r64)
+                .arg(&p64)
+                .arg(&s64)
+                .arg(&j64)
+                .arg(&lg);
             // SAFETY: each thread swaps a pair inside one row of rows*P.
             launched(&step, unsafe { b.launch(CudaDevice::cfg(total)) })?;
             j /= 2;
@@ -49,7 +60,13 @@ pub(crate) fn topk<T: GpuFloat>(
     let take = format!("topk_take_{}", T::SUFFIX);
     let f = d.func(&take)?;
     let mut b = d.stream.launch_builder(&f);
-    b.arg(&v).arg(&id).arg(&mut ov).arg(&mut oi).arg(&r64).arg(&p64).arg(&k64);
+    b.arg(&v)
+        .arg(&id)
+        .arg(&mut ov)
+        .arg(&mut oi)
+        .arg(&r64)
+        .arg(&p64)
+        .arg(&k64);
     // SAFETY: k <= cols <= P (checked by the tensor layer).
     launched(&take, unsafe { b.launch(CudaDevice::cfg(rows * k)) })?;
     Ok((ov, oi))

@@ -7,7 +7,13 @@ use super::storage::{launched, GpuFloat};
 use crate::{Error, Result};
 use cudarc::driver::{CudaSlice, PushKernelArg};
 
-pub(crate) fn forward<T: GpuFloat>(d: &CudaDevice, x: &CudaSlice<T>, rows: usize, cols: usize, log: bool) -> Result<CudaSlice<T>> {
+pub(crate) fn forward<T: GpuFloat>(
+    d: &CudaDevice,
+    x: &CudaSlice<T>,
+    rows: usize,
+    cols: usize,
+    log: bool,
+) -> Result<CudaSlice<T>> {
     let mut y = d.alloc::<T>(rows * cols)?;
     if rows * cols == 0 {
         return Ok(y);
@@ -18,11 +24,20 @@ pub(crate) fn forward<T: GpuFloat>(d: &CudaDevice, x: &CudaSlice<T>, rows: usize
     let mut b = d.stream.launch_builder(&f);
     b.arg(x).arg(&mut y).arg(&c).arg(&l);
     // SAFETY: one block per row of a contiguous [rows, cols] buffer.
-    launched(&name, unsafe { b.launch(CudaDevice::cfg_rows(rows, cols, 1)) })?;
+    launched(&name, unsafe {
+        b.launch(CudaDevice::cfg_rows(rows, cols, 1))
+    })?;
     Ok(y)
 }
 
-pub(crate) fn backward<T: GpuFloat>(d: &CudaDevice, y: &CudaSlice<T>, g: &CudaSlice<T>, rows: usize, cols: usize, log: bool) -> Result<CudaSlice<T>> {
+pub(crate) fn backward<T: GpuFloat>(
+    d: &CudaDevice,
+    y: &CudaSlice<T>,
+    g: &CudaSlice<T>,
+    rows: usize,
+    cols: usize,
+    log: bool,
+) -> Result<CudaSlice<T>> {
     let mut dx = d.alloc::<T>(rows * cols)?;
     if rows * cols == 0 {
         return Ok(dx);
@@ -33,7 +48,9 @@ pub(crate) fn backward<T: GpuFloat>(d: &CudaDevice, y: &CudaSlice<T>, g: &CudaSl
     let mut b = d.stream.launch_builder(&f);
     b.arg(y).arg(g).arg(&mut dx).arg(&c).arg(&l);
     // SAFETY: as in forward.
-    launched(&name, unsafe { b.launch(CudaDevice::cfg_rows(rows, cols, 1)) })?;
+    launched(&name, unsafe {
+        b.launch(CudaDevice::cfg_rows(rows, cols, 1))
+    })?;
     Ok(dx)
 }
 
@@ -78,7 +95,12 @@ pub(crate) fn cross_entropy<T: GpuFloat>(
         let f = d.func(&name)?;
         let (cols, ig) = (c as u64, ignore_code(ignore));
         let mut b = d.stream.launch_builder(&f);
-        b.arg(x).arg(labels).arg(&mut probs).arg(&mut row_loss).arg(&cols).arg(&ig);
+        b.arg(x)
+            .arg(labels)
+            .arg(&mut probs)
+            .arg(&mut row_loss)
+            .arg(&cols)
+            .arg(&ig);
         // SAFETY: one block per row; labels were checked to be < c (or the ignored one).
         launched(&name, unsafe { b.launch(CudaDevice::cfg_rows(n, c, 1)) })?;
     }
@@ -108,12 +130,22 @@ pub(crate) fn cross_entropy_backward<T: GpuFloat>(
         return Ok(dx);
     }
     // The CPU's scale, converted to T the same way.
-    let scale = if count > 0 { T::from_f64(grad / count as f64) } else { T::from_f64(0.0) };
+    let scale = if count > 0 {
+        T::from_f64(grad / count as f64)
+    } else {
+        T::from_f64(0.0)
+    };
     let name = format!("ce_bwd_{}", T::SUFFIX);
     let f = d.func(&name)?;
     let (total, cols, ig) = ((n * c) as u64, c as u64, ignore_code(ignore));
     let mut b = d.stream.launch_builder(&f);
-    b.arg(probs).arg(labels).arg(&mut dx).arg(&total).arg(&cols).arg(&ig).arg(&scale);
+    b.arg(probs)
+        .arg(labels)
+        .arg(&mut dx)
+        .arg(&total)
+        .arg(&cols)
+        .arg(&ig)
+        .arg(&scale);
     // SAFETY: elementwise over n*c; labels were checked in the forward pass.
     launched(&name, unsafe { b.launch(CudaDevice::cfg(n * c)) })?;
     Ok(dx)

@@ -18,7 +18,9 @@ use cudarc::driver::{CudaSlice, DeviceRepr, ValidAsZeroBits};
 use std::sync::Arc;
 
 /// Element types that live on the GPU; `SUFFIX` names their kernel instantiations.
-pub(crate) trait GpuType: DeviceRepr + ValidAsZeroBits + Copy + Default + Send + Sync + 'static {
+pub(crate) trait GpuType:
+    DeviceRepr + ValidAsZeroBits + Copy + Default + Send + Sync + 'static
+{
     const SUFFIX: &'static str;
     fn wrap(s: CudaSlice<Self>) -> CudaData;
 }
@@ -71,20 +73,42 @@ pub struct CudaStorage {
 
 impl std::fmt::Debug for CudaStorage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "CudaStorage({:?}, {} elements, cuda:{})", self.dtype(), self.len, self.dev.ordinal())
+        write!(
+            f,
+            "CudaStorage({:?}, {} elements, cuda:{})",
+            self.dtype(),
+            self.len,
+            self.dev.ordinal()
+        )
     }
 }
 
 fn unsupported(op: &'static str, dtype: DType) -> Error {
-    Error::UnsupportedDType { op, dtype, expected: "f32 or f64" }
+    Error::UnsupportedDType {
+        op,
+        dtype,
+        expected: "f32 or f64",
+    }
 }
 fn mismatch(op: &'static str, a: &CudaStorage, b: &CudaStorage) -> Error {
-    Error::DTypeMismatch { op, lhs: a.dtype(), rhs: b.dtype() }
+    Error::DTypeMismatch {
+        op,
+        lhs: a.dtype(),
+        rhs: b.dtype(),
+    }
 }
 
 impl CudaStorage {
-    pub(crate) fn new<T: GpuType>(s: CudaSlice<T>, len: usize, dev: &Arc<CudaDevice>) -> CudaStorage {
-        CudaStorage { data: T::wrap(s), len, dev: dev.clone() }
+    pub(crate) fn new<T: GpuType>(
+        s: CudaSlice<T>,
+        len: usize,
+        dev: &Arc<CudaDevice>,
+    ) -> CudaStorage {
+        CudaStorage {
+            data: T::wrap(s),
+            len,
+            dev: dev.clone(),
+        }
     }
     pub fn len(&self) -> usize {
         self.len
@@ -115,7 +139,13 @@ impl CudaStorage {
     }
 
     /// An inverted-dropout mask of `n` elements (see `rng::counter_uniform`).
-    pub fn dropout_mask(n: usize, p: f64, seed: u64, dtype: DType, dev: &Arc<CudaDevice>) -> Result<CudaStorage> {
+    pub fn dropout_mask(
+        n: usize,
+        p: f64,
+        seed: u64,
+        dtype: DType,
+        dev: &Arc<CudaDevice>,
+    ) -> Result<CudaStorage> {
         Ok(match dtype {
             DType::F32 => CudaStorage::new(random::dropout_mask::<f32>(dev, n, p, seed)?, n, dev),
             DType::F64 => CudaStorage::new(random::dropout_mask::<f64>(dev, n, p, seed)?, n, dev),
@@ -137,20 +167,32 @@ impl CudaStorage {
     fn u32_to_host(&self, op: &'static str) -> Result<Vec<u32>> {
         match &self.data {
             CudaData::U32(s) => self.dev.download(s, self.len),
-            _ => Err(Error::UnsupportedDType { op, dtype: self.dtype(), expected: "u32 indices" }),
+            _ => Err(Error::UnsupportedDType {
+                op,
+                dtype: self.dtype(),
+                expected: "u32 indices",
+            }),
         }
     }
     fn u32_slice(&self, op: &'static str) -> Result<&CudaSlice<u32>> {
         match &self.data {
             CudaData::U32(s) => Ok(s),
-            _ => Err(Error::UnsupportedDType { op, dtype: self.dtype(), expected: "u32 indices" }),
+            _ => Err(Error::UnsupportedDType {
+                op,
+                dtype: self.dtype(),
+                expected: "u32 indices",
+            }),
         }
     }
     fn same_device(&self, other: &CudaStorage, op: &'static str) -> Result<()> {
         if Arc::ptr_eq(&self.dev, &other.dev) {
             Ok(())
         } else {
-            Err(Error::DeviceMismatch { op, lhs: self.device(), rhs: other.device() })
+            Err(Error::DeviceMismatch {
+                op,
+                lhs: self.device(),
+                rhs: other.device(),
+            })
         }
     }
 }
@@ -221,14 +263,27 @@ impl BackendStorage for CudaStorage {
         let d = &self.dev;
         let n = ll.elem_count();
         Ok(match (&self.data, &rhs.data) {
-            (CudaData::F32(a), CudaData::F32(b)) => CudaStorage::new(elementwise::binary(d, a, ll, b, rl, op)?, n, d),
-            (CudaData::F64(a), CudaData::F64(b)) => CudaStorage::new(elementwise::binary(d, a, ll, b, rl, op)?, n, d),
-            (CudaData::U32(_), CudaData::U32(_)) => return Err(unsupported("binary op", DType::U32)),
+            (CudaData::F32(a), CudaData::F32(b)) => {
+                CudaStorage::new(elementwise::binary(d, a, ll, b, rl, op)?, n, d)
+            }
+            (CudaData::F64(a), CudaData::F64(b)) => {
+                CudaStorage::new(elementwise::binary(d, a, ll, b, rl, op)?, n, d)
+            }
+            (CudaData::U32(_), CudaData::U32(_)) => {
+                return Err(unsupported("binary op", DType::U32))
+            }
             _ => return Err(mismatch("binary op", self, rhs)),
         })
     }
 
-    fn where_cond(&self, cl: &Layout, t: &Self, tl: &Layout, f: &Self, fl: &Layout) -> Result<Self> {
+    fn where_cond(
+        &self,
+        cl: &Layout,
+        t: &Self,
+        tl: &Layout,
+        f: &Self,
+        fl: &Layout,
+    ) -> Result<Self> {
         self.same_device(t, "where_cond")?;
         self.same_device(f, "where_cond")?;
         let d = &self.dev;
@@ -248,7 +303,9 @@ impl BackendStorage for CudaStorage {
         let d = &self.dev;
         if op == ReduceOp::ArgMax {
             let [dim] = dims else {
-                return Err(Error::msg(format!("argmax: reduces exactly one dimension, got {dims:?}")));
+                return Err(Error::msg(format!(
+                    "argmax: reduces exactly one dimension, got {dims:?}"
+                )));
             };
             let (s, n) = match &self.data {
                 CudaData::F32(s) => reduce::argmax(d, s, l, *dim)?,
@@ -270,13 +327,23 @@ impl BackendStorage for CudaStorage {
         })
     }
 
-    fn matmul(&self, ll: &Layout, rhs: &Self, rl: &Layout, bmnk: (usize, usize, usize, usize)) -> Result<Self> {
+    fn matmul(
+        &self,
+        ll: &Layout,
+        rhs: &Self,
+        rl: &Layout,
+        bmnk: (usize, usize, usize, usize),
+    ) -> Result<Self> {
         self.same_device(rhs, "matmul")?;
         let d = &self.dev;
         let (b, m, n, _) = bmnk;
         Ok(match (&self.data, &rhs.data) {
-            (CudaData::F32(x), CudaData::F32(y)) => CudaStorage::new(matmul::matmul(d, x, ll, y, rl, bmnk)?, b * m * n, d),
-            (CudaData::F64(x), CudaData::F64(y)) => CudaStorage::new(matmul::matmul(d, x, ll, y, rl, bmnk)?, b * m * n, d),
+            (CudaData::F32(x), CudaData::F32(y)) => {
+                CudaStorage::new(matmul::matmul(d, x, ll, y, rl, bmnk)?, b * m * n, d)
+            }
+            (CudaData::F64(x), CudaData::F64(y)) => {
+                CudaStorage::new(matmul::matmul(d, x, ll, y, rl, bmnk)?, b * m * n, d)
+            }
             _ => return Err(mismatch("matmul", self, rhs)),
         })
     }
@@ -286,8 +353,12 @@ impl BackendStorage for CudaStorage {
         let d = &self.dev;
         let n = p.out_shape().elem_count();
         Ok(match (&self.data, &w.data) {
-            (CudaData::F32(x), CudaData::F32(w)) => CudaStorage::new(conv::forward(d, x, w, p)?, n, d),
-            (CudaData::F64(x), CudaData::F64(w)) => CudaStorage::new(conv::forward(d, x, w, p)?, n, d),
+            (CudaData::F32(x), CudaData::F32(w)) => {
+                CudaStorage::new(conv::forward(d, x, w, p)?, n, d)
+            }
+            (CudaData::F64(x), CudaData::F64(w)) => {
+                CudaStorage::new(conv::forward(d, x, w, p)?, n, d)
+            }
             _ => return Err(mismatch("conv2d", self, w)),
         })
     }
@@ -296,8 +367,12 @@ impl BackendStorage for CudaStorage {
         let d = &self.dev;
         let n = p.in_shape().elem_count();
         Ok(match (&self.data, &w.data) {
-            (CudaData::F32(g), CudaData::F32(w)) => CudaStorage::new(conv::backward_input(d, g, w, p)?, n, d),
-            (CudaData::F64(g), CudaData::F64(w)) => CudaStorage::new(conv::backward_input(d, g, w, p)?, n, d),
+            (CudaData::F32(g), CudaData::F32(w)) => {
+                CudaStorage::new(conv::backward_input(d, g, w, p)?, n, d)
+            }
+            (CudaData::F64(g), CudaData::F64(w)) => {
+                CudaStorage::new(conv::backward_input(d, g, w, p)?, n, d)
+            }
             _ => return Err(mismatch("conv2d backward", self, w)),
         })
     }
@@ -306,8 +381,12 @@ impl BackendStorage for CudaStorage {
         let d = &self.dev;
         let n = p.weight_shape().elem_count();
         Ok(match (&self.data, &gy.data) {
-            (CudaData::F32(x), CudaData::F32(g)) => CudaStorage::new(conv::backward_weight(d, x, g, p)?, n, d),
-            (CudaData::F64(x), CudaData::F64(g)) => CudaStorage::new(conv::backward_weight(d, x, g, p)?, n, d),
+            (CudaData::F32(x), CudaData::F32(g)) => {
+                CudaStorage::new(conv::backward_weight(d, x, g, p)?, n, d)
+            }
+            (CudaData::F64(x), CudaData::F64(g)) => {
+                CudaStorage::new(conv::backward_weight(d, x, g, p)?, n, d)
+            }
             _ => return Err(mismatch("conv2d backward", self, gy)),
         })
     }
@@ -326,21 +405,36 @@ impl BackendStorage for CudaStorage {
         let d = &self.dev;
         let n = p.batch * p.channels * p.in_h * p.in_w;
         Ok(match (&self.data, &gy.data) {
-            (CudaData::F32(x), CudaData::F32(g)) => CudaStorage::new(pool::backward(d, x, g, p)?, n, d),
-            (CudaData::F64(x), CudaData::F64(g)) => CudaStorage::new(pool::backward(d, x, g, p)?, n, d),
+            (CudaData::F32(x), CudaData::F32(g)) => {
+                CudaStorage::new(pool::backward(d, x, g, p)?, n, d)
+            }
+            (CudaData::F64(x), CudaData::F64(g)) => {
+                CudaStorage::new(pool::backward(d, x, g, p)?, n, d)
+            }
             _ => return Err(mismatch("pool2d backward", self, gy)),
         })
     }
 
-    fn batch_norm(&self, w: &Self, b: &Self, stats: Option<(&Self, &Self)>, p: &BatchNormParams) -> Result<(Self, Self, Self)> {
-        for o in [w, b].into_iter().chain(stats.into_iter().flat_map(|(m, v)| [m, v])) {
+    fn batch_norm(
+        &self,
+        w: &Self,
+        b: &Self,
+        stats: Option<(&Self, &Self)>,
+        p: &BatchNormParams,
+    ) -> Result<(Self, Self, Self)> {
+        for o in [w, b]
+            .into_iter()
+            .chain(stats.into_iter().flat_map(|(m, v)| [m, v]))
+        {
             self.same_device(o, "batch_norm")?;
         }
         let d = &self.dev;
         let total = p.n * p.c * p.spatial;
         macro_rules! run {
             ($v:ident) => {{
-                let (CudaData::$v(x), CudaData::$v(w), CudaData::$v(b)) = (&self.data, &w.data, &b.data) else {
+                let (CudaData::$v(x), CudaData::$v(w), CudaData::$v(b)) =
+                    (&self.data, &w.data, &b.data)
+                else {
                     return Err(mismatch("batch_norm", self, w));
                 };
                 let stats = match stats {
@@ -351,7 +445,11 @@ impl BackendStorage for CudaStorage {
                     None => None,
                 };
                 let (o, m, s) = norm::forward(d, x, w, b, stats, p)?;
-                Ok((CudaStorage::new(o, total, d), CudaStorage::new(m, p.c, d), CudaStorage::new(s, p.c, d)))
+                Ok((
+                    CudaStorage::new(o, total, d),
+                    CudaStorage::new(m, p.c, d),
+                    CudaStorage::new(s, p.c, d),
+                ))
             }};
         }
         match self.dtype() {
@@ -377,13 +475,22 @@ impl BackendStorage for CudaStorage {
         let total = p.n * p.c * p.spatial;
         macro_rules! run {
             ($v:ident) => {{
-                let (CudaData::$v(x), CudaData::$v(g), CudaData::$v(w), CudaData::$v(m), CudaData::$v(s)) =
-                    (&self.data, &gy.data, &w.data, &mean.data, &invstd.data)
+                let (
+                    CudaData::$v(x),
+                    CudaData::$v(g),
+                    CudaData::$v(w),
+                    CudaData::$v(m),
+                    CudaData::$v(s),
+                ) = (&self.data, &gy.data, &w.data, &mean.data, &invstd.data)
                 else {
                     return Err(mismatch("batch_norm backward", self, gy));
                 };
                 let (a, b, c) = norm::backward(d, x, g, w, m, s, training, p)?;
-                Ok((CudaStorage::new(a, total, d), CudaStorage::new(b, p.c, d), CudaStorage::new(c, p.c, d)))
+                Ok((
+                    CudaStorage::new(a, total, d),
+                    CudaStorage::new(b, p.c, d),
+                    CudaStorage::new(c, p.c, d),
+                ))
             }};
         }
         match self.dtype() {
@@ -396,8 +503,12 @@ impl BackendStorage for CudaStorage {
     fn softmax_last(&self, rows: usize, cols: usize, log: bool) -> Result<Self> {
         let d = &self.dev;
         Ok(match &self.data {
-            CudaData::F32(x) => CudaStorage::new(softmax::forward(d, x, rows, cols, log)?, rows * cols, d),
-            CudaData::F64(x) => CudaStorage::new(softmax::forward(d, x, rows, cols, log)?, rows * cols, d),
+            CudaData::F32(x) => {
+                CudaStorage::new(softmax::forward(d, x, rows, cols, log)?, rows * cols, d)
+            }
+            CudaData::F64(x) => {
+                CudaStorage::new(softmax::forward(d, x, rows, cols, log)?, rows * cols, d)
+            }
             CudaData::U32(_) => return Err(unsupported("softmax", DType::U32)),
         })
     }
@@ -405,13 +516,23 @@ impl BackendStorage for CudaStorage {
         self.same_device(g, "softmax backward")?;
         let d = &self.dev;
         Ok(match (&self.data, &g.data) {
-            (CudaData::F32(y), CudaData::F32(g)) => CudaStorage::new(softmax::backward(d, y, g, rows, cols, log)?, rows * cols, d),
-            (CudaData::F64(y), CudaData::F64(g)) => CudaStorage::new(softmax::backward(d, y, g, rows, cols, log)?, rows * cols, d),
+            (CudaData::F32(y), CudaData::F32(g)) => {
+                CudaStorage::new(softmax::backward(d, y, g, rows, cols, log)?, rows * cols, d)
+            }
+            (CudaData::F64(y), CudaData::F64(g)) => {
+                CudaStorage::new(softmax::backward(d, y, g, rows, cols, log)?, rows * cols, d)
+            }
             _ => return Err(mismatch("softmax backward", self, g)),
         })
     }
 
-    fn cross_entropy(&self, labels: &Self, n: usize, c: usize, ignore: Option<u32>) -> Result<(Self, Self, usize)> {
+    fn cross_entropy(
+        &self,
+        labels: &Self,
+        n: usize,
+        c: usize,
+        ignore: Option<u32>,
+    ) -> Result<(Self, Self, usize)> {
         self.same_device(labels, "cross_entropy")?;
         // Labels are few (one per row): checking them on the host keeps a bad label an
         // error rather than an out-of-bounds read, and gives the count the mean needs.
@@ -422,11 +543,19 @@ impl BackendStorage for CudaStorage {
         Ok(match &self.data {
             CudaData::F32(x) => {
                 let (loss, probs) = softmax::cross_entropy(d, x, l, n, c, ignore, count)?;
-                (CudaStorage::new(loss, 1, d), CudaStorage::new(probs, n * c, d), count)
+                (
+                    CudaStorage::new(loss, 1, d),
+                    CudaStorage::new(probs, n * c, d),
+                    count,
+                )
             }
             CudaData::F64(x) => {
                 let (loss, probs) = softmax::cross_entropy(d, x, l, n, c, ignore, count)?;
-                (CudaStorage::new(loss, 1, d), CudaStorage::new(probs, n * c, d), count)
+                (
+                    CudaStorage::new(loss, 1, d),
+                    CudaStorage::new(probs, n * c, d),
+                    count,
+                )
             }
             CudaData::U32(_) => return Err(unsupported("cross_entropy logits", DType::U32)),
         })
@@ -444,8 +573,16 @@ impl BackendStorage for CudaStorage {
         let l = labels.u32_slice("cross_entropy labels")?;
         let d = &self.dev;
         Ok(match &self.data {
-            CudaData::F32(p) => CudaStorage::new(softmax::cross_entropy_backward(d, p, l, grad, n, c, ignore, count)?, n * c, d),
-            CudaData::F64(p) => CudaStorage::new(softmax::cross_entropy_backward(d, p, l, grad, n, c, ignore, count)?, n * c, d),
+            CudaData::F32(p) => CudaStorage::new(
+                softmax::cross_entropy_backward(d, p, l, grad, n, c, ignore, count)?,
+                n * c,
+                d,
+            ),
+            CudaData::F64(p) => CudaStorage::new(
+                softmax::cross_entropy_backward(d, p, l, grad, n, c, ignore, count)?,
+                n * c,
+                d,
+            ),
             CudaData::U32(_) => return Err(unsupported("cross_entropy backward", DType::U32)),
         })
     }
@@ -458,12 +595,24 @@ impl BackendStorage for CudaStorage {
         let d = &self.dev;
         let n = shape.elem_count() / shape.dims()[dim].max(1) * host.len();
         Ok(match &self.data {
-            CudaData::F32(x) => CudaStorage::new(index::select(d, x, shape, i, host.len(), dim)?, n, d),
-            CudaData::F64(x) => CudaStorage::new(index::select(d, x, shape, i, host.len(), dim)?, n, d),
-            CudaData::U32(x) => CudaStorage::new(index::select(d, x, shape, i, host.len(), dim)?, n, d),
+            CudaData::F32(x) => {
+                CudaStorage::new(index::select(d, x, shape, i, host.len(), dim)?, n, d)
+            }
+            CudaData::F64(x) => {
+                CudaStorage::new(index::select(d, x, shape, i, host.len(), dim)?, n, d)
+            }
+            CudaData::U32(x) => {
+                CudaStorage::new(index::select(d, x, shape, i, host.len(), dim)?, n, d)
+            }
         })
     }
-    fn index_add(&self, src_shape: &Shape, ids: &Self, dim: usize, out_shape: &Shape) -> Result<Self> {
+    fn index_add(
+        &self,
+        src_shape: &Shape,
+        ids: &Self,
+        dim: usize,
+        out_shape: &Shape,
+    ) -> Result<Self> {
         self.same_device(ids, "index_add")?;
         let host = ids.u32_to_host("index_add indices")?;
         index::check_ids(&host, out_shape.dims()[dim], "index_add")?;
@@ -471,8 +620,12 @@ impl BackendStorage for CudaStorage {
         let d = &self.dev;
         let n = out_shape.elem_count();
         Ok(match &self.data {
-            CudaData::F32(x) => CudaStorage::new(index::add(d, x, src_shape, i, dim, out_shape)?, n, d),
-            CudaData::F64(x) => CudaStorage::new(index::add(d, x, src_shape, i, dim, out_shape)?, n, d),
+            CudaData::F32(x) => {
+                CudaStorage::new(index::add(d, x, src_shape, i, dim, out_shape)?, n, d)
+            }
+            CudaData::F64(x) => {
+                CudaStorage::new(index::add(d, x, src_shape, i, dim, out_shape)?, n, d)
+            }
             CudaData::U32(_) => return Err(unsupported("index_add", DType::U32)),
         })
     }
@@ -482,11 +635,17 @@ impl BackendStorage for CudaStorage {
         Ok(match &self.data {
             CudaData::F32(x) => {
                 let (v, i) = select::topk(d, x, rows, cols, k, largest)?;
-                (CudaStorage::new(v, rows * k, d), CudaStorage::new(i, rows * k, d))
+                (
+                    CudaStorage::new(v, rows * k, d),
+                    CudaStorage::new(i, rows * k, d),
+                )
             }
             CudaData::F64(x) => {
                 let (v, i) = select::topk(d, x, rows, cols, k, largest)?;
-                (CudaStorage::new(v, rows * k, d), CudaStorage::new(i, rows * k, d))
+                (
+                    CudaStorage::new(v, rows * k, d),
+                    CudaStorage::new(i, rows * k, d),
+                )
             }
             CudaData::U32(_) => return Err(unsupported("topk", DType::U32)),
         })
@@ -494,6 +653,9 @@ impl BackendStorage for CudaStorage {
 }
 
 /// Maps a kernel launch's result to ours, naming the kernel.
-pub(crate) fn launched<T>(name: &str, r: std::result::Result<T, cudarc::driver::DriverError>) -> Result<()> {
+pub(crate) fn launched<T>(
+    name: &str,
+    r: std::result::Result<T, cudarc::driver::DriverError>,
+) -> Result<()> {
     r.map(|_| ()).map_err(cuda_err(name))
 }

@@ -23,7 +23,9 @@ pub struct Event {
 impl Event {
     /// Blocks the host until the event has completed.
     pub fn synchronize(&self) -> Result<()> {
-        self.event.synchronize().map_err(cuda_err("event synchronize"))
+        self.event
+            .synchronize()
+            .map_err(cuda_err("event synchronize"))
     }
     /// Whether the event has completed (never blocks).
     pub fn is_complete(&self) -> bool {
@@ -31,7 +33,9 @@ impl Event {
     }
     /// Milliseconds between this event and a later one (both recorded with timing).
     pub fn elapsed_ms(&self, later: &Event) -> Result<f32> {
-        self.event.elapsed_ms(&later.event).map_err(cuda_err("event elapsed time"))
+        self.event
+            .elapsed_ms(&later.event)
+            .map_err(cuda_err("event elapsed time"))
     }
 }
 
@@ -45,7 +49,10 @@ fn cuda_device(d: Device) -> Result<Arc<CudaDevice>> {
 /// Records an event on `device`'s compute stream: "everything queued so far".
 pub fn record_compute_event(device: Device) -> Result<Event> {
     let d = cuda_device(device)?;
-    let event = d.stream.record_event(None).map_err(cuda_err("record event"))?;
+    let event = d
+        .stream
+        .record_event(None)
+        .map_err(cuda_err("record event"))?;
     Ok(Event { event })
 }
 
@@ -75,19 +82,29 @@ impl SideStream {
     /// This stream waits (on the GPU; the host does not block) for everything queued on
     /// the compute stream so far.
     pub fn wait_for_compute(&self) -> Result<()> {
-        self.stream.join(&self.dev.stream).map_err(cuda_err("stream wait"))
+        self.stream
+            .join(&self.dev.stream)
+            .map_err(cuda_err("stream wait"))
     }
     /// The compute stream waits for everything queued on this stream so far.
     pub fn compute_waits(&self) -> Result<()> {
-        self.dev.stream.join(&self.stream).map_err(cuda_err("stream wait"))
+        self.dev
+            .stream
+            .join(&self.stream)
+            .map_err(cuda_err("stream wait"))
     }
     /// Waits on the GPU for `event` (from any stream of this device).
     pub fn wait(&self, event: &Event) -> Result<()> {
-        self.stream.wait(&event.event).map_err(cuda_err("stream wait"))
+        self.stream
+            .wait(&event.event)
+            .map_err(cuda_err("stream wait"))
     }
     /// Records an event on this stream.
     pub fn record(&self) -> Result<Event> {
-        let event = self.stream.record_event(None).map_err(cuda_err("record event"))?;
+        let event = self
+            .stream
+            .record_event(None)
+            .map_err(cuda_err("record event"))?;
         Ok(Event { event })
     }
     /// Blocks until this stream's queued work has finished.
@@ -99,7 +116,11 @@ impl SideStream {
     /// compute work queued later.
     pub fn to_vec_f32(&self, t: &Tensor) -> Result<Vec<f32>> {
         if t.device() != self.device() {
-            return Err(Error::DeviceMismatch { op: "SideStream::to_vec_f32", lhs: t.device(), rhs: self.device() });
+            return Err(Error::DeviceMismatch {
+                op: "SideStream::to_vec_f32",
+                lhs: t.device(),
+                rhs: self.device(),
+            });
         }
         let t = t.to_dtype(crate::DType::F32)?;
         // The contiguous copy (if any) is queued on the compute stream; the per-buffer
@@ -107,13 +128,22 @@ impl SideStream {
         let c = t.contiguous()?;
         let storage = c.storage();
         let Storage::Cuda(s) = &*storage else {
-            return Err(Error::msg("SideStream::to_vec_f32: tensor is not on a CUDA device"));
+            return Err(Error::msg(
+                "SideStream::to_vec_f32: tensor is not on a CUDA device",
+            ));
         };
-        let range = c.layout().contiguous_range().ok_or_else(|| Error::msg("contiguous tensor without a contiguous range"))?;
+        let range = c
+            .layout()
+            .contiguous_range()
+            .ok_or_else(|| Error::msg("contiguous tensor without a contiguous range"))?;
         let host = copy_range(s, &self.stream)?;
         match host {
             crate::cpu::CpuStorage::F32(v) => Ok(v[range].to_vec()),
-            other => Err(Error::DTypeMismatch { op: "SideStream::to_vec_f32", lhs: other.dtype(), rhs: crate::DType::F32 }),
+            other => Err(Error::DTypeMismatch {
+                op: "SideStream::to_vec_f32",
+                lhs: other.dtype(),
+                rhs: crate::DType::F32,
+            }),
         }
     }
 }

@@ -195,7 +195,8 @@ impl Tensor {
             out_dims[dim] += p.dims()[dim];
         }
         let out_shape = Shape::new(out_dims);
-        let mut storage = Storage::full(out_shape.elem_count(), 0.0, first.dtype(), first.device())?;
+        let mut storage =
+            Storage::full(out_shape.elem_count(), 0.0, first.dtype(), first.device())?;
         let full = Layout::contiguous(out_shape.clone());
         let mut start = 0;
         for p in parts {
