@@ -78,6 +78,7 @@ pub struct Summary {
     pub epochs: usize,
     pub workers: usize,
     pub method: String,
+    /// The method with every option resolved, e.g. `dgc(density=0.001, ...)`.
     pub method_config: String,
     pub model: String,
     pub dataset: String,

@@ -58,6 +58,8 @@ pub struct Worker {
     idle_fractions: Vec<f64>,
     step_times: Vec<f64>,
     last_loss: f64,
+    /// The method with its resolved options, as `describe` gives it.
+    method_config: String,
     /// Rank 0's output: a bar on a terminal (launched workers are piped: plain lines).
     progress: crate::progress::Progress,
 }
@@ -98,6 +100,7 @@ impl Worker {
             .map(|p| ParamSpec::new(&p.name, p.tensor.dims()))
             .collect();
         method.init(&specs)?;
+        let method_config = method.describe();
         let opt = Sgd::new(cfg.lr, cfg.momentum, cfg.nesterov, cfg.weight_decay)?;
         let ex = Exchanger::spawn(comm, method);
         let fired: Arc<Vec<AtomicBool>> =
@@ -130,6 +133,7 @@ impl Worker {
             step_times: Vec::new(),
             last_loss: f64::NAN,
             progress: crate::progress::Progress::new(),
+            method_config,
         })
     }
 
@@ -458,7 +462,7 @@ impl Worker {
             epochs: self.pos.epoch,
             workers: self.world,
             method: cfg.method.clone(),
-            method_config: format!("{:?}", cfg.method_opts),
+            method_config: self.method_config.clone(),
             model: cfg.model.clone(),
             dataset: cfg.dataset.clone(),
             mean_step_seconds: self.step_times.iter().sum::<f64>() / n,
