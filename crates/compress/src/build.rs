@@ -119,17 +119,10 @@ pub fn build(spec: &MethodSpec, ctx: &Context) -> Result<Box<dyn Method>> {
                 _ => Coding::Elias,
             };
             let min_size = o.usize("min_size")?.unwrap_or(10_000);
-            Box::new(Qsgd::new(
-                bits,
-                bucket,
-                coding,
-                min_size,
-                ctx.world,
-                ctx.rng(2),
-            )?)
+            Box::new(Qsgd::new(bits, bucket, coding, min_size, ctx.rng(2))?)
         }
-        "terngrad" => Box::new(TernGrad::new(ctx.world, ctx.rng(3))),
-        "onebit" => Box::new(OneBit::new(o.usize("bucket")?.unwrap_or(0), ctx.world)),
+        "terngrad" => Box::new(TernGrad::new(ctx.rng(3))),
+        "onebit" => Box::new(OneBit::new(o.usize("bucket")?.unwrap_or(0))),
         "fedavg" => Box::new(FedAvg::new(o.usize("delay")?.unwrap_or(10))?),
         other => {
             return Err(CompressError::Config(format!(

@@ -53,12 +53,47 @@ impl Meter {
 /// The ring allreduce of `values`, averaged: the dense exchange (and the fallback every
 /// sparse method uses for tensors below its size threshold).
 pub(crate) fn dense_average(comm: &mut Communicator, values: &[f32]) -> Result<Update> {
-    let mut m = Meter::new(values.len());
     let mut out = values.to_vec();
-    m.comm(|| comm.allreduce(&mut out, ReduceOp::Average))?;
+    let stats = average_in_place(comm, &mut out)?;
+    Ok(Update {
+        values: out,
+        kind: UpdateKind::Gradient,
+        stats,
+    })
+}
+
+/// `values` replaced by their average over ranks (dense f32 ring allreduce): gradients of
+/// small tensors, and the parameter averaging of `local` and `fedavg`.
+pub(crate) fn average_in_place(comm: &mut Communicator, values: &mut [f32]) -> Result<WireStats> {
+    let mut m = Meter::new(values.len());
+    m.comm(|| comm.allreduce(values, ReduceOp::Average))?;
     m.stats.sent_values = values.len();
     m.stats.message_bytes = 4 * values.len();
-    Ok(m.update(out, UpdateKind::Gradient))
+    Ok(m.stats)
+}
+
+/// Whether a method that communicates every `every` steps does so after `step` (from 0).
+pub(crate) fn due(every: Option<u64>, step: u64) -> bool {
+    every.is_some_and(|e| e > 0 && (step + 1) % e == 0)
+}
+
+/// The allgather-based exchange's second half: every rank's `message` decoded into one
+/// dense vector of `n` values (added in rank order, so identical everywhere), then
+/// divided by the world size.
+pub(crate) fn allgather_average(
+    comm: &mut Communicator,
+    m: &mut Meter,
+    method: &'static str,
+    param: usize,
+    n: usize,
+    message: &[u8],
+    mut decode_add: impl FnMut(&[u8], &mut [f32]) -> std::result::Result<(), CodecError>,
+) -> Result<Vec<f32>> {
+    let mut out = vec![0f32; n];
+    allgather_decode(comm, m, method, param, message, |b| decode_add(b, &mut out))?;
+    let inv = 1.0 / comm.world_size() as f32;
+    m.decompress(|| scale(&mut out, inv));
+    Ok(out)
 }
 
 /// How many entries a density keeps of `n`: ⌈density·n⌉, at least one of a non-empty tensor.

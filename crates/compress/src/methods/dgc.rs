@@ -24,7 +24,7 @@
 //! With every switch off DGC is exactly gradient dropping (`topk`), which a test checks.
 
 use crate::codec::zero_run;
-use crate::exchange::{allgather_decode, check_len, dense_average, keep_count, scale, Meter};
+use crate::exchange::{allgather_average, check_len, dense_average, keep_count, Meter};
 use crate::method::{Method, ParamSpec, StateTensors, StepInfo, Update, UpdateKind};
 use crate::select::{exact_topk, sampled_threshold};
 use crate::{CompressError, Result};
@@ -244,12 +244,9 @@ impl Method for Dgc {
         let (message, sent) =
             message.map_err(|e| CompressError::Usage(format!("dgc encode: {e}")))?;
         m.stats.sent_values = sent;
-        let mut out = vec![0f32; n];
-        allgather_decode(comm, &mut m, "dgc", index, &message, |b| {
-            zero_run::decode_add(b, &mut out).map(|_| ())
+        let out = allgather_average(comm, &mut m, "dgc", index, n, &message, |b, out| {
+            zero_run::decode_add(b, out).map(|_| ())
         })?;
-        let inv = 1.0 / self.world as f32;
-        m.decompress(|| scale(&mut out, inv));
         let kind = if self.cfg.momentum_correction {
             UpdateKind::Direction
         } else {

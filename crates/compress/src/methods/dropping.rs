@@ -17,11 +17,11 @@
 //! The drop ratio `R = 1 − density` may be warmed up: at step t (from 1) the dropped
 //! fraction is `R_t = R^max(1, T/t)`, i.e. almost nothing is dropped at first.
 
-use crate::exchange::{check_len, dense_average, keep_count, Meter};
+use crate::exchange::{average_in_place, check_len, dense_average, due, keep_count, Meter};
 use crate::method::{Method, ParamSpec, StateTensors, StepInfo, Update, UpdateKind, WireStats};
 use crate::select::exact_topk;
 use crate::{CompressError, Result};
-use comm::{Communicator, ReduceOp, SparseVec};
+use comm::{Communicator, SparseVec};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LocalMode {
@@ -194,8 +194,7 @@ impl Method for GradientDropping {
         index: usize,
         weights: &mut [f32],
     ) -> Result<Option<WireStats>> {
-        let every = self.cfg.sync_every as u64;
-        if self.cfg.local.is_none() || every == 0 || (self.step + 1) % every != 0 {
+        if self.cfg.local.is_none() || !due(self.after_step_every(), self.step) {
             return Ok(None);
         }
         check_len(
@@ -204,11 +203,7 @@ impl Method for GradientDropping {
             self.residual.get(index).map(Vec::len),
             &[weights],
         )?;
-        let mut m = Meter::new(weights.len());
-        m.comm(|| comm.allreduce(weights, ReduceOp::Average))?;
-        m.stats.sent_values = weights.len();
-        m.stats.message_bytes = 4 * weights.len();
-        Ok(Some(m.stats))
+        average_in_place(comm, weights).map(Some)
     }
     fn state(&self) -> StateTensors {
         crate::methods::named_state("residual", &self.residual)

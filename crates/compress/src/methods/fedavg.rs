@@ -2,10 +2,10 @@
 //! every rank applies its own gradients for `delay` steps, then the parameters are
 //! averaged densely.
 
-use crate::exchange::{check_len, Meter};
+use crate::exchange::{average_in_place, check_len, due, Meter};
 use crate::method::{Method, ParamSpec, StepInfo, Update, UpdateKind, WireStats};
 use crate::{CompressError, Result};
-use comm::{Communicator, ReduceOp};
+use comm::Communicator;
 
 pub struct FedAvg {
     delay: usize,
@@ -61,14 +61,10 @@ impl Method for FedAvg {
         index: usize,
         weights: &mut [f32],
     ) -> Result<Option<WireStats>> {
-        if (self.step + 1) % self.delay as u64 != 0 {
+        if !due(self.after_step_every(), self.step) {
             return Ok(None);
         }
-        let n = check_len("fedavg", index, self.sizes.get(index).copied(), &[weights])?;
-        let mut m = Meter::new(n);
-        m.comm(|| comm.allreduce(weights, ReduceOp::Average))?;
-        m.stats.sent_values = n;
-        m.stats.message_bytes = 4 * n;
-        Ok(Some(m.stats))
+        check_len("fedavg", index, self.sizes.get(index).copied(), &[weights])?;
+        average_in_place(comm, weights).map(Some)
     }
 }

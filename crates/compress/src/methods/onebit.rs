@@ -7,7 +7,7 @@
 //! column; a bucket of the column length gives that for row-major [out, in] weights.)
 
 use crate::codec::{BitReader, BitWriter, CodecError};
-use crate::exchange::{allgather_decode, check_len, scale, Meter};
+use crate::exchange::{allgather_average, check_len, Meter};
 use crate::method::{Method, ParamSpec, StateTensors, Update, UpdateKind};
 use crate::Result;
 use comm::Communicator;
@@ -90,15 +90,13 @@ pub fn decode_add(
 
 pub struct OneBit {
     bucket: usize,
-    world: usize,
     error: Vec<Vec<f32>>,
 }
 
 impl OneBit {
-    pub fn new(bucket: usize, world: usize) -> Self {
+    pub fn new(bucket: usize) -> Self {
         OneBit {
             bucket,
-            world,
             error: Vec::new(),
         }
     }
@@ -138,12 +136,9 @@ impl Method for OneBit {
             message
         });
         m.stats.sent_values = n;
-        let mut out = vec![0f32; n];
-        allgather_decode(comm, &mut m, "onebit", index, &message, |b| {
-            decode_add(b, bucket, &mut out)
+        let out = allgather_average(comm, &mut m, "onebit", index, n, &message, |b, out| {
+            decode_add(b, bucket, out)
         })?;
-        let inv = 1.0 / self.world as f32;
-        m.decompress(|| scale(&mut out, inv));
         Ok(m.update(out, UpdateKind::Gradient))
     }
     fn state(&self) -> StateTensors {

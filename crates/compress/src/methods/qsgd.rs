@@ -13,7 +13,7 @@
 
 use crate::codec::elias::{self, QuantizedBucket};
 use crate::codec::{BitReader, BitWriter, CodecError};
-use crate::exchange::{allgather_decode, check_len, dense_average, scale, Meter};
+use crate::exchange::{allgather_average, check_len, dense_average, Meter};
 use crate::method::{Method, ParamSpec, StateTensors, Update, UpdateKind};
 use crate::{CompressError, Result};
 use comm::Communicator;
@@ -165,7 +165,6 @@ pub struct Qsgd {
     bucket: usize,
     coding: Coding,
     min_size: usize,
-    world: usize,
     rng: Rng,
     sizes: Vec<usize>,
 }
@@ -176,7 +175,6 @@ impl Qsgd {
         bucket: usize,
         coding: Coding,
         min_size: usize,
-        world: usize,
         rng: Rng,
     ) -> Result<Self> {
         if !(1..=16).contains(&bits) || bucket == 0 {
@@ -189,7 +187,6 @@ impl Qsgd {
             bucket,
             coding,
             min_size,
-            world,
             rng,
             sizes: Vec::new(),
         })
@@ -230,12 +227,9 @@ impl Method for Qsgd {
         let mut m = Meter::new(n);
         let (message, nonzeros) = m.compress(|| encode(grad, bits, bucket, coding, rng))?;
         m.stats.sent_values = nonzeros;
-        let mut out = vec![0f32; n];
-        allgather_decode(comm, &mut m, "qsgd", index, &message, |b| {
-            decode_add(b, bits, bucket, coding, &mut out)
+        let out = allgather_average(comm, &mut m, "qsgd", index, n, &message, |b, out| {
+            decode_add(b, bits, bucket, coding, out)
         })?;
-        let inv = 1.0 / self.world as f32;
-        m.decompress(|| scale(&mut out, inv));
         Ok(m.update(out, UpdateKind::Gradient))
     }
     fn state(&self) -> StateTensors {

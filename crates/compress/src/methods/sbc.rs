@@ -15,7 +15,7 @@
 //! Presets: SBC(1) = no delay, p = 0.1 %; SBC(2) = 10 steps, 1 %; SBC(3) = 100 steps, 1 %.
 
 use crate::codec::{golomb, CodecError};
-use crate::exchange::{allgather_decode, check_len, keep_count, Meter};
+use crate::exchange::{allgather_decode, check_len, due, keep_count, Meter};
 use crate::method::{Method, ParamSpec, StateTensors, StepInfo, Update, UpdateKind, WireStats};
 use crate::select::exact_topk;
 use crate::Result;
@@ -182,7 +182,7 @@ impl Method for Sbc {
         index: usize,
         weights: &mut [f32],
     ) -> Result<Option<WireStats>> {
-        if (self.step + 1) % self.delay as u64 != 0 {
+        if !due(self.after_step_every(), self.step) {
             return Ok(None);
         }
         let n = check_len("sbc", index, self.sizes.get(index).copied(), &[weights])?;

@@ -5,7 +5,7 @@
 //! wise scalar sharing are not part of this baseline.)
 
 use crate::codec::{BitReader, BitWriter, CodecError};
-use crate::exchange::{allgather_decode, check_len, scale, Meter};
+use crate::exchange::{allgather_average, check_len, Meter};
 use crate::method::{Method, ParamSpec, StateTensors, Update, UpdateKind};
 use crate::Result;
 use comm::Communicator;
@@ -54,15 +54,13 @@ pub fn decode_add(bytes: &[u8], out: &mut [f32]) -> std::result::Result<(), Code
 }
 
 pub struct TernGrad {
-    world: usize,
     rng: Rng,
     sizes: Vec<usize>,
 }
 
 impl TernGrad {
-    pub fn new(world: usize, rng: Rng) -> Self {
+    pub fn new(rng: Rng) -> Self {
         TernGrad {
-            world,
             rng,
             sizes: Vec::new(),
         }
@@ -92,12 +90,9 @@ impl Method for TernGrad {
         let mut m = Meter::new(n);
         let (message, nonzeros) = m.compress(|| encode(grad, rng));
         m.stats.sent_values = nonzeros;
-        let mut out = vec![0f32; n];
-        allgather_decode(comm, &mut m, "terngrad", index, &message, |b| {
-            decode_add(b, &mut out)
+        let out = allgather_average(comm, &mut m, "terngrad", index, n, &message, |b, out| {
+            decode_add(b, out)
         })?;
-        let inv = 1.0 / self.world as f32;
-        m.decompress(|| scale(&mut out, inv));
         Ok(m.update(out, UpdateKind::Gradient))
     }
     fn state(&self) -> StateTensors {
