@@ -133,6 +133,12 @@ pub trait Method: Send {
     ) -> Result<Option<WireStats>> {
         Ok(None)
     }
+    /// Whether [`Method::exchange`] reads the weights. The trainer copies a parameter's
+    /// weights out for the exchange only when it does (DGC with momentum correction and
+    /// weight decay, SBC); the others are passed an empty slice.
+    fn reads_weights(&self) -> bool {
+        false
+    }
     /// Every how many steps [`Method::after_step`] communicates (`None`: never), so the
     /// trainer copies the weights out only when it will.
     fn after_step_every(&self) -> Option<u64> {

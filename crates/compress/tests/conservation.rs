@@ -263,3 +263,50 @@ fn sbc_conserves_the_weight_updates() {
         }
     }
 }
+
+#[test]
+fn dgc_reads_the_weights_only_for_weight_decay() {
+    // Without weight decay DGC does not read the weights (the trainer then passes none);
+    // the result must equal the one computed with the weights given.
+    let out = job(2, |rank, c| {
+        let mut with = method(
+            "dgc",
+            &["density=0.01", "dense_below=0"],
+            &ctx(rank, 2, 0.9),
+        );
+        let mut without = method(
+            "dgc",
+            &["density=0.01", "dense_below=0"],
+            &ctx(rank, 2, 0.9),
+        );
+        assert!(!with.reads_weights());
+        let mut same = true;
+        for step in 0..3 {
+            for m in [&mut with, &mut without] {
+                m.begin_step(StepInfo { step, epoch: 10.0 });
+            }
+            for p in 0..SIZES.len() {
+                let g = grad(rank, step as usize, p);
+                let a = with.exchange(c, p, &vec![0.5; SIZES[p]], &g).unwrap();
+                let b = without.exchange(c, p, &[], &g).unwrap();
+                same &= a.values == b.values;
+            }
+        }
+        // With weight decay the weights are read, and a missing slice is an error.
+        let decayed = Context {
+            weight_decay: 1e-4,
+            ..ctx(rank, 2, 0.9)
+        };
+        let mut m = method("dgc", &["density=0.01"], &decayed);
+        assert!(m.reads_weights());
+        let err = m
+            .exchange(c, 0, &[], &grad(rank, 0, 0))
+            .err()
+            .map(|e| e.to_string());
+        (same, err)
+    });
+    for (same, err) in out {
+        assert!(same, "DGC without weight decay depended on the weights");
+        assert!(err.unwrap_or_default().contains("weight decay"));
+    }
+}

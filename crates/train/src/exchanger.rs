@@ -60,6 +60,8 @@ pub struct Exchanger {
     handle: Option<JoinHandle<()>>,
     /// Every how many steps the method communicates after the optimizer step.
     pub after_step_every: Option<u64>,
+    /// Whether the method's exchange reads the weights (otherwise none are copied out).
+    pub reads_weights: bool,
 }
 
 impl Exchanger {
@@ -67,6 +69,7 @@ impl Exchanger {
         let (jobs, rx) = unbounded::<Job>();
         let (tx, replies) = unbounded::<Reply>();
         let after_step_every = method.after_step_every();
+        let reads_weights = method.reads_weights();
         let handle = std::thread::Builder::new()
             .name("compression".into())
             .spawn(move || {
@@ -155,6 +158,7 @@ impl Exchanger {
             replies,
             handle: Some(handle),
             after_step_every,
+            reads_weights,
         }
     }
 

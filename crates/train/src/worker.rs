@@ -107,13 +107,16 @@ impl Worker {
             Arc::new(params.iter().map(|_| AtomicBool::new(false)).collect());
         for (i, p) in params.iter().enumerate() {
             let (jobs, fired, w) = (ex.jobs.clone(), fired.clone(), p.tensor.clone());
+            // Copying the weights out costs a pass over the parameter on the backward
+            // thread: only for methods that read them.
+            let reads = ex.reads_weights;
             p.tensor.register_grad_hook(move |g| {
                 fired[i].store(true, Ordering::SeqCst);
                 // A conversion failure sends empty buffers, which the method rejects
                 // with an error naming the parameter.
                 let _ = jobs.send(Job::Exchange {
                     index: i,
-                    weights: tensor_f32(&w),
+                    weights: if reads { tensor_f32(&w) } else { Vec::new() },
                     grad: tensor_f32(g),
                 });
             })?;
@@ -341,7 +344,11 @@ impl Worker {
                         let n = self.params[i].tensor.elem_count();
                         self.ex.send(Job::Exchange {
                             index: i,
-                            weights: tensor_f32(&self.params[i].tensor),
+                            weights: if self.ex.reads_weights {
+                                tensor_f32(&self.params[i].tensor)
+                            } else {
+                                Vec::new()
+                            },
                             grad: vec![0.0; n],
                         })?;
                     }

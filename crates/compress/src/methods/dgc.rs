@@ -109,6 +109,38 @@ impl DgcConfig {
     }
 }
 
+/// Momentum correction (Eq. 7, or Alg. 4 with Nesterov) for one tensor, with weight decay
+/// `wd·w` added to the (clipped, `gs`-scaled) gradient. Zipped iterators rather than
+/// indexing: no bounds checks, so the loop vectorizes (measured with compress_bench on
+/// 25 M values: DGC compression went from 42 to 193 M values/s).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn accumulate(
+    u: &mut [f32],
+    v: &mut [f32],
+    grad: &[f32],
+    weights: impl Iterator<Item = f32>,
+    gs: f32,
+    mo: f32,
+    wd: f32,
+    nesterov: bool,
+) {
+    let uv = u.iter_mut().zip(v.iter_mut());
+    let gw = grad.iter().zip(weights);
+    if nesterov {
+        for ((u, v), (&g, w)) in uv.zip(gw) {
+            let gi = gs * g + wd * w;
+            *u = mo * (*u + gi);
+            *v += *u + gi;
+        }
+    } else {
+        for ((u, v), (&g, w)) in uv.zip(gw) {
+            *u = mo * *u + (gs * g + wd * w);
+            *v += *u;
+        }
+    }
+}
+
 pub struct Dgc {
     cfg: DgcConfig,
     world: usize,
@@ -169,6 +201,9 @@ impl Method for Dgc {
     fn begin_step(&mut self, info: StepInfo) {
         self.epoch = info.epoch;
     }
+    fn reads_weights(&self) -> bool {
+        self.cfg.momentum_correction && self.cfg.weight_decay != 0.0
+    }
     fn exchange(
         &mut self,
         comm: &mut Communicator,
@@ -176,12 +211,13 @@ impl Method for Dgc {
         weights: &[f32],
         grad: &[f32],
     ) -> Result<Update> {
-        let n = check_len(
-            "dgc",
-            index,
-            self.sizes.get(index).copied(),
-            &[grad, weights],
-        )?;
+        let n = check_len("dgc", index, self.sizes.get(index).copied(), &[grad])?;
+        if self.reads_weights() && weights.len() != n {
+            return Err(CompressError::Usage(format!(
+                "dgc: parameter {index} has {n} elements, but {} weights were passed (weight decay reads them)",
+                weights.len()
+            )));
+        }
         if n < self.cfg.dense_below {
             return dense_average(comm, grad);
         }
@@ -204,24 +240,14 @@ impl Method for Dgc {
                     gs = (limit / norm) as f32;
                 }
             }
-            // Zipped iterators rather than indexing: no bounds checks, so these loops
-            // vectorize (measured with compress_bench on 25 M values: DGC compression went
-            // from 42 to 193 M values/s).
             if c.momentum_correction {
                 let (mo, wd) = (c.momentum as f32, c.weight_decay as f32);
-                let uv = u.iter_mut().zip(v.iter_mut());
-                let gw = grad.iter().zip(weights);
-                if c.nesterov {
-                    for ((u, v), (&g, &w)) in uv.zip(gw) {
-                        let gi = gs * g + wd * w;
-                        *u = mo * (*u + gi);
-                        *v += *u + gi;
-                    }
+                // Without weight decay the weights are not read (the trainer may pass an
+                // empty slice): a constant zero stands in for them.
+                if weights.is_empty() {
+                    accumulate(u, v, grad, std::iter::repeat(0.0), gs, mo, wd, c.nesterov);
                 } else {
-                    for ((u, v), (&g, &w)) in uv.zip(gw) {
-                        *u = mo * *u + (gs * g + wd * w);
-                        *v += *u;
-                    }
+                    accumulate(u, v, grad, weights.iter().copied(), gs, mo, wd, c.nesterov);
                 }
             } else {
                 v.iter_mut().zip(grad).for_each(|(v, &g)| *v += gs * g);

@@ -153,6 +153,10 @@ impl Method for Sbc {
     fn begin_step(&mut self, info: StepInfo) {
         self.step = info.step;
     }
+    /// The first exchange captures the starting weights.
+    fn reads_weights(&self) -> bool {
+        true
+    }
     /// A local step: the optimizer applies this rank's own gradient.
     fn exchange(
         &mut self,
