@@ -2,13 +2,15 @@
 //! RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and a freshly generated token, prefixes
 //! each worker's output lines with its rank, and waits. The first worker to fail ends
 //! the job: the others are killed (rather than left waiting on a dead peer) and the error
-//! names the rank and repeats its last lines of output.
+//! names the rank and repeats its last lines of output. When several have failed by then
+//! (peers of a dead worker fail with an error naming it), a crashed or abruptly exited
+//! worker is named before one that reported an error.
 
 use crate::progress::Progress;
 use anyhow::{bail, Context, Result};
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -89,36 +91,60 @@ pub fn launch(workers: usize, args: &[String]) -> Result<()> {
         }
         children.push((child, tail));
     }
-    let mut done = vec![false; workers];
+    let mut status: Vec<Option<ExitStatus>> = vec![None; workers];
     loop {
         for rank in 0..workers {
-            if done[rank] {
-                continue;
-            }
-            if let Some(status) = children[rank].0.try_wait()? {
-                done[rank] = true;
-                if !status.success() {
-                    for (other, (c, _)) in children.iter_mut().enumerate() {
-                        if !done[other] {
-                            let _ = c.kill();
-                            let _ = c.wait();
-                        }
-                    }
-                    // Let the pumps print what is left.
-                    std::thread::sleep(Duration::from_millis(100));
-                    let tail: Vec<String> = children[rank]
-                        .1
-                        .lock()
-                        .map(|t| t.iter().cloned().collect())
-                        .unwrap_or_default();
-                    bail!(
-                        "worker {rank} failed ({status}); the other workers were stopped. Its last output:\n  {}",
-                        tail.join("\n  ")
-                    );
-                }
+            if status[rank].is_none() {
+                status[rank] = children[rank].0.try_wait()?;
             }
         }
-        if done.iter().all(|&d| d) {
+        if status.iter().any(|s| s.is_some_and(|s| !s.success())) {
+            // A worker that dies takes its peers down with it within moments (their
+            // collectives fail naming it), so several may have exited by this poll. Give
+            // the others a moment to finish exiting, then report the cause first.
+            std::thread::sleep(Duration::from_millis(300));
+            for (rank, (c, _)) in children.iter_mut().enumerate() {
+                if status[rank].is_none() {
+                    status[rank] = c.try_wait()?;
+                }
+            }
+            let mut failed: Vec<(usize, ExitStatus)> = status
+                .iter()
+                .enumerate()
+                .filter_map(|(r, s)| s.filter(|s| !s.success()).map(|s| (r, s)))
+                .collect();
+            // Exit status 1 is a worker reporting an error (often a peer's death); a crash,
+            // a signal or an abrupt exit is the likelier cause, so it is named first.
+            failed.sort_by_key(|(r, s)| (s.code() == Some(1), *r));
+            for (rank, (c, _)) in children.iter_mut().enumerate() {
+                if status[rank].is_none() {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                }
+            }
+            // Let the pumps print what is left.
+            std::thread::sleep(Duration::from_millis(100));
+            let (rank, first) = failed[0];
+            let tail: Vec<String> = children[rank]
+                .1
+                .lock()
+                .map(|t| t.iter().cloned().collect())
+                .unwrap_or_default();
+            let others: Vec<String> = failed[1..]
+                .iter()
+                .map(|(r, s)| format!("worker {r} ({s})"))
+                .collect();
+            let also = if others.is_empty() {
+                String::new()
+            } else {
+                format!("; also failed: {}", others.join(", "))
+            };
+            bail!(
+                "worker {rank} failed ({first}){also}; the other workers were stopped. Its last output:\n  {}",
+                tail.join("\n  ")
+            );
+        }
+        if status.iter().all(|s| s.is_some()) {
             progress.finish();
             return Ok(());
         }
