@@ -57,6 +57,20 @@ for exe in "${exes[@]}"; do
   summary+=("$(printf '%-26s rc=%-3s %-11s %-9s %8s ms' "$name" "$rc" "${passed:--}" "${failed:--}" "$ms")")
 done
 
+# The trainer on the GPU, when its binary is carried as .gpu/bin/train: two workers share
+# GPU 0 (each its own context) and train ResNet-20 on synthetic images with DGC.
+if [ -x .gpu/bin/train ]; then
+  name=train-resnet20-dgc-cuda
+  start=$(date +%s%N)
+  .gpu/bin/train --workers 2 --model resnet20 --dataset synthetic --device cuda \
+    --method dgc --method-opt warmup_epochs=0 --batch-size 64 --steps 60 \
+    --out "$out/$name" > "$out/$name.log" 2>&1
+  rc=$?
+  ms=$(( ($(date +%s%N) - start) / 1000000 ))
+  [ $rc -ne 0 ] && status=1
+  summary+=("$(printf '%-26s rc=%-3s %-21s %8s ms' "$name" "$rc" "60 steps" "$ms")")
+fi
+
 # The GPU-vs-CPU comparison lines, for the record.
 grep -h "^GPU-vs-CPU" "$out"/*.log > "$out/errors.txt" 2>/dev/null || true
 echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
@@ -64,6 +78,11 @@ echo "--- GPU-vs-CPU worst errors ---"
 cat "$out/errors.txt"
 echo "--- failures ---"
 grep -h -A3 "^---- \|panicked at" "$out"/*.log | head -40 || true
+for log in "$out"/*bench*.log "$out"/train-*.log; do
+  [ -f "$log" ] || continue
+  echo "--- $(basename "$log" .log) (last lines) ---"
+  tail -n 6 "$log"
+done
 echo "GPU: $(cat "$out/gpu.txt")"
 printf '%s\n' "--- summary ---" "${summary[@]}"
 exit $status

@@ -50,11 +50,21 @@ pub fn best_of(warmup: usize, repeats: usize, mut f: impl FnMut() -> Result<()>)
     Ok(best)
 }
 
-/// Path of a script in `benchmarks/reference/`.
+/// Path of a script in `benchmarks/reference/`: `$GRADEX_REFERENCE_DIR` if set, else the
+/// source tree the binary was built from, else `benchmarks/reference/` under the current
+/// directory (a prebuilt binary carried to another machine runs from a copy of the
+/// repository, at a different path).
 pub fn reference_script(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    if let Ok(dir) = std::env::var("GRADEX_REFERENCE_DIR") {
+        return PathBuf::from(dir).join(name);
+    }
+    let built = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("reference")
-        .join(name)
+        .join(name);
+    if built.exists() {
+        return built;
+    }
+    PathBuf::from("benchmarks").join("reference").join(name)
 }
 
 /// Runs a reference script with `python3` (or `$PYTHON`) and parses the one JSON object it

@@ -6,6 +6,34 @@ use tensor::{DType, Device, Result, Rng, Tensor};
 
 thread_local! {
     static DEFAULT_DTYPE: Cell<DType> = const { Cell::new(DType::F32) };
+    static DEFAULT_DEVICE: Cell<Device> = const { Cell::new(Device::Cpu) };
+}
+
+/// The device new parameters and buffers are placed on by this thread (the CPU unless
+/// changed with [`with_default_device`]).
+pub fn default_device() -> Device {
+    DEFAULT_DEVICE.with(|d| d.get())
+}
+
+/// Builds with `device` as the device of new parameters and buffers, then restores the
+/// previous default. Random initial values are always drawn on the CPU from the seeded
+/// `Rng` and then copied, so a seed gives the same model on every device (the GPU-vs-CPU
+/// model checks rely on it).
+pub fn with_default_device<R>(device: Device, f: impl FnOnce() -> R) -> R {
+    let previous = DEFAULT_DEVICE.with(|d| d.replace(device));
+    struct Restore(Device);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            DEFAULT_DEVICE.with(|d| d.set(self.0));
+        }
+    }
+    let _restore = Restore(previous);
+    f()
+}
+
+/// Moves a freshly initialised CPU tensor to the default device and makes it a variable.
+fn place(t: Tensor) -> Result<Tensor> {
+    Ok(t.to_device(default_device())?.to_var())
 }
 
 /// The dtype new parameters and buffers get on this thread (f32 unless changed).
@@ -31,30 +59,43 @@ pub fn with_default_dtype<R>(dtype: DType, f: impl FnOnce() -> R) -> R {
 /// ResNets use (`mode='fan_out'`), or fan_in.
 pub fn kaiming_normal(shape: &[usize], fan: usize, rng: &mut Rng) -> Result<Tensor> {
     let std = (2.0 / fan.max(1) as f64).sqrt();
-    Tensor::randn(shape.to_vec(), 0.0, std, default_dtype(), Device::Cpu, rng).map(|t| t.to_var())
+    place(Tensor::randn(
+        shape.to_vec(),
+        0.0,
+        std,
+        default_dtype(),
+        Device::Cpu,
+        rng,
+    )?)
 }
 
 /// U(−bound, bound): PyTorch's default for Linear/Conv weights and biases uses
 /// bound = 1/√fan_in, and for LSTM/GRU bound = 1/√hidden.
 pub fn uniform(shape: &[usize], bound: f64, rng: &mut Rng) -> Result<Tensor> {
-    Tensor::rand_uniform(
+    place(Tensor::rand_uniform(
         shape.to_vec(),
         -bound,
         bound,
         default_dtype(),
         Device::Cpu,
         rng,
-    )
-    .map(|t| t.to_var())
+    )?)
 }
 
 pub fn constant(shape: &[usize], value: f64) -> Result<Tensor> {
-    Tensor::full(value, shape.to_vec(), default_dtype(), Device::Cpu).map(|t| t.to_var())
+    Tensor::full(value, shape.to_vec(), default_dtype(), default_device()).map(|t| t.to_var())
 }
 
 /// N(0, std²).
 pub fn normal(shape: &[usize], std: f64, rng: &mut Rng) -> Result<Tensor> {
-    Tensor::randn(shape.to_vec(), 0.0, std, default_dtype(), Device::Cpu, rng).map(|t| t.to_var())
+    place(Tensor::randn(
+        shape.to_vec(),
+        0.0,
+        std,
+        default_dtype(),
+        Device::Cpu,
+        rng,
+    )?)
 }
 
 /// fan_in and fan_out of a weight of shape `[out, in, k...]`.

@@ -395,8 +395,12 @@ impl Tensor {
     }
 
     /// Overwrites this tensor's elements (in place, visible through every view of the same
-    /// storage) with `src`'s. Not recorded by autograd: for optimizer updates and loading.
+    /// storage) with `src`'s, copying them across devices when `src` lives elsewhere. Not
+    /// recorded by autograd: for optimizer updates and loading.
     pub fn assign(&self, src: &Tensor) -> Result<()> {
+        if src.device() != self.device() {
+            return self.assign(&src.to_device(self.device())?);
+        }
         if src.shape() != self.shape() {
             return Err(Error::ShapeMismatch {
                 op: "assign",

@@ -167,6 +167,26 @@ const METHOD_HELP: &str = "Methods and their options (--method NAME --method-opt
 (run with --help to see them all; the table is compress::help_text)";
 
 impl Config {
+    /// The device rank `rank` trains on: `cpu`; `cuda`, GPU `rank mod count`; `auto`, the
+    /// GPU when one is usable, else the CPU.
+    pub fn device_for(&self, rank: usize) -> Result<tensor::Device> {
+        let count = tensor::cuda::device_count();
+        let gpu = || -> Option<tensor::Device> {
+            (count > 0)
+                .then(|| rank % count)
+                .filter(|&o| tensor::cuda::is_available(o))
+                .map(tensor::Device::Cuda)
+        };
+        match self.device.as_str() {
+            "cpu" => Ok(tensor::Device::Cpu),
+            "auto" => Ok(gpu().unwrap_or(tensor::Device::Cpu)),
+            "cuda" => gpu().with_context(|| {
+                format!("--device cuda: rank {rank} finds no usable CUDA device ({count} present)")
+            }),
+            d => bail!("--device {d}: expected cpu, cuda or auto"),
+        }
+    }
+
     /// Defaults, then the `--config` file, then the flags.
     pub fn resolve(args: &Args) -> Result<Config> {
         let mut c = match &args.config {
@@ -249,7 +269,11 @@ impl Config {
         }
         match self.device.as_str() {
             "cpu" | "auto" => {}
-            "cuda" => bail!("--device cuda: the trainer does not move models to the GPU yet (issue 8's remaining part); use --device cpu, or auto (which trains on the CPU until then)"),
+            "cuda" => {
+                if tensor::cuda::device_count() == 0 || !tensor::cuda::is_available(0) {
+                    bail!("--device cuda: no usable CUDA device (a driver, a device, cuBLAS and NVRTC are all needed; see crates/tensor/CUDA.md); use --device cpu or auto");
+                }
+            }
             d => bail!("--device {d}: expected cpu, cuda or auto"),
         }
         match self.backend.as_str() {

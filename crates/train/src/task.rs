@@ -13,6 +13,8 @@ use tensor::Rng;
 
 pub struct Task {
     pub model: Box<dyn Module>,
+    /// Where the model's parameters live and batches are sent.
+    pub device: tensor::Device,
     pub train: Arc<dyn Dataset>,
     pub test: Arc<dyn Dataset>,
     pub metric_name: &'static str,
@@ -129,10 +131,13 @@ impl Dataset for Subset {
 }
 
 impl Task {
-    pub fn new(c: &Config) -> Result<Task> {
+    /// The task of `c`, its model built on `device` (initial values are drawn on the CPU
+    /// from the seed, so every device starts from the same model).
+    pub fn new(c: &Config, device: tensor::Device) -> Result<Task> {
         check(c)?;
         let ([ch, h, w], classes) = dataset_shape(c)?;
-        let model = build_model(c, ch, classes)?;
+        let model = nn::init::with_default_device(device, || build_model(c, ch, classes))
+            .with_context(|| format!("building {} on {device:?}", c.model))?;
         let (train, test): (Arc<dyn Dataset>, Arc<dyn Dataset>) = match c.dataset.as_str() {
             "synthetic" => (
                 Arc::new(SyntheticImages {
@@ -187,6 +192,7 @@ impl Task {
         };
         Ok(Task {
             model,
+            device,
             train,
             test,
             metric_name: "accuracy",

@@ -82,7 +82,8 @@ fn tensor_f32(t: &Tensor) -> Vec<f32> {
 
 impl Worker {
     pub fn new(cfg: &Config, rank: usize, world: usize, comm: Communicator) -> Result<Worker> {
-        let task = Task::new(cfg)?;
+        let device = cfg.device_for(rank)?;
+        let task = Task::new(cfg, device)?;
         let params = task.model.named_params();
         let buffers = task.model.named_buffers();
         let spec = MethodSpec::parse(&cfg.method, &cfg.method_opts)?;
@@ -243,7 +244,7 @@ impl Worker {
                 }
                 self.opt.set_momentum_buffer(
                     i,
-                    Tensor::from_vec(data.clone(), shape.clone(), Device::Cpu)?,
+                    Tensor::from_vec(data.clone(), shape.clone(), p.tensor.device())?,
                 );
             } else if let Some(k) = name.strip_prefix("method/") {
                 method_state.push((k.to_string(), data.clone()));
@@ -298,12 +299,13 @@ impl Worker {
         let mut last_metric = f64::NAN;
         if lead {
             self.progress.line(&format!(
-                "training {} on {} with {} ({} workers × batch {}), {} steps in {} epochs of {}",
+                "training {} on {} with {} ({} workers × batch {}, rank 0 on {:?}), {} steps in {} epochs of {}",
                 cfg.model,
                 cfg.dataset,
                 cfg.method,
                 self.world,
                 cfg.batch_size,
+                self.task.device,
                 total_steps,
                 epochs,
                 per_epoch
@@ -331,8 +333,12 @@ impl Worker {
                         self.rank,
                     ),
                 };
-                let logits = self.task.model.forward(&batch.inputs, &mut ctx)?;
-                let loss = nn::loss::cross_entropy(&logits, &batch.labels, None)?;
+                let (inputs, labels) = (
+                    batch.inputs.to_device(self.task.device)?,
+                    batch.labels.to_device(self.task.device)?,
+                );
+                let logits = self.task.model.forward(&inputs, &mut ctx)?;
+                let loss = nn::loss::cross_entropy(&logits, &labels, None)?;
                 let loss_value = loss.to_scalar::<f32>()? as f64;
                 if !loss_value.is_finite() {
                     bail!("rank {}: the loss is {loss_value} at step {step} (learning rate {lr} too high?)", self.rank);
@@ -491,7 +497,8 @@ impl Worker {
         for (i, u) in updates.into_iter().enumerate() {
             let u = u.with_context(|| format!("no update arrived for parameter {i}"))?;
             let dims = self.params[i].tensor.dims().to_vec();
-            grads.push((i, Tensor::from_vec(u.values, dims, Device::Cpu)?, u.kind));
+            let device = self.params[i].tensor.device();
+            grads.push((i, Tensor::from_vec(u.values, dims, device)?, u.kind));
         }
         if self.cfg.clip > 0.0 {
             let mut gs: Vec<Tensor> = grads
@@ -627,10 +634,14 @@ impl Worker {
             let mut ctx = Ctx::eval();
             for batch in loader.epoch(0) {
                 let batch = batch?;
-                let logits = self.task.model.forward(&batch.inputs, &mut ctx)?;
-                let n = batch.labels.elem_count() as f64;
-                loss_sum += nn::loss::cross_entropy(&logits, &batch.labels, None)?
-                    .to_scalar::<f32>()? as f64
+                let (inputs, labels_t) = (
+                    batch.inputs.to_device(self.task.device)?,
+                    batch.labels.to_device(self.task.device)?,
+                );
+                let logits = self.task.model.forward(&inputs, &mut ctx)?;
+                let n = labels_t.elem_count() as f64;
+                loss_sum += nn::loss::cross_entropy(&logits, &labels_t, None)?.to_scalar::<f32>()?
+                    as f64
                     * n;
                 let pred = logits.argmax(1, false)?.to_vec::<u32>()?;
                 let labels = batch.labels.to_vec::<u32>()?;

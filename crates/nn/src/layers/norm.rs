@@ -4,7 +4,7 @@
 
 use crate::init;
 use crate::module::{join, Ctx, Module, NamedTensor};
-use tensor::{no_grad, Device, Error, Pool2dOptions, Result, Tensor};
+use tensor::{no_grad, Error, Pool2dOptions, Result, Tensor};
 
 /// Batch normalisation with running statistics, PyTorch's `BatchNorm1d/2d` semantics:
 /// running statistics use momentum 0.1 by default and the unbiased batch variance.
@@ -22,8 +22,8 @@ impl BatchNorm {
         Ok(BatchNorm {
             weight: init::constant(&[channels], 1.0)?,
             bias: init::constant(&[channels], 0.0)?,
-            running_mean: Tensor::zeros(channels, init::default_dtype(), Device::Cpu)?,
-            running_var: Tensor::ones(channels, init::default_dtype(), Device::Cpu)?,
+            running_mean: Tensor::zeros(channels, init::default_dtype(), init::default_device())?,
+            running_var: Tensor::ones(channels, init::default_dtype(), init::default_device())?,
             eps: 1e-5,
             momentum: 0.1,
         })

@@ -1,0 +1,195 @@
+//! One training step (forward, cross-entropy, backward, SGD with momentum 0.9) of
+//! ResNet-50 at batch 64 and of the 2 × 1500 LSTM language model (vocab 10000, batch 20,
+//! 35 steps) on CUDA device 0, against PyTorch eager fp32 on the same GPU measured in the
+//! same run by `reference/gpu_step.py` (TF32 off on both sides).
+//!
+//! Each step ends with a device synchronisation, so a step's time is the whole step's
+//! GPU work. The median of `--repeats` steps after `--warmup` is reported, with the ratio
+//! ours / PyTorch (lower is better; the target is ≤ 2).
+//!
+//! `cargo run --release -p benchmarks --bin gpu_step_bench` on a GPU machine, or the
+//! prebuilt binary through scripts/gpu-check.sh. Exits with an error without a GPU.
+
+use anyhow::{bail, Context, Result};
+use benchmarks::run_reference;
+use clap::Parser;
+use nn::optim::{Optimizer, Sgd};
+use nn::{init, models, Ctx, Module};
+use serde_json::json;
+use std::time::Instant;
+use tensor::{cuda, DType, Device, Rng, Tensor};
+
+#[derive(Parser)]
+#[command(about = "GPU training-step time of ResNet-50 and the 2x1500 LSTM LM against PyTorch")]
+struct Args {
+    /// Models to time (resnet50, lstm).
+    #[arg(long, value_delimiter = ',', default_value = "resnet50,lstm")]
+    models: Vec<String>,
+    /// Timed steps (the median is reported).
+    #[arg(long, default_value_t = 10)]
+    repeats: usize,
+    /// Untimed steps first (kernel compilation, allocator warm-up).
+    #[arg(long, default_value_t = 3)]
+    warmup: usize,
+    /// Skip the PyTorch reference.
+    #[arg(long)]
+    no_reference: bool,
+    /// Append the results as JSON lines to this file.
+    #[arg(long)]
+    json: Option<std::path::PathBuf>,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// Median step time in ms of `step`, which must leave the device idle when it returns.
+fn time_steps(warmup: usize, repeats: usize, mut step: impl FnMut() -> Result<()>) -> Result<f64> {
+    for _ in 0..warmup {
+        step()?;
+    }
+    let mut times = Vec::new();
+    for _ in 0..repeats.max(1) {
+        let t = Instant::now();
+        step()?;
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    Ok(median(times))
+}
+
+/// One SGD step of `model` on the loss `loss_of` computes, synchronised.
+fn train_step(
+    model: &dyn Module,
+    sgd: &mut Sgd,
+    device: Device,
+    loss_of: &dyn Fn(&dyn Module, &mut Ctx) -> tensor::Result<Tensor>,
+) -> Result<()> {
+    let mut ctx = Ctx::train(1);
+    let loss = loss_of(model, &mut ctx)?;
+    let grads = loss.backward()?;
+    let params: Vec<Tensor> = model.named_params().into_iter().map(|p| p.tensor).collect();
+    sgd.step(&params, &grads)?;
+    cuda::synchronize(device)?;
+    Ok(())
+}
+
+fn bench(name: &str, args: &Args, device: Device) -> Result<(usize, f64)> {
+    let mut rng = Rng::new(0);
+    let mut sgd = Sgd::new(0.01, 0.9, false, 0.0)?;
+    match name {
+        "resnet50" => {
+            let batch = 64;
+            let model = init::with_default_device(device, || models::resnet50(1000, &mut rng))?;
+            let x = Tensor::randn(
+                vec![batch, 3, 224, 224],
+                0.0,
+                1.0,
+                DType::F32,
+                Device::Cpu,
+                &mut rng,
+            )?
+            .to_device(device)?;
+            let labels: Vec<u32> = (0..batch as u32).map(|i| i % 1000).collect();
+            let y = Tensor::from_vec(labels, vec![batch], device)?;
+            let loss = |m: &dyn Module, ctx: &mut Ctx| m.forward(&x, ctx)?.cross_entropy(&y, None);
+            let ms = time_steps(args.warmup, args.repeats, || {
+                train_step(&model, &mut sgd, device, &loss)
+            })?;
+            Ok((batch, ms))
+        }
+        "lstm" => {
+            let (batch, steps, vocab) = (20usize, 35usize, 10000usize);
+            let model =
+                init::with_default_device(device, || models::lstm_lm(vocab, 1500, 0.0, &mut rng))?;
+            let ids: Vec<u32> = (0..steps * batch)
+                .map(|i| ((i * 37) % vocab) as u32)
+                .collect();
+            let targets: Vec<u32> = (0..ids.len())
+                .map(|i| ids[(i + batch) % ids.len()])
+                .collect();
+            let x = Tensor::from_vec(ids, vec![steps, batch], device)?;
+            let y = Tensor::from_vec(targets, vec![steps * batch], device)?;
+            let loss = |m: &dyn Module, ctx: &mut Ctx| {
+                m.forward(&x, ctx)?
+                    .reshape(vec![steps * batch, vocab])?
+                    .cross_entropy(&y, None)
+            };
+            let ms = time_steps(args.warmup, args.repeats, || {
+                train_step(&model, &mut sgd, device, &loss)
+            })?;
+            Ok((batch, ms))
+        }
+        other => bail!("unknown model {other:?} (resnet50, lstm)"),
+    }
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    if !cuda::is_available(0) {
+        bail!(
+            "gpu_step_bench: no usable CUDA device (driver, device, cuBLAS and NVRTC are needed)"
+        );
+    }
+    let device = Device::Cuda(0);
+    let mut rows = Vec::new();
+    for name in &args.models {
+        let (batch, ours) = bench(name, &args, device).with_context(|| format!("timing {name}"))?;
+        let reference = if args.no_reference {
+            None
+        } else {
+            let r = run_reference(
+                "gpu_step.py",
+                &[
+                    "--model".into(),
+                    name.clone(),
+                    "--batch".into(),
+                    batch.to_string(),
+                    "--repeats".into(),
+                    args.repeats.to_string(),
+                    "--warmup".into(),
+                    args.warmup.to_string(),
+                ],
+            );
+            match r {
+                Ok(v) => Some(v),
+                Err(e) => {
+                    eprintln!("gpu_step_bench: PyTorch reference for {name} unavailable: {e:#}");
+                    None
+                }
+            }
+        };
+        let torch = reference.as_ref().and_then(|r| r["torch_ms"].as_f64());
+        let row = json!({
+            "model": name, "batch": batch, "ours_ms": ours, "torch_ms": torch,
+            "ours_over_torch": torch.map(|t| ours / t),
+            "torch_version": reference.as_ref().map(|r| r["torch_version"].clone()),
+            "device": reference.as_ref().map(|r| r["device"].clone()),
+        });
+        eprintln!("{row}");
+        rows.push(row);
+    }
+    if let Some(path) = &args.json {
+        let text: String = rows.iter().map(|r| format!("{r}\n")).collect();
+        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    println!(
+        "{:<10} {:>6} {:>10} {:>10} {:>12}",
+        "model", "batch", "ours ms", "torch ms", "ours/torch"
+    );
+    for r in &rows {
+        let f = |v: &serde_json::Value| v.as_f64().map(|x| format!("{x:.1}")).unwrap_or("-".into());
+        println!(
+            "{:<10} {:>6} {:>10} {:>10} {:>12}",
+            r["model"].as_str().unwrap_or("?"),
+            r["batch"],
+            f(&r["ours_ms"]),
+            f(&r["torch_ms"]),
+            r["ours_over_torch"]
+                .as_f64()
+                .map(|x| format!("{x:.2}x"))
+                .unwrap_or("-".into())
+        );
+    }
+    Ok(())
+}
