@@ -68,6 +68,15 @@ impl BinaryOp {
     }
 }
 
+/// A fused recurrent cell (the pointwise part of one time step; see kernels/rnn.cu).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RnnCell {
+    /// Inputs `[gates [n, 4h], c_prev [n, h]]`, output `[2, n, h]` (h′ then c′).
+    Lstm,
+    /// Inputs `[gx [n, 3h], gh [n, 3h], h_prev [n, h]]`, output h′ `[n, h]`.
+    Gru,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReduceOp {
     Sum,
@@ -254,6 +263,17 @@ pub trait BackendStorage: Sized {
         ignore_index: Option<u32>,
         count: usize,
     ) -> Result<Self>;
+
+    /// A fused recurrent cell over contiguous `inputs` of one dtype (see [`RnnCell`]).
+    fn rnn_cell(inputs: &[&Self], cell: RnnCell, n: usize, h: usize) -> Result<Self>;
+    /// The gradients of every input of [`BackendStorage::rnn_cell`] from the output's.
+    fn rnn_cell_backward(
+        inputs: &[&Self],
+        grad: &Self,
+        cell: RnnCell,
+        n: usize,
+        h: usize,
+    ) -> Result<Vec<Self>>;
 
     /// Selects `ids` (U32, contiguous) along `dim` of a contiguous `shape`.
     fn index_select(&self, shape: &Shape, ids: &Self, dim: usize) -> Result<Self>;
@@ -615,6 +635,53 @@ impl BackendStorage for Storage {
             Pair::Cuda(p, l) => p
                 .cross_entropy_backward(l, grad, n, c, ignore, count)
                 .map(Storage::Cuda),
+        }
+    }
+    fn rnn_cell(inputs: &[&Self], cell: RnnCell, n: usize, h: usize) -> Result<Self> {
+        let first = inputs
+            .first()
+            .ok_or_else(|| crate::Error::msg("rnn_cell: no inputs"))?;
+        match first {
+            Storage::Cpu(_) => {
+                let xs = inputs
+                    .iter()
+                    .map(|s| cpu_of("rnn_cell", s, first))
+                    .collect::<Result<Vec<_>>>()?;
+                CpuStorage::rnn_cell(&xs, cell, n, h).map(Storage::Cpu)
+            }
+            Storage::Cuda(_) => {
+                let xs = inputs
+                    .iter()
+                    .map(|s| cuda_of("rnn_cell", s, first))
+                    .collect::<Result<Vec<_>>>()?;
+                CudaStorage::rnn_cell(&xs, cell, n, h).map(Storage::Cuda)
+            }
+        }
+    }
+    fn rnn_cell_backward(
+        inputs: &[&Self],
+        grad: &Self,
+        cell: RnnCell,
+        n: usize,
+        h: usize,
+    ) -> Result<Vec<Self>> {
+        match grad {
+            Storage::Cpu(g) => {
+                let xs = inputs
+                    .iter()
+                    .map(|s| cpu_of("rnn_cell backward", s, grad))
+                    .collect::<Result<Vec<_>>>()?;
+                let out = CpuStorage::rnn_cell_backward(&xs, g, cell, n, h)?;
+                Ok(out.into_iter().map(Storage::Cpu).collect())
+            }
+            Storage::Cuda(g) => {
+                let xs = inputs
+                    .iter()
+                    .map(|s| cuda_of("rnn_cell backward", s, grad))
+                    .collect::<Result<Vec<_>>>()?;
+                let out = CudaStorage::rnn_cell_backward(&xs, g, cell, n, h)?;
+                Ok(out.into_iter().map(Storage::Cuda).collect())
+            }
         }
     }
     fn index_select(&self, shape: &Shape, ids: &Self, dim: usize) -> Result<Self> {

@@ -492,6 +492,37 @@ fn softmax_and_cross_entropy(dev: Device) -> Result<Named> {
 }
 test_device!(softmax_and_cross_entropy, 1e-5);
 
+/// The fused recurrent cells (kernels/rnn.cu), forward and backward, at the 2 × 1500
+/// language model's width (a batch of 20) and a small odd size.
+fn rnn_cells(dev: Device) -> Result<Named> {
+    let mut out = Vec::new();
+    for (n, h) in [(20, 1500), (3, 7)] {
+        let gates = randn(&[n, 4 * h], 60, dev)?.to_var();
+        let c_prev = randn(&[n, h], 61, dev)?.to_var();
+        let hc = Tensor::lstm_cell(&gates, &c_prev)?;
+        out.push((format!("lstm_cell {n}x{h}"), hc.clone()));
+        out.extend(grads_of(
+            &format!("lstm_cell {n}x{h}"),
+            &hc,
+            &[("gates", &gates), ("c_prev", &c_prev)],
+            dev,
+        )?);
+        let gx = randn(&[n, 3 * h], 62, dev)?.to_var();
+        let gh = randn(&[n, 3 * h], 63, dev)?.to_var();
+        let h_prev = randn(&[n, h], 64, dev)?.to_var();
+        let y = Tensor::gru_cell(&gx, &gh, &h_prev)?;
+        out.push((format!("gru_cell {n}x{h}"), y.clone()));
+        out.extend(grads_of(
+            &format!("gru_cell {n}x{h}"),
+            &y,
+            &[("gx", &gx), ("gh", &gh), ("h_prev", &h_prev)],
+            dev,
+        )?);
+    }
+    Ok(out)
+}
+test_device!(rnn_cells, 1e-5);
+
 fn convolution(dev: Device) -> Result<Named> {
     let mut out = Vec::new();
     let cases = [
@@ -539,6 +570,26 @@ fn convolution(dev: Device) -> Result<Named> {
             [2, 16, 8, 8],
             [32, 16, 1, 1],
             Conv2dOptions::default(),
+        ),
+        // 1×1 stride 1 is a plain product on the GPU (no im2col); grouped, and strided
+        // (which keeps the im2col path), to cover both sides of that switch.
+        (
+            "1x1 groups",
+            [3, 8, 5, 7],
+            [12, 4, 1, 1],
+            Conv2dOptions {
+                groups: 2,
+                ..Default::default()
+            },
+        ),
+        (
+            "1x1 stride 2",
+            [2, 16, 9, 9],
+            [8, 16, 1, 1],
+            Conv2dOptions {
+                stride: (2, 2),
+                ..Default::default()
+            },
         ),
         (
             "5x3 rect",

@@ -271,3 +271,75 @@ fn a_small_network_end_to_end() {
         logits.cross_entropy(&labels, None)?.reshape(vec![1])
     });
 }
+
+/// The fused LSTM/GRU cells: finite differences, and the same values as the composed
+/// formulas (PyTorch's gate order) they replace.
+#[test]
+fn fused_rnn_cells() {
+    let (n, h) = (3, 5);
+    let gates = randn(&[n, 4 * h], 40);
+    let c_prev = randn(&[n, h], 41);
+    check_grad("lstm_cell", &[gates.clone(), c_prev.clone()], |v| {
+        Tensor::lstm_cell(&v[0], &v[1])
+    });
+    // A non-contiguous gate input (a transposed view) goes through the same op.
+    let gates_t = randn(&[4 * h, n], 42);
+    check_grad(
+        "lstm_cell on a transposed view",
+        &[gates_t, c_prev.clone()],
+        |v| Tensor::lstm_cell(&v[0].transpose_last()?, &v[1]),
+    );
+    let (gx, gh, h_prev) = (
+        randn(&[n, 3 * h], 43),
+        randn(&[n, 3 * h], 44),
+        randn(&[n, h], 45),
+    );
+    check_grad("gru_cell", &[gx.clone(), gh.clone(), h_prev.clone()], |v| {
+        Tensor::gru_cell(&v[0], &v[1], &v[2])
+    });
+
+    let hc = Tensor::lstm_cell(&gates, &c_prev).unwrap();
+    let g = gates.chunk(4, 1).unwrap();
+    let (i, f, gg, o) = (
+        g[0].sigmoid().unwrap(),
+        g[1].sigmoid().unwrap(),
+        g[2].tanh().unwrap(),
+        g[3].sigmoid().unwrap(),
+    );
+    let c = f.mul(&c_prev).unwrap().add(&i.mul(&gg).unwrap()).unwrap();
+    let hh = o.mul(&c.tanh().unwrap()).unwrap();
+    let want = Tensor::stack(&[hh, c], 0).unwrap();
+    common::assert_close(
+        &hc.to_vec::<f64>().unwrap(),
+        &want.to_vec::<f64>().unwrap(),
+        1e-14,
+        "lstm_cell vs composed",
+    );
+    let x = gx.chunk(3, 1).unwrap();
+    let y = gh.chunk(3, 1).unwrap();
+    let r = x[0].add(&y[0]).unwrap().sigmoid().unwrap();
+    let z = x[1].add(&y[1]).unwrap().sigmoid().unwrap();
+    let cand = x[2].add(&r.mul(&y[2]).unwrap()).unwrap().tanh().unwrap();
+    let one = Tensor::ones((), DType::F64, Device::Cpu).unwrap();
+    let want = one
+        .sub(&z)
+        .unwrap()
+        .mul(&cand)
+        .unwrap()
+        .add(&z.mul(&h_prev).unwrap())
+        .unwrap();
+    common::assert_close(
+        &Tensor::gru_cell(&gx, &gh, &h_prev)
+            .unwrap()
+            .to_vec::<f64>()
+            .unwrap(),
+        &want.to_vec::<f64>().unwrap(),
+        1e-14,
+        "gru_cell vs composed",
+    );
+    // Bad shapes are errors that name the op.
+    let e = Tensor::lstm_cell(&randn(&[n, 3 * h], 46), &c_prev).unwrap_err();
+    assert!(e.to_string().contains("lstm_cell"), "{e}");
+    let e = Tensor::gru_cell(&gx, &randn(&[n, 2 * h], 47), &h_prev).unwrap_err();
+    assert!(e.to_string().contains("gru_cell"), "{e}");
+}

@@ -225,8 +225,14 @@ impl Rnn {
         reverse: bool,
         steps: usize,
     ) -> Result<(Tensor, Tensor, Option<Tensor>)> {
-        // Input projections of all steps in one product: [T, N, G·H].
-        let xp = x.matmul(&w.w_ih.transpose_last()?)?.add(&w.b_ih)?;
+        // Input projections of all steps in one product: [T, N, G·H]. An LSTM adds both
+        // biases here once (they enter its gates additively); a GRU's b_hh is scaled by
+        // the reset gate in the candidate, so it stays in the recurrent part.
+        let bias = match self.kind {
+            RnnKind::Lstm => w.b_ih.add(&w.b_hh)?,
+            RnnKind::Gru => w.b_ih.clone(),
+        };
+        let xp = x.matmul(&w.w_ih.transpose_last()?)?.add(&bias)?;
         let w_hh_t = w.w_hh.transpose_last()?;
         let mut outs: Vec<Option<Tensor>> = vec![None; steps];
         let order: Vec<usize> = if reverse {
@@ -236,31 +242,21 @@ impl Rnn {
         };
         for t in order {
             let gx = xp.narrow(0, t, 1)?.squeeze(0)?;
-            let gh = h.matmul(&w_hh_t)?.add(&w.b_hh)?;
+            // The gate nonlinearities and the state update are one fused op (one kernel
+            // on the GPU) each step; the formulas are in tensor's kernels/rnn.cu.
             match self.kind {
                 RnnKind::Lstm => {
-                    let gates = gx.add(&gh)?.chunk(4, 1)?;
-                    let (i, f, g, o) = (
-                        gates[0].sigmoid()?,
-                        gates[1].sigmoid()?,
-                        gates[2].tanh()?,
-                        gates[3].sigmoid()?,
-                    );
                     let prev = c
                         .take()
                         .ok_or_else(|| Error::msg("LSTM: missing cell state"))?;
-                    let cell = f.mul(&prev)?.add(&i.mul(&g)?)?;
-                    h = o.mul(&cell.tanh()?)?;
-                    c = Some(cell);
+                    let gates = gx.add(&h.matmul(&w_hh_t)?)?;
+                    let hc = Tensor::lstm_cell(&gates, &prev)?;
+                    h = hc.narrow(0, 0, 1)?.squeeze(0)?;
+                    c = Some(hc.narrow(0, 1, 1)?.squeeze(0)?);
                 }
                 RnnKind::Gru => {
-                    let xg = gx.chunk(3, 1)?;
-                    let hg = gh.chunk(3, 1)?;
-                    let r = xg[0].add(&hg[0])?.sigmoid()?;
-                    let z = xg[1].add(&hg[1])?.sigmoid()?;
-                    let cand = xg[2].add(&r.mul(&hg[2])?)?.tanh()?;
-                    // h' = (1 − z)·n + z·h = n + z·(h − n)
-                    h = cand.add(&z.mul(&h.sub(&cand)?)?)?;
+                    let gh = h.matmul(&w_hh_t)?.add(&w.b_hh)?;
+                    h = Tensor::gru_cell(&gx, &gh, &h)?;
                 }
             }
             outs[t] = Some(h.clone());

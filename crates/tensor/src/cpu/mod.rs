@@ -10,11 +10,13 @@ pub(crate) mod matmul;
 mod norm;
 mod pool;
 mod reduce;
+mod rnn;
 mod select;
 mod softmax;
 
 use crate::storage::{
-    BackendStorage, BatchNormParams, BinaryOp, Conv2dParams, Pool2dParams, ReduceOp, UnaryOp,
+    BackendStorage, BatchNormParams, BinaryOp, Conv2dParams, Pool2dParams, ReduceOp, RnnCell,
+    UnaryOp,
 };
 use crate::{DType, Device, Error, Layout, Result, Shape};
 
@@ -23,6 +25,24 @@ pub enum CpuStorage {
     F32(Vec<f32>),
     F64(Vec<f64>),
     U32(Vec<u32>),
+}
+
+/// The slices of `inputs` as one element type, or a dtype-mismatch error naming `op`.
+fn typed<'a, T>(
+    inputs: &[&'a CpuStorage],
+    op: &'static str,
+    get: impl Fn(&'a CpuStorage) -> Option<&'a [T]>,
+) -> Result<Vec<&'a [T]>> {
+    inputs
+        .iter()
+        .map(|s| {
+            get(s).ok_or_else(|| Error::DTypeMismatch {
+                op,
+                lhs: inputs[0].dtype(),
+                rhs: s.dtype(),
+            })
+        })
+        .collect()
 }
 
 fn unsupported(op: &'static str, dtype: DType) -> Error {
@@ -416,6 +436,53 @@ impl BackendStorage for CpuStorage {
         }
     }
 
+    fn rnn_cell(inputs: &[&Self], cell: RnnCell, n: usize, h: usize) -> Result<Self> {
+        match inputs.first() {
+            Some(CpuStorage::F32(_)) => {
+                let xs = typed(inputs, "rnn_cell", |s| match s {
+                    CpuStorage::F32(v) => Some(v.as_slice()),
+                    _ => None,
+                })?;
+                Ok(CpuStorage::F32(rnn::forward(&xs, cell, n, h)))
+            }
+            Some(CpuStorage::F64(_)) => {
+                let xs = typed(inputs, "rnn_cell", |s| match s {
+                    CpuStorage::F64(v) => Some(v.as_slice()),
+                    _ => None,
+                })?;
+                Ok(CpuStorage::F64(rnn::forward(&xs, cell, n, h)))
+            }
+            Some(s) => Err(unsupported("rnn_cell", s.dtype())),
+            None => Err(Error::msg("rnn_cell: no inputs")),
+        }
+    }
+    fn rnn_cell_backward(
+        inputs: &[&Self],
+        grad: &Self,
+        cell: RnnCell,
+        n: usize,
+        h: usize,
+    ) -> Result<Vec<Self>> {
+        match grad {
+            CpuStorage::F32(g) => {
+                let xs = typed(inputs, "rnn_cell backward", |s| match s {
+                    CpuStorage::F32(v) => Some(v.as_slice()),
+                    _ => None,
+                })?;
+                let out = rnn::backward(&xs, g, cell, n, h);
+                Ok(out.into_iter().map(CpuStorage::F32).collect())
+            }
+            CpuStorage::F64(g) => {
+                let xs = typed(inputs, "rnn_cell backward", |s| match s {
+                    CpuStorage::F64(v) => Some(v.as_slice()),
+                    _ => None,
+                })?;
+                let out = rnn::backward(&xs, g, cell, n, h);
+                Ok(out.into_iter().map(CpuStorage::F64).collect())
+            }
+            CpuStorage::U32(_) => Err(unsupported("rnn_cell backward", DType::U32)),
+        }
+    }
     fn index_select(&self, shape: &Shape, ids: &Self, dim: usize) -> Result<Self> {
         let ids = ids.as_u32("index_select indices")?;
         Ok(match self {

@@ -6,6 +6,10 @@
 //! - input gradient: `dcol[b] = W_gᵀ · dy[b]`, then col2im gathers it back to pixels;
 //! - weight gradient: the chunk's columns laid out `[C·kh·kw, nb·L]` and `dy` permuted
 //!   to `[O, nb·L]`, so each group is a single product accumulated over chunks.
+//!
+//! A 1×1 convolution with stride 1 and no padding (most of ResNet-50's) is a plain
+//! product: each image's input `[C, H·W]` already is its column matrix, so the forward and
+//! the input gradient skip the im2col/col2im passes and the column buffer.
 
 use super::blas::{gemm, BlasScalar, Operand};
 use super::device::CudaDevice;
@@ -85,6 +89,11 @@ fn dims(p: &Conv2dParams) -> Dims {
     }
 }
 
+/// Whether the input itself is the column matrix (see the module comment).
+fn pointwise(p: &Conv2dParams) -> bool {
+    p.k_h == 1 && p.k_w == 1 && p.stride == (1, 1) && p.padding == (0, 0)
+}
+
 fn chunk<T>(d: &Dims) -> usize {
     let per_image = (d.rows * d.l * std::mem::size_of::<T>()).max(1);
     (COL_BUDGET_BYTES / per_image).clamp(1, d.n.max(1))
@@ -124,6 +133,23 @@ where
     if d.n * d.o * d.l == 0 {
         return Ok(out);
     }
+    if pointwise(p) {
+        // out[b, group g] = W_g [og, cg] · x[b, group g] [cg, L], all images in one call.
+        for g in 0..d.g {
+            gemm(
+                dev,
+                (d.n, d.og, d.l, d.cg),
+                w,
+                Operand::rows(g * d.og * d.cg, 0, d.cg),
+                x,
+                Operand::rows(g * d.cg * d.l, d.c * d.l, d.l),
+                &mut out,
+                (g * d.og * d.l, d.o * d.l, d.l),
+                T::ZERO,
+            )?;
+        }
+        return Ok(out);
+    }
     let nb = chunk::<T>(&d);
     let mut col = dev.alloc::<T>(nb * d.rows * d.l)?;
     let q = d.cg * d.kk;
@@ -160,6 +186,23 @@ where
     let n_in = d.n * d.c * p.in_h * p.in_w;
     let mut dx = dev.alloc_zeros::<T>(n_in)?;
     if n_in == 0 || d.l == 0 {
+        return Ok(dx);
+    }
+    if pointwise(p) {
+        // dx[b, group g] = W_gᵀ [cg, og] · dy[b, group g] [og, L], straight into dx.
+        for g in 0..d.g {
+            gemm(
+                dev,
+                (d.n, d.cg, d.l, d.og),
+                w,
+                Operand::transposed(g * d.og * d.cg, 0, d.cg),
+                gy,
+                Operand::rows(g * d.og * d.l, d.o * d.l, d.l),
+                &mut dx,
+                (g * d.cg * d.l, d.c * d.l, d.l),
+                T::ZERO,
+            )?;
+        }
         return Ok(dx);
     }
     let nb = chunk::<T>(&d);

@@ -127,6 +127,20 @@ pub const MODULES: &[KernelModule] = &[
             "topk_take_f64",
         ],
     },
+    KernelModule {
+        name: "rnn",
+        source: include_str!("../../kernels/rnn.cu"),
+        kernels: &[
+            "lstm_cell_fwd_f32",
+            "lstm_cell_fwd_f64",
+            "lstm_cell_bwd_f32",
+            "lstm_cell_bwd_f64",
+            "gru_cell_fwd_f32",
+            "gru_cell_fwd_f64",
+            "gru_cell_bwd_f32",
+            "gru_cell_bwd_f64",
+        ],
+    },
 ];
 
 /// The module that defines `kernel` and the kernel's name as stored there (`None` for

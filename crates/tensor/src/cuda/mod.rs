@@ -26,6 +26,7 @@ mod norm;
 mod pool;
 mod random;
 mod reduce;
+mod rnn;
 mod select;
 mod softmax;
 mod storage;

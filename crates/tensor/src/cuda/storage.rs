@@ -8,10 +8,11 @@
 //! GPU cannot run returns an error.
 
 use super::device::{cuda_err, CudaDevice};
-use super::{conv, elementwise, index, matmul, norm, pool, random, reduce, select, softmax};
+use super::{conv, elementwise, index, matmul, norm, pool, random, reduce, rnn, select, softmax};
 use crate::cpu::CpuStorage;
 use crate::storage::{
-    BackendStorage, BatchNormParams, BinaryOp, Conv2dParams, Pool2dParams, ReduceOp, UnaryOp,
+    BackendStorage, BatchNormParams, BinaryOp, Conv2dParams, Pool2dParams, ReduceOp, RnnCell,
+    UnaryOp,
 };
 use crate::{DType, Device, Error, Layout, Result, Shape};
 use cudarc::driver::{CudaSlice, DeviceRepr, ValidAsZeroBits};
@@ -90,6 +91,18 @@ fn unsupported(op: &'static str, dtype: DType) -> Error {
         expected: "f32 or f64",
     }
 }
+/// The device buffers of `inputs` as one element type, or a dtype-mismatch error.
+fn slices<'a, T>(
+    inputs: &[&'a CudaStorage],
+    op: &'static str,
+    get: impl Fn(&'a CudaStorage) -> Option<&'a CudaSlice<T>>,
+) -> Result<Vec<&'a CudaSlice<T>>> {
+    inputs
+        .iter()
+        .map(|s| get(s).ok_or_else(|| mismatch(op, inputs[0], s)))
+        .collect()
+}
+
 fn mismatch(op: &'static str, a: &CudaStorage, b: &CudaStorage) -> Error {
     Error::DTypeMismatch {
         op,
@@ -587,6 +600,68 @@ impl BackendStorage for CudaStorage {
         })
     }
 
+    fn rnn_cell(inputs: &[&Self], cell: RnnCell, n: usize, h: usize) -> Result<Self> {
+        let first = inputs
+            .first()
+            .ok_or_else(|| Error::msg("rnn_cell: no inputs"))?;
+        let d = &first.dev;
+        let len = match cell {
+            RnnCell::Lstm => 2 * n * h,
+            RnnCell::Gru => n * h,
+        };
+        Ok(match &first.data {
+            CudaData::F32(_) => {
+                let xs = slices(inputs, "rnn_cell", |s| match &s.data {
+                    CudaData::F32(v) => Some(v),
+                    _ => None,
+                })?;
+                CudaStorage::new(rnn::forward(d, &xs, cell, n, h)?, len, d)
+            }
+            CudaData::F64(_) => {
+                let xs = slices(inputs, "rnn_cell", |s| match &s.data {
+                    CudaData::F64(v) => Some(v),
+                    _ => None,
+                })?;
+                CudaStorage::new(rnn::forward(d, &xs, cell, n, h)?, len, d)
+            }
+            CudaData::U32(_) => return Err(unsupported("rnn_cell", DType::U32)),
+        })
+    }
+    fn rnn_cell_backward(
+        inputs: &[&Self],
+        grad: &Self,
+        cell: RnnCell,
+        n: usize,
+        h: usize,
+    ) -> Result<Vec<Self>> {
+        let d = &grad.dev;
+        let lens: Vec<usize> = inputs.iter().map(|s| s.len).collect();
+        Ok(match &grad.data {
+            CudaData::F32(g) => {
+                let xs = slices(inputs, "rnn_cell backward", |s| match &s.data {
+                    CudaData::F32(v) => Some(v),
+                    _ => None,
+                })?;
+                let out = rnn::backward(d, &xs, g, cell, n, h)?;
+                out.into_iter()
+                    .zip(lens)
+                    .map(|(o, len)| CudaStorage::new(o, len, d))
+                    .collect()
+            }
+            CudaData::F64(g) => {
+                let xs = slices(inputs, "rnn_cell backward", |s| match &s.data {
+                    CudaData::F64(v) => Some(v),
+                    _ => None,
+                })?;
+                let out = rnn::backward(d, &xs, g, cell, n, h)?;
+                out.into_iter()
+                    .zip(lens)
+                    .map(|(o, len)| CudaStorage::new(o, len, d))
+                    .collect()
+            }
+            CudaData::U32(_) => return Err(unsupported("rnn_cell backward", DType::U32)),
+        })
+    }
     fn index_select(&self, shape: &Shape, ids: &Self, dim: usize) -> Result<Self> {
         self.same_device(ids, "index_select")?;
         let host = ids.u32_to_host("index_select indices")?;

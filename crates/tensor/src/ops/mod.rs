@@ -11,6 +11,7 @@ mod matmul;
 mod norm;
 mod pool;
 mod reduce;
+mod rnn;
 mod select;
 mod shape;
 mod softmax;

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Builds everything scripts/gpu-check.sh runs on a GPU machine that has no Rust toolchain,
+# and puts it in .gpu/ (git-ignored; list it in .git/info/exclude), stripped of debug info
+# to fit the device tool's 64 MiB carry limit (~30 MB in all):
+#   .gpu/tensor-cuda       crates/tensor/tests/cuda.rs   (every op, GPU vs CPU)
+#   .gpu/tensor-errors     crates/tensor/tests/errors.rs
+#   .gpu/nn-cuda-models    crates/nn/tests/cuda_models.rs (ResNet-20, LSTM LM, DeepSpeech steps)
+#   .gpu/gpu_step_bench    benchmarks: ResNet-50 and the 2x1500 LSTM against PyTorch
+#   .gpu/bin/train         the trainer (gpu-check.sh runs a short --device cuda job)
+# Usage: bash scripts/gpu-build.sh   then   run(command="bash scripts/gpu-check.sh", carry=[".gpu"])
+# CARGO_TARGET_DIR defaults to /work/target-cuda (a release build kept apart from the
+# debug one the tests use).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/work/target-cuda}"
+rm -rf .gpu && mkdir -p .gpu/bin
+tests=$(cargo test --release -p tensor -p nn --no-run --message-format=json 2>/dev/null |
+  python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
+        print(m["target"]["name"], m["executable"])
+')
+pick() { awk -v t="$1" '$1 == t { print $2 }' <<<"$tests"; }
+cp "$(pick cuda)" .gpu/tensor-cuda
+cp "$(pick errors)" .gpu/tensor-errors
+cp "$(pick cuda_models)" .gpu/nn-cuda-models
+cargo build --release -p benchmarks --bin gpu_step_bench -p train --bin train
+cp "$CARGO_TARGET_DIR/release/gpu_step_bench" .gpu/gpu_step_bench
+cp "$CARGO_TARGET_DIR/release/train" .gpu/bin/train
+strip --strip-debug .gpu/* .gpu/bin/* 2>/dev/null || true
+du -sh .gpu/* .gpu/bin/*
