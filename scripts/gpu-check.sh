@@ -46,7 +46,8 @@ for exe in "${exes[@]}"; do
   name=$(basename "$exe")
   start=$(date +%s%N)
   case "$name" in
-    *bench*) "$exe" > "$out/$name.log" 2>&1 ;;
+    # BENCH_ARGS (e.g. --breakdown) goes to every benchmark binary.
+    *bench*) "$exe" ${BENCH_ARGS:-} > "$out/$name.log" 2>&1 ;;
     *) "$exe" --test-threads=1 --nocapture > "$out/$name.log" 2>&1 ;;
   esac
   rc=$?
@@ -81,7 +82,8 @@ grep -h -A3 "^---- \|panicked at" "$out"/*.log | head -40 || true
 for log in "$out"/*bench*.log "$out"/train-*.log; do
   [ -f "$log" ] || continue
   echo "--- $(basename "$log" .log) (last lines) ---"
-  tail -n 6 "$log"
+  grep -h "forward .* backward" "$log" || true
+  tail -n 6 "$log" | grep -v "^{"
 done
 echo "GPU: $(cat "$out/gpu.txt")"
 printf '%s\n' "--- summary ---" "${summary[@]}"

@@ -8,7 +8,8 @@ Models (the same shapes as the Rust side):
   lstm:     2-layer LSTM language model, hidden = embedding = 1500, vocab 10000, tied
             decoder, no dropout; input [35, batch] token ids (truncated BPTT length 35).
 TF32 is off (torch.backends.*.allow_tf32 = False), as on our side by default.
-Prints ONE JSON object: {"model", "batch", "torch_ms", "torch_version", "device"}.
+Prints ONE JSON object: {"model", "batch", "phases" (with --breakdown: forward_ms,
+backward_ms, update_ms, each synchronised; else null), "torch_ms", "torch_version", "device"}.
 """
 import argparse
 import json
@@ -24,6 +25,7 @@ parser.add_argument("--model", choices=["resnet50", "lstm"], required=True)
 parser.add_argument("--batch", type=int, default=64)
 parser.add_argument("--repeats", type=int, default=10)
 parser.add_argument("--warmup", type=int, default=3)
+parser.add_argument("--breakdown", action="store_true", help="also time forward, backward and the update separately")
 args = parser.parse_args()
 
 torch.backends.cuda.matmul.allow_tf32 = False
@@ -114,9 +116,28 @@ for _ in range(args.repeats):
     t = time.perf_counter()
     step()
     times.append(time.perf_counter() - t)
+phases = None
+if args.breakdown:
+    f, b, u = [], [], []
+    for _ in range(args.repeats):
+        opt.zero_grad(set_to_none=True)
+        t = time.perf_counter()
+        loss = loss_of()
+        torch.cuda.synchronize()
+        f.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        loss.backward()
+        torch.cuda.synchronize()
+        b.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        opt.step()
+        torch.cuda.synchronize()
+        u.append(time.perf_counter() - t)
+    phases = {k: statistics.median(v) * 1e3 for k, v in (("forward_ms", f), ("backward_ms", b), ("update_ms", u))}
 print(json.dumps({
     "model": args.model,
     "batch": args.batch,
+    "phases": phases,
     "torch_ms": statistics.median(times) * 1e3,
     "torch_version": torch.__version__,
     "device": torch.cuda.get_device_name(0),

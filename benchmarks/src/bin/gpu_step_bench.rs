@@ -34,6 +34,10 @@ struct Args {
     /// Skip the PyTorch reference.
     #[arg(long)]
     no_reference: bool,
+    /// Also time forward, backward and the SGD update separately (synchronising between
+    /// them), and the host time to issue the forward without waiting for the GPU.
+    #[arg(long)]
+    breakdown: bool,
     /// Append the results as JSON lines to this file.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
@@ -74,6 +78,47 @@ fn train_step(
     Ok(())
 }
 
+/// Median forward, backward and update times (ms), each phase synchronised, plus the
+/// host-side time of issuing the forward (the clock stops before synchronising).
+fn phases(
+    model: &dyn Module,
+    sgd: &mut Sgd,
+    device: Device,
+    loss_of: &dyn Fn(&dyn Module, &mut Ctx) -> tensor::Result<Tensor>,
+    repeats: usize,
+) -> Result<[f64; 4]> {
+    let mut v: [Vec<f64>; 4] = Default::default();
+    for _ in 0..repeats.max(1) {
+        let mut ctx = Ctx::train(1);
+        let t = Instant::now();
+        let loss = loss_of(model, &mut ctx)?;
+        let issue = t.elapsed().as_secs_f64() * 1e3;
+        cuda::synchronize(device)?;
+        let fwd = t.elapsed().as_secs_f64() * 1e3;
+        let t = Instant::now();
+        let grads = loss.backward()?;
+        cuda::synchronize(device)?;
+        let bwd = t.elapsed().as_secs_f64() * 1e3;
+        let t = Instant::now();
+        let params: Vec<Tensor> = model.named_params().into_iter().map(|p| p.tensor).collect();
+        sgd.step(&params, &grads)?;
+        cuda::synchronize(device)?;
+        let upd = t.elapsed().as_secs_f64() * 1e3;
+        for (slot, x) in v.iter_mut().zip([fwd, issue, bwd, upd]) {
+            slot.push(x);
+        }
+    }
+    let [a, b, c, d] = v;
+    Ok([median(a), median(b), median(c), median(d)])
+}
+
+fn report_phases(name: &str, p: [f64; 4]) {
+    eprintln!(
+        "{name}: forward {:.1} ms (the host issues it in {:.1} ms), backward {:.1} ms, SGD update {:.1} ms",
+        p[0], p[1], p[2], p[3]
+    );
+}
+
 fn bench(name: &str, args: &Args, device: Device) -> Result<(usize, f64)> {
     let mut rng = Rng::new(0);
     let mut sgd = Sgd::new(0.01, 0.9, false, 0.0)?;
@@ -96,6 +141,9 @@ fn bench(name: &str, args: &Args, device: Device) -> Result<(usize, f64)> {
             let ms = time_steps(args.warmup, args.repeats, || {
                 train_step(&model, &mut sgd, device, &loss)
             })?;
+            if args.breakdown {
+                report_phases(name, phases(&model, &mut sgd, device, &loss, args.repeats)?);
+            }
             Ok((batch, ms))
         }
         "lstm" => {
@@ -118,6 +166,9 @@ fn bench(name: &str, args: &Args, device: Device) -> Result<(usize, f64)> {
             let ms = time_steps(args.warmup, args.repeats, || {
                 train_step(&model, &mut sgd, device, &loss)
             })?;
+            if args.breakdown {
+                report_phases(name, phases(&model, &mut sgd, device, &loss, args.repeats)?);
+            }
             Ok((batch, ms))
         }
         other => bail!("unknown model {other:?} (resnet50, lstm)"),
@@ -149,7 +200,10 @@ fn main() -> Result<()> {
                     args.repeats.to_string(),
                     "--warmup".into(),
                     args.warmup.to_string(),
-                ],
+                ]
+                .into_iter()
+                .chain(args.breakdown.then(|| "--breakdown".to_string()))
+                .collect::<Vec<_>>(),
             );
             match r {
                 Ok(v) => Some(v),
@@ -165,6 +219,7 @@ fn main() -> Result<()> {
             "ours_over_torch": torch.map(|t| ours / t),
             "torch_version": reference.as_ref().map(|r| r["torch_version"].clone()),
             "device": reference.as_ref().map(|r| r["device"].clone()),
+            "torch_phases": reference.as_ref().map(|r| r["phases"].clone()),
         });
         eprintln!("{row}");
         rows.push(row);

@@ -12,8 +12,29 @@ struct Strided {
     long long strides[MAX_DIMS];
 };
 
+// The Rust side merges dims that are contiguous with each other (Strided::new), so a
+// contiguous view has ndim 1 and costs one multiply-add. Otherwise the index is split
+// with 32-bit division when it and every extent fit (the common case): 64-bit division
+// is a long software sequence on the GPU and made large elementwise kernels compute-bound
+// (measured on an H100: the LSTM and ResNet-50 steps, see benchmarks/RESULTS.md).
 __device__ __forceinline__ long long strided_at(const Strided& s, unsigned long long i) {
-    long long rem = (long long)i, off = s.offset;
+    if (s.ndim <= 1) return s.offset + (long long)i * s.strides[0];
+    long long off = s.offset;
+    if (i <= 0xFFFFFFFFull) {
+        bool fits = true;
+        for (int k = 0; k < (int)s.ndim; ++k) fits = fits && s.shape[k] <= 0xFFFFFFFFll;
+        if (fits) {
+            unsigned int rem = (unsigned int)i;
+            for (int k = (int)s.ndim - 1; k >= 0; --k) {
+                unsigned int d = (unsigned int)s.shape[k];
+                unsigned int c = rem % d;
+                rem /= d;
+                off += (long long)c * s.strides[k];
+            }
+            return off;
+        }
+    }
+    long long rem = (long long)i;
     for (int k = (int)s.ndim - 1; k >= 0; --k) {
         long long c = rem % s.shape[k];
         rem /= s.shape[k];

@@ -47,7 +47,7 @@ pub use backprop::{GradHook, GradStore};
 pub use device::Device;
 pub use dtype::{DType, Float};
 pub use error::{Error, Result};
-pub use ops::{BatchNormOutput, Conv2dOptions, CustomBackward, Pool2dOptions};
+pub use ops::{BatchNormOutput, Conv2dOptions, CustomBackward, LstmSequence, Pool2dOptions};
 pub use rng::Rng;
 pub use shape::{Layout, Shape, StridedIndex};
 pub use tensor::{is_grad_enabled, no_grad, Tensor, TensorId, WithDType};

@@ -343,3 +343,91 @@ fn fused_rnn_cells() {
     let e = Tensor::gru_cell(&gx, &randn(&[n, 2 * h], 47), &h_prev).unwrap_err();
     assert!(e.to_string().contains("gru_cell"), "{e}");
 }
+
+/// The whole-sequence LSTM op: finite differences for every input, both directions, and
+/// the same outputs and gradients as the per-step cells it replaces.
+#[test]
+fn lstm_sequence_op() {
+    let (t, n, h) = (4, 2, 3);
+    let xp = randn(&[t, n, 4 * h], 50);
+    let w = randn(&[4 * h, h], 51).affine(0.5, 0.0).unwrap();
+    let (h0, c0) = (randn(&[n, h], 52), randn(&[n, h], 53));
+    for reverse in [false, true] {
+        let inputs = [xp.clone(), w.clone(), h0.clone(), c0.clone()];
+        check_grad(&format!("lstm_sequence reverse={reverse}"), &inputs, |v| {
+            let s = Tensor::lstm_sequence(&v[0], &v[1], &v[2], &v[3], reverse)?;
+            // Every output takes part: the sequence, and the last cell state.
+            Tensor::cat(
+                &[
+                    s.output.reshape(vec![t * n, h])?,
+                    s.c_last.affine(2.0, 0.0)?,
+                ],
+                0,
+            )
+        });
+        // Against the per-step cells.
+        let vars: Vec<Tensor> = inputs.iter().map(|x| x.to_var()).collect();
+        let s = Tensor::lstm_sequence(&vars[0], &vars[1], &vars[2], &vars[3], reverse).unwrap();
+        let (mut hh, mut cc) = (vars[2].clone(), vars[3].clone());
+        let mut ys = vec![None; t];
+        let order: Vec<usize> = if reverse {
+            (0..t).rev().collect()
+        } else {
+            (0..t).collect()
+        };
+        for &k in &order {
+            let g = vars[0]
+                .narrow(0, k, 1)
+                .unwrap()
+                .squeeze(0)
+                .unwrap()
+                .add(&hh.matmul(&vars[1].transpose_last().unwrap()).unwrap())
+                .unwrap();
+            let hc = Tensor::lstm_cell(&g, &cc).unwrap();
+            hh = hc.narrow(0, 0, 1).unwrap().squeeze(0).unwrap();
+            cc = hc.narrow(0, 1, 1).unwrap().squeeze(0).unwrap();
+            ys[k] = Some(hh.clone());
+        }
+        let y = Tensor::stack(&ys.into_iter().flatten().collect::<Vec<_>>(), 0).unwrap();
+        let what = format!("lstm_sequence reverse={reverse}");
+        common::assert_close(
+            &s.output.to_vec::<f64>().unwrap(),
+            &y.to_vec::<f64>().unwrap(),
+            1e-14,
+            &what,
+        );
+        common::assert_close(
+            &s.h_last.to_vec::<f64>().unwrap(),
+            &hh.to_vec::<f64>().unwrap(),
+            1e-14,
+            &what,
+        );
+        let r = randn(&[t, n, h], 54);
+        let loss_a = s
+            .output
+            .mul(&r)
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .add(&s.c_last.sum_all().unwrap())
+            .unwrap();
+        let loss_b = y
+            .mul(&r)
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .add(&cc.sum_all().unwrap())
+            .unwrap();
+        let (ga, gb) = (loss_a.backward().unwrap(), loss_b.backward().unwrap());
+        for (i, v) in vars.iter().enumerate() {
+            common::assert_close(
+                &ga.get(v).unwrap().to_vec::<f64>().unwrap(),
+                &gb.get(v).unwrap().to_vec::<f64>().unwrap(),
+                1e-12,
+                &format!("{what} gradient of input {i}"),
+            );
+        }
+    }
+    let bad = Tensor::lstm_sequence(&randn(&[t, n, 3 * h], 55), &w, &h0, &c0, false);
+    assert!(bad.unwrap_err().to_string().contains("lstm_sequence"));
+}

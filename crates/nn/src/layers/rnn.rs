@@ -233,6 +233,15 @@ impl Rnn {
             RnnKind::Gru => w.b_ih.clone(),
         };
         let xp = x.matmul(&w.w_ih.transpose_last()?)?.add(&bias)?;
+        if let RnnKind::Lstm = self.kind {
+            // The recurrence as one op (cuDNN's structure): per step one product and one
+            // fused cell, and W_hh's gradient as one product over all steps.
+            let c0 = c
+                .take()
+                .ok_or_else(|| Error::msg("LSTM: missing cell state"))?;
+            let s = Tensor::lstm_sequence(&xp, &w.w_hh, &h, &c0, reverse)?;
+            return Ok((s.output, s.h_last, Some(s.c_last)));
+        }
         let w_hh_t = w.w_hh.transpose_last()?;
         let mut outs: Vec<Option<Tensor>> = vec![None; steps];
         let order: Vec<usize> = if reverse {
@@ -241,24 +250,11 @@ impl Rnn {
             (0..steps).collect()
         };
         for t in order {
+            // A GRU step: the recurrent product, then the gate nonlinearities and the state
+            // update as one fused op (one kernel on the GPU; formulas in kernels/rnn.cu).
             let gx = xp.narrow(0, t, 1)?.squeeze(0)?;
-            // The gate nonlinearities and the state update are one fused op (one kernel
-            // on the GPU) each step; the formulas are in tensor's kernels/rnn.cu.
-            match self.kind {
-                RnnKind::Lstm => {
-                    let prev = c
-                        .take()
-                        .ok_or_else(|| Error::msg("LSTM: missing cell state"))?;
-                    let gates = gx.add(&h.matmul(&w_hh_t)?)?;
-                    let hc = Tensor::lstm_cell(&gates, &prev)?;
-                    h = hc.narrow(0, 0, 1)?.squeeze(0)?;
-                    c = Some(hc.narrow(0, 1, 1)?.squeeze(0)?);
-                }
-                RnnKind::Gru => {
-                    let gh = h.matmul(&w_hh_t)?.add(&w.b_hh)?;
-                    h = Tensor::gru_cell(&gx, &gh, &h)?;
-                }
-            }
+            let gh = h.matmul(&w_hh_t)?.add(&w.b_hh)?;
+            h = Tensor::gru_cell(&gx, &gh, &h)?;
             outs[t] = Some(h.clone());
         }
         let outs: Vec<Tensor> = outs

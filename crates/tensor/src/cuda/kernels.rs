@@ -223,12 +223,19 @@ impl Strided {
     pub fn new(dims: &[usize], strides: &[usize], offset: usize) -> crate::Result<Strided> {
         // Dims of size 1 carry no information; dropping them lets rank-9+ views that are
         // really smaller through.
-        let kept: Vec<(usize, usize)> = dims
-            .iter()
-            .zip(strides)
-            .filter(|(d, _)| **d != 1)
-            .map(|(d, s)| (*d, *s))
-            .collect();
+        let mut kept: Vec<(usize, usize)> = Vec::with_capacity(dims.len());
+        for (&d, &st) in dims.iter().zip(strides).filter(|(d, _)| **d != 1) {
+            // Merge with the previous dim when the two walk memory as one (outer stride =
+            // inner stride × inner size): a contiguous view becomes one dim, which the
+            // kernels index with a multiply-add instead of divisions (common.cuh).
+            match kept.last_mut() {
+                Some((pd, ps)) if *ps == st * d => {
+                    *pd *= d;
+                    *ps = st;
+                }
+                _ => kept.push((d, st)),
+            }
+        }
         if kept.len() > MAX_DIMS {
             return Err(crate::Error::msg(format!(
                 "CUDA kernels take views of at most {MAX_DIMS} dimensions (of size > 1), got dims {dims:?}; make the tensor contiguous or reshape it first"
@@ -299,5 +306,37 @@ pub fn binary_code(op: BinaryOp) -> i32 {
         BinaryOp::Le => 9,
         BinaryOp::Gt => 10,
         BinaryOp::Ge => 11,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Strided;
+
+    fn dims(s: &Strided) -> Vec<(i64, i64)> {
+        (0..s.ndim as usize)
+            .map(|k| (s.shape[k], s.strides[k]))
+            .collect()
+    }
+
+    #[test]
+    fn strided_views_merge_the_dims_that_walk_memory_as_one() {
+        // Contiguous: one dim, whatever the rank.
+        let s = Strided::new(&[2, 3, 4], &[12, 4, 1], 5).unwrap();
+        assert_eq!((dims(&s), s.offset), (vec![(24, 1)], 5));
+        // A transpose does not merge.
+        let s = Strided::new(&[3, 2], &[1, 3], 0).unwrap();
+        assert_eq!(dims(&s), vec![(3, 1), (2, 3)]);
+        // A row broadcast keeps its zero stride apart; a full broadcast is one dim.
+        let s = Strided::new(&[2, 3], &[0, 1], 0).unwrap();
+        assert_eq!(dims(&s), vec![(2, 0), (3, 1)]);
+        let s = Strided::new(&[2, 3], &[0, 0], 0).unwrap();
+        assert_eq!(dims(&s), vec![(6, 0)]);
+        // Size-1 dims are dropped first; a narrowed row keeps its row stride.
+        let s = Strided::new(&[4, 1, 5], &[10, 99, 1], 0).unwrap();
+        assert_eq!(dims(&s), vec![(4, 10), (5, 1)]);
+        // A scalar view: no dims.
+        let s = Strided::new(&[1, 1], &[0, 0], 7).unwrap();
+        assert_eq!((s.ndim, s.offset), (0, 7));
     }
 }

@@ -20,6 +20,7 @@ pub use conv::Conv2dOptions;
 pub use custom::CustomBackward;
 pub use norm::BatchNormOutput;
 pub use pool::Pool2dOptions;
+pub use rnn::LstmSequence;
 
 use crate::{DType, Error, Result, Tensor};
 

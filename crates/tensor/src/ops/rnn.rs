@@ -72,19 +72,170 @@ fn fused(
     };
     let value = Tensor::from_storage(out, out_shape, None);
     let saved: Vec<Tensor> = dense.iter().map(|t| t.detach()).collect();
-    let shapes: Vec<Vec<usize>> = dense.iter().map(|t| t.dims().to_vec()).collect();
     let backward = Arc::new(move |grad: &Tensor| -> Result<Vec<Option<Tensor>>> {
-        let grad = grad.contiguous()?;
-        let grads = {
-            let guards: Vec<_> = saved.iter().map(|t| t.storage()).collect();
-            let refs: Vec<&Storage> = guards.iter().map(|g| &**g).collect();
-            Storage::rnn_cell_backward(&refs, &grad.storage(), cell, n, h)?
-        };
-        Ok(grads
+        let refs: Vec<&Tensor> = saved.iter().collect();
+        Ok(cell_backward(cell, &refs, grad, n, h)?
             .into_iter()
-            .zip(&shapes)
-            .map(|(s, shape)| Some(Tensor::from_storage(s, shape.clone(), None)))
+            .map(Some)
             .collect())
     });
     Ok(Tensor::custom_op(&value, &dense, backward))
+}
+
+/// The outputs of [`Tensor::lstm_sequence`].
+#[derive(Debug)]
+pub struct LstmSequence {
+    /// Hidden states of every step, by time index: `[T, N, H]`.
+    pub output: Tensor,
+    /// The hidden and cell state after the last processed step (time 0 when reversed).
+    pub h_last: Tensor,
+    pub c_last: Tensor,
+}
+
+impl Tensor {
+    /// A whole LSTM layer (one direction) as one autograd op, as cuDNN runs it: `xp
+    /// [T, N, 4H]` holds the input projections of every step with both biases added,
+    /// `w_hh [4H, H]` the recurrent weights, `h0`/`c0 [N, H]` the initial state; `reverse`
+    /// walks time backwards (the second direction of a bidirectional layer).
+    ///
+    /// Forward per step: one product `h·W_hhᵀ` and one fused cell. The backward is truncated
+    /// BPTT in one pass: per step one fused cell backward and one product for the hidden
+    /// gradient, and at the end ONE product for W_hh's gradient over all T·N rows
+    /// (instead of T products of N rows accumulated into a [4H, H] buffer, and T zero-padded
+    /// slices of xp's gradient, which is what per-step autograd costs: the measured
+    /// difference is in benchmarks/RESULTS.md). The gate pre-activations of every step are
+    /// kept for the backward (as much memory as `xp`).
+    pub fn lstm_sequence(
+        xp: &Tensor,
+        w_hh: &Tensor,
+        h0: &Tensor,
+        c0: &Tensor,
+        reverse: bool,
+    ) -> Result<LstmSequence> {
+        let d = xp.dims();
+        let (n, h) = (
+            h0.dims().first().copied().unwrap_or(0),
+            w_hh.dims().last().copied().unwrap_or(0),
+        );
+        if d.len() != 3 || d[0] == 0 || d[1] != n || d[2] != 4 * h || w_hh.dims() != [4 * h, h] {
+            return Err(Error::BadShape {
+                op: "lstm_sequence",
+                msg: format!(
+                    "xp must be [T > 0, N, 4H] with w_hh [4H, H] and h0 [N, H]; w_hh is {:?}, h0 {:?}",
+                    w_hh.dims(),
+                    h0.dims()
+                ),
+                shape: xp.shape().clone(),
+            });
+        }
+        cell_dims("lstm_sequence", &xp.narrow(0, 0, 1)?.squeeze(0)?, c0, 4)?;
+        if h0.dims() != c0.dims() {
+            return Err(Error::ShapeMismatch {
+                op: "lstm_sequence (h0 vs c0)",
+                lhs: h0.shape().clone(),
+                rhs: c0.shape().clone(),
+            });
+        }
+        xp.check_same_dtype(w_hh, "lstm_sequence")?;
+        xp.check_same_dtype(h0, "lstm_sequence")?;
+        let steps = d[0];
+        let order: Vec<usize> = if reverse {
+            (0..steps).rev().collect()
+        } else {
+            (0..steps).collect()
+        };
+        // Forward without recording: per time index, the gates, the state it started from.
+        let (packed, gates, h_prev, c_prev) = crate::no_grad(|| -> Result<_> {
+            let w_t = w_hh.detach().transpose_last()?;
+            let xp = xp.detach();
+            let (mut hh, mut cc) = (h0.detach().contiguous()?, c0.detach().contiguous()?);
+            let mut gates = vec![None; steps];
+            let mut h_prev = vec![None; steps];
+            let mut c_prev = vec![None; steps];
+            let mut ys = vec![None; steps];
+            for &t in &order {
+                let g = xp.narrow(0, t, 1)?.squeeze(0)?.add(&hh.matmul(&w_t)?)?;
+                let hc = Tensor::lstm_cell(&g, &cc)?;
+                gates[t] = Some(g);
+                h_prev[t] = Some(hh);
+                c_prev[t] = Some(cc);
+                hh = hc.narrow(0, 0, 1)?.squeeze(0)?.contiguous()?;
+                cc = hc.narrow(0, 1, 1)?.squeeze(0)?.contiguous()?;
+                ys[t] = Some(hh.clone());
+            }
+            let mut parts: Vec<Tensor> = ys.into_iter().flatten().collect();
+            parts.push(cc);
+            let unwrap =
+                |v: Vec<Option<Tensor>>| -> Vec<Tensor> { v.into_iter().flatten().collect() };
+            Ok((
+                Tensor::stack(&parts, 0)?,
+                unwrap(gates),
+                unwrap(h_prev),
+                unwrap(c_prev),
+            ))
+        })?;
+        let w = w_hh.detach();
+        let backward = Arc::new(move |grad: &Tensor| -> Result<Vec<Option<Tensor>>> {
+            // grad: [T + 1, N, H], the outputs' gradients and, last, c_last's.
+            let mut dh_next = Tensor::zeros(vec![n, h], grad.dtype(), grad.device())?;
+            let mut dc_next = grad.narrow(0, steps, 1)?.squeeze(0)?;
+            let mut dgates = vec![None; steps];
+            for &t in order.iter().rev() {
+                let dh = grad.narrow(0, t, 1)?.squeeze(0)?.add(&dh_next)?;
+                let dhc = Tensor::stack(&[dh, dc_next.clone()], 0)?;
+                let mut g = cell_backward(RnnCell::Lstm, &[&gates[t], &c_prev[t]], &dhc, n, h)?;
+                let dc = g
+                    .pop()
+                    .ok_or_else(|| Error::msg("lstm_sequence: no cell gradient"))?;
+                let dg = g
+                    .pop()
+                    .ok_or_else(|| Error::msg("lstm_sequence: no gate gradient"))?;
+                dh_next = dg.matmul(&w)?;
+                dc_next = dc;
+                dgates[t] = Some(dg);
+            }
+            let dgates: Vec<Tensor> = dgates.into_iter().flatten().collect();
+            let dxp = Tensor::stack(&dgates, 0)?;
+            let rows = steps * n;
+            let dw = dxp
+                .reshape(vec![rows, 4 * h])?
+                .transpose_last()?
+                .matmul(&Tensor::stack(&h_prev, 0)?.reshape(vec![rows, h])?)?;
+            Ok(vec![Some(dxp), Some(dw), Some(dh_next), Some(dc_next)])
+        });
+        let inputs = [xp.clone(), w_hh.clone(), h0.clone(), c0.clone()];
+        let out = Tensor::custom_op(&packed, &inputs, backward);
+        let output = out.narrow(0, 0, steps)?;
+        let last = if reverse { 0 } else { steps - 1 };
+        Ok(LstmSequence {
+            h_last: output.narrow(0, last, 1)?.squeeze(0)?,
+            c_last: out.narrow(0, steps, 1)?.squeeze(0)?,
+            output,
+        })
+    }
+}
+
+/// The fused cell's backward on tensors (no autograd): one gradient per input.
+fn cell_backward(
+    cell: RnnCell,
+    inputs: &[&Tensor],
+    grad: &Tensor,
+    n: usize,
+    h: usize,
+) -> Result<Vec<Tensor>> {
+    let dense: Vec<Tensor> = inputs
+        .iter()
+        .map(|t| t.contiguous())
+        .collect::<Result<_>>()?;
+    let grad = grad.contiguous()?;
+    let grads = {
+        let guards: Vec<_> = dense.iter().map(|t| t.storage()).collect();
+        let refs: Vec<&Storage> = guards.iter().map(|g| &**g).collect();
+        Storage::rnn_cell_backward(&refs, &grad.storage(), cell, n, h)?
+    };
+    Ok(grads
+        .into_iter()
+        .zip(&dense)
+        .map(|(s, t)| Tensor::from_storage(s, t.dims().to_vec(), None))
+        .collect())
 }
