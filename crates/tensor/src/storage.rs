@@ -264,6 +264,17 @@ pub trait BackendStorage: Sized {
         count: usize,
     ) -> Result<Self>;
 
+    /// CTC forward-backward of contiguous log-probabilities `dims = (T, N, C)` (blank 0)
+    /// against `targets` (labels in 1..C), sample n using its first `lengths[n]` frames
+    /// (1..=T, checked by the caller): per-sample nll (+inf when the target cannot be
+    /// aligned) and d nll / d log_probs `[T, N, C]` (zero past a sample's frames and for
+    /// an unalignable sample).
+    fn ctc(
+        &self,
+        dims: (usize, usize, usize),
+        targets: &[Vec<u32>],
+        lengths: &[usize],
+    ) -> Result<(Vec<f64>, Self)>;
     /// A fused recurrent cell over contiguous `inputs` of one dtype (see [`RnnCell`]).
     fn rnn_cell(inputs: &[&Self], cell: RnnCell, n: usize, h: usize) -> Result<Self>;
     /// The gradients of every input of [`BackendStorage::rnn_cell`] from the output's.
@@ -635,6 +646,21 @@ impl BackendStorage for Storage {
             Pair::Cuda(p, l) => p
                 .cross_entropy_backward(l, grad, n, c, ignore, count)
                 .map(Storage::Cuda),
+        }
+    }
+    fn ctc(
+        &self,
+        dims: (usize, usize, usize),
+        targets: &[Vec<u32>],
+        lengths: &[usize],
+    ) -> Result<(Vec<f64>, Self)> {
+        match self {
+            Storage::Cpu(s) => s
+                .ctc(dims, targets, lengths)
+                .map(|(l, g)| (l, Storage::Cpu(g))),
+            Storage::Cuda(s) => s
+                .ctc(dims, targets, lengths)
+                .map(|(l, g)| (l, Storage::Cuda(g))),
         }
     }
     fn rnn_cell(inputs: &[&Self], cell: RnnCell, n: usize, h: usize) -> Result<Self> {

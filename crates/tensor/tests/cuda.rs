@@ -523,6 +523,29 @@ fn rnn_cells(dev: Device) -> Result<Named> {
 }
 test_device!(rnn_cells, 1e-5);
 
+/// CTC's forward-backward (kernels/ctc.cu): DeepSpeech-like sizes (29 classes), repeated
+/// labels (no skip between equal labels), shorter input lengths, and a sample whose
+/// target cannot be aligned (+inf loss, zero gradient).
+fn ctc(dev: Device) -> Result<Named> {
+    let (t, n, c) = (50, 4, 29);
+    let lp = randn(&[t, n, c], 70, dev)?.log_softmax(2)?;
+    let targets = vec![
+        vec![3, 4, 5, 6],
+        vec![7, 7, 8, 1, 1, 2],
+        (1..29).collect::<Vec<u32>>(),
+        vec![9; 30], // 30 labels with repeats need 59 frames: unalignable in 40
+    ];
+    let lengths = [50, 31, 47, 40];
+    let (nll, grad) = lp.ctc_forward_backward(&targets, &lengths)?;
+    assert!(nll[3].is_infinite() && nll[..3].iter().all(|l| l.is_finite()));
+    let finite: Vec<f64> = nll[..3].to_vec();
+    Ok(vec![
+        ("nll".into(), Tensor::from_vec(finite, 3, dev)?),
+        ("grad".into(), grad),
+    ])
+}
+test_device!(ctc, 1e-5);
+
 fn convolution(dev: Device) -> Result<Named> {
     let mut out = Vec::new();
     let cases = [

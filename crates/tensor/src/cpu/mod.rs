@@ -4,6 +4,7 @@
 //! copies and indexing, not arithmetic.
 
 mod conv;
+mod ctc;
 mod elementwise;
 mod index;
 pub(crate) mod matmul;
@@ -436,6 +437,24 @@ impl BackendStorage for CpuStorage {
         }
     }
 
+    fn ctc(
+        &self,
+        dims: (usize, usize, usize),
+        targets: &[Vec<u32>],
+        lengths: &[usize],
+    ) -> Result<(Vec<f64>, Self)> {
+        match self {
+            CpuStorage::F32(x) => {
+                let (l, g) = ctc::ctc(x, dims, targets, lengths);
+                Ok((l, CpuStorage::F32(g)))
+            }
+            CpuStorage::F64(x) => {
+                let (l, g) = ctc::ctc(x, dims, targets, lengths);
+                Ok((l, CpuStorage::F64(g)))
+            }
+            CpuStorage::U32(_) => Err(unsupported("ctc", DType::U32)),
+        }
+    }
     fn rnn_cell(inputs: &[&Self], cell: RnnCell, n: usize, h: usize) -> Result<Self> {
         match inputs.first() {
             Some(CpuStorage::F32(_)) => {

@@ -141,6 +141,16 @@ pub const MODULES: &[KernelModule] = &[
             "gru_cell_bwd_f64",
         ],
     },
+    KernelModule {
+        name: "ctc",
+        source: include_str!("../../kernels/ctc.cu"),
+        kernels: &[
+            "ctc_alpha_beta_f32",
+            "ctc_alpha_beta_f64",
+            "ctc_grad_f32",
+            "ctc_grad_f64",
+        ],
+    },
 ];
 
 /// The module that defines `kernel` and the kernel's name as stored there (`None` for

@@ -17,6 +17,7 @@
 
 mod blas;
 mod conv;
+mod ctc;
 mod device;
 mod elementwise;
 mod index;

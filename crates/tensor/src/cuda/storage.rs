@@ -8,7 +8,9 @@
 //! GPU cannot run returns an error.
 
 use super::device::{cuda_err, CudaDevice};
-use super::{conv, elementwise, index, matmul, norm, pool, random, reduce, rnn, select, softmax};
+use super::{
+    conv, ctc, elementwise, index, matmul, norm, pool, random, reduce, rnn, select, softmax,
+};
 use crate::cpu::CpuStorage;
 use crate::storage::{
     BackendStorage, BatchNormParams, BinaryOp, Conv2dParams, Pool2dParams, ReduceOp, RnnCell,
@@ -600,6 +602,26 @@ impl BackendStorage for CudaStorage {
         })
     }
 
+    fn ctc(
+        &self,
+        dims: (usize, usize, usize),
+        targets: &[Vec<u32>],
+        lengths: &[usize],
+    ) -> Result<(Vec<f64>, Self)> {
+        let d = &self.dev;
+        let len = dims.0 * dims.1 * dims.2;
+        Ok(match &self.data {
+            CudaData::F32(x) => {
+                let (l, g) = ctc::ctc(d, x, dims, targets, lengths)?;
+                (l, CudaStorage::new(g, len, d))
+            }
+            CudaData::F64(x) => {
+                let (l, g) = ctc::ctc(d, x, dims, targets, lengths)?;
+                (l, CudaStorage::new(g, len, d))
+            }
+            CudaData::U32(_) => return Err(unsupported("ctc", DType::U32)),
+        })
+    }
     fn rnn_cell(inputs: &[&Self], cell: RnnCell, n: usize, h: usize) -> Result<Self> {
         let first = inputs
             .first()

@@ -3,6 +3,7 @@
 //! backend through `BackendStorage`, and records an `Op` for autograd.
 
 mod conv;
+mod ctc;
 mod custom;
 mod dropout;
 mod elementwise;

@@ -1,0 +1,55 @@
+//! CTC's forward-backward as a tensor function, on the device the log-probabilities live
+//! on (crate::cpu::ctc, kernels/ctc.cu). The loss built on it, with its reductions and
+//! `zero_infinity`, is `nn::loss::ctc_loss`.
+
+use crate::storage::{BackendStorage, Storage};
+use crate::{Error, Result, Tensor};
+
+impl Tensor {
+    /// For log-probabilities `[T, N, C]` (blank = class 0) and per-sample `targets`
+    /// (labels in 1..C) using the first `lengths[n]` frames: each sample's negative
+    /// log-likelihood (+inf when the target cannot be aligned in its frames) and
+    /// d nll_n / d log_probs as a `[T, N, C]` tensor on the same device (zero past each
+    /// sample's frames and for an unalignable sample). Not recorded by autograd.
+    pub fn ctc_forward_backward(
+        &self,
+        targets: &[Vec<u32>],
+        lengths: &[usize],
+    ) -> Result<(Vec<f64>, Tensor)> {
+        self.check_float("ctc")?;
+        let d = self.dims();
+        if d.len() != 3 {
+            return Err(Error::BadShape {
+                op: "ctc",
+                msg: "log_probs must be [T, N, C]".into(),
+                shape: self.shape().clone(),
+            });
+        }
+        let (frames, n, classes) = (d[0], d[1], d[2]);
+        if targets.len() != n || lengths.len() != n {
+            return Err(Error::msg(format!(
+                "ctc: batch of {n}, but {} targets and {} input lengths",
+                targets.len(),
+                lengths.len()
+            )));
+        }
+        for (i, (tg, &len)) in targets.iter().zip(lengths).enumerate() {
+            if len == 0 || len > frames {
+                return Err(Error::msg(format!(
+                    "ctc: input length {len} of sample {i} is not in 1..={frames}"
+                )));
+            }
+            if let Some(&bad) = tg.iter().find(|&&l| l == 0 || l as usize >= classes) {
+                return Err(Error::msg(format!(
+                    "ctc: label {bad} in target {i} is not in 1..{classes} (0 is the blank)"
+                )));
+            }
+        }
+        let x = self.detach().contiguous()?;
+        let (nll, grad) = {
+            let s: &Storage = &x.storage();
+            s.ctc((frames, n, classes), targets, lengths)?
+        };
+        Ok((nll, Tensor::from_storage(grad, d.to_vec(), None)))
+    }
+}
