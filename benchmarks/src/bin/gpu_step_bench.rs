@@ -35,7 +35,7 @@ struct Args {
     #[arg(long)]
     no_reference: bool,
     /// Also time forward, backward and the SGD update separately (synchronising between
-    /// them), and the host time to issue the forward without waiting for the GPU.
+    /// them).
     #[arg(long)]
     breakdown: bool,
     /// Append the results as JSON lines to this file.
@@ -78,21 +78,19 @@ fn train_step(
     Ok(())
 }
 
-/// Median forward, backward and update times (ms), each phase synchronised, plus the
-/// host-side time of issuing the forward (the clock stops before synchronising).
+/// Median forward, backward and update times (ms), each phase synchronised.
 fn phases(
     model: &dyn Module,
     sgd: &mut Sgd,
     device: Device,
     loss_of: &dyn Fn(&dyn Module, &mut Ctx) -> tensor::Result<Tensor>,
     repeats: usize,
-) -> Result<[f64; 4]> {
-    let mut v: [Vec<f64>; 4] = Default::default();
+) -> Result<[f64; 3]> {
+    let mut v: [Vec<f64>; 3] = Default::default();
     for _ in 0..repeats.max(1) {
         let mut ctx = Ctx::train(1);
         let t = Instant::now();
         let loss = loss_of(model, &mut ctx)?;
-        let issue = t.elapsed().as_secs_f64() * 1e3;
         cuda::synchronize(device)?;
         let fwd = t.elapsed().as_secs_f64() * 1e3;
         let t = Instant::now();
@@ -104,25 +102,31 @@ fn phases(
         sgd.step(&params, &grads)?;
         cuda::synchronize(device)?;
         let upd = t.elapsed().as_secs_f64() * 1e3;
-        for (slot, x) in v.iter_mut().zip([fwd, issue, bwd, upd]) {
+        for (slot, x) in v.iter_mut().zip([fwd, bwd, upd]) {
             slot.push(x);
         }
     }
-    let [a, b, c, d] = v;
-    Ok([median(a), median(b), median(c), median(d)])
+    let [a, b, c] = v;
+    Ok([median(a), median(b), median(c)])
 }
 
-fn report_phases(name: &str, p: [f64; 4]) {
+fn report_phases(name: &str, p: [f64; 3]) {
     eprintln!(
-        "{name}: forward {:.1} ms (the host issues it in {:.1} ms), backward {:.1} ms, SGD update {:.1} ms",
-        p[0], p[1], p[2], p[3]
+        "{name}: forward {:.1} ms, backward {:.1} ms, SGD update {:.1} ms",
+        p[0], p[1], p[2]
     );
 }
 
-fn bench(name: &str, args: &Args, device: Device) -> Result<(usize, f64)> {
+/// A model on the device, its batch size and its loss on a fixed batch.
+type Workload = (
+    Box<dyn Module>,
+    usize,
+    Box<dyn Fn(&dyn Module, &mut Ctx) -> tensor::Result<Tensor>>,
+);
+
+fn workload(name: &str, device: Device) -> Result<Workload> {
     let mut rng = Rng::new(0);
-    let mut sgd = Sgd::new(0.01, 0.9, false, 0.0)?;
-    match name {
+    Ok(match name {
         "resnet50" => {
             let batch = 64;
             let model = init::with_default_device(device, || models::resnet50(1000, &mut rng))?;
@@ -137,14 +141,9 @@ fn bench(name: &str, args: &Args, device: Device) -> Result<(usize, f64)> {
             .to_device(device)?;
             let labels: Vec<u32> = (0..batch as u32).map(|i| i % 1000).collect();
             let y = Tensor::from_vec(labels, vec![batch], device)?;
-            let loss = |m: &dyn Module, ctx: &mut Ctx| m.forward(&x, ctx)?.cross_entropy(&y, None);
-            let ms = time_steps(args.warmup, args.repeats, || {
-                train_step(&model, &mut sgd, device, &loss)
-            })?;
-            if args.breakdown {
-                report_phases(name, phases(&model, &mut sgd, device, &loss, args.repeats)?);
-            }
-            Ok((batch, ms))
+            let loss =
+                move |m: &dyn Module, ctx: &mut Ctx| m.forward(&x, ctx)?.cross_entropy(&y, None);
+            (Box::new(model), batch, Box::new(loss))
         }
         "lstm" => {
             let (batch, steps, vocab) = (20usize, 35usize, 10000usize);
@@ -158,21 +157,36 @@ fn bench(name: &str, args: &Args, device: Device) -> Result<(usize, f64)> {
                 .collect();
             let x = Tensor::from_vec(ids, vec![steps, batch], device)?;
             let y = Tensor::from_vec(targets, vec![steps * batch], device)?;
-            let loss = |m: &dyn Module, ctx: &mut Ctx| {
+            let loss = move |m: &dyn Module, ctx: &mut Ctx| {
                 m.forward(&x, ctx)?
                     .reshape(vec![steps * batch, vocab])?
                     .cross_entropy(&y, None)
             };
-            let ms = time_steps(args.warmup, args.repeats, || {
-                train_step(&model, &mut sgd, device, &loss)
-            })?;
-            if args.breakdown {
-                report_phases(name, phases(&model, &mut sgd, device, &loss, args.repeats)?);
-            }
-            Ok((batch, ms))
+            (Box::new(model), batch, Box::new(loss))
         }
         other => bail!("unknown model {other:?} (resnet50, lstm)"),
+    })
+}
+
+fn bench(name: &str, args: &Args, device: Device) -> Result<(usize, f64)> {
+    let (model, batch, loss) = workload(name, device)?;
+    let mut sgd = Sgd::new(0.01, 0.9, false, 0.0)?;
+    let ms = time_steps(args.warmup, args.repeats, || {
+        train_step(model.as_ref(), &mut sgd, device, loss.as_ref())
+    })?;
+    if args.breakdown {
+        report_phases(
+            name,
+            phases(
+                model.as_ref(),
+                &mut sgd,
+                device,
+                loss.as_ref(),
+                args.repeats,
+            )?,
+        );
     }
+    Ok((batch, ms))
 }
 
 fn main() -> Result<()> {

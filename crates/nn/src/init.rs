@@ -9,6 +9,23 @@ thread_local! {
     static DEFAULT_DEVICE: Cell<Device> = const { Cell::new(Device::Cpu) };
 }
 
+/// Runs `f` with the thread-local `key` set to `value`, restoring the previous value
+/// afterwards, also when `f` panics.
+fn scoped<T: Copy + 'static, R>(
+    key: &'static std::thread::LocalKey<Cell<T>>,
+    value: T,
+    f: impl FnOnce() -> R,
+) -> R {
+    struct Restore<T: Copy + 'static>(&'static std::thread::LocalKey<Cell<T>>, T);
+    impl<T: Copy + 'static> Drop for Restore<T> {
+        fn drop(&mut self) {
+            self.0.with(|d| d.set(self.1));
+        }
+    }
+    let _restore = Restore(key, key.with(|d| d.replace(value)));
+    f()
+}
+
 /// The device new parameters and buffers are placed on by this thread (the CPU unless
 /// changed with [`with_default_device`]).
 pub fn default_device() -> Device {
@@ -20,15 +37,7 @@ pub fn default_device() -> Device {
 /// `Rng` and then copied, so a seed gives the same model on every device (the GPU-vs-CPU
 /// model checks rely on it).
 pub fn with_default_device<R>(device: Device, f: impl FnOnce() -> R) -> R {
-    let previous = DEFAULT_DEVICE.with(|d| d.replace(device));
-    struct Restore(Device);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            DEFAULT_DEVICE.with(|d| d.set(self.0));
-        }
-    }
-    let _restore = Restore(previous);
-    f()
+    scoped(&DEFAULT_DEVICE, device, f)
 }
 
 /// Moves a freshly initialised CPU tensor to the default device and makes it a variable.
@@ -44,15 +53,7 @@ pub fn default_dtype() -> DType {
 /// Builds with `dtype` as the default parameter dtype (f64 for gradient checks), then
 /// restores the previous default.
 pub fn with_default_dtype<R>(dtype: DType, f: impl FnOnce() -> R) -> R {
-    let previous = DEFAULT_DTYPE.with(|d| d.replace(dtype));
-    struct Restore(DType);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            DEFAULT_DTYPE.with(|d| d.set(self.0));
-        }
-    }
-    let _restore = Restore(previous);
-    f()
+    scoped(&DEFAULT_DTYPE, dtype, f)
 }
 
 /// He/Kaiming normal for ReLU networks: N(0, 2 / fan), with fan = fan_out as torchvision's

@@ -11,6 +11,20 @@ fn sigm<T: Float>(x: T) -> T {
     T::one() / (T::one() + (-x).exp())
 }
 
+/// Unit j's LSTM gate activations (i, f, g, o) from a row of pre-activations `[4h]`.
+#[inline]
+fn lstm_gates<T: Float>(g: &[T], j: usize, h: usize) -> (T, T, T, T) {
+    (sigm(g[j]), sigm(g[h + j]), g[2 * h + j].tanh(), sigm(g[3 * h + j]))
+}
+
+/// Unit j's GRU reset and update gates and candidate (r, z, n) from rows `[3h]` of the
+/// input part `x` and the hidden part `y`.
+#[inline]
+fn gru_gates<T: Float>(x: &[T], y: &[T], j: usize, h: usize) -> (T, T, T) {
+    let (r, z) = (sigm(x[j] + y[j]), sigm(x[h + j] + y[h + j]));
+    (r, z, (x[2 * h + j] + r * y[2 * h + j]).tanh())
+}
+
 /// Rows per rayon task: at least this many elements each, so a small step (one batch of
 /// a few rows) stays on one thread.
 fn rows_per_task(h: usize) -> usize {
@@ -34,8 +48,7 @@ pub(crate) fn forward<T: Float>(inputs: &[&[T]], cell: RnnCell, n: usize, h: usi
                 .for_each(|(r, (hr, cr))| {
                     let g = &gates[r * 4 * h..(r + 1) * 4 * h];
                     for j in 0..h {
-                        let (i, f) = (sigm(g[j]), sigm(g[h + j]));
-                        let (gg, og) = (g[2 * h + j].tanh(), sigm(g[3 * h + j]));
+                        let (i, f, gg, og) = lstm_gates(g, j, h);
                         let c = f * c_prev[r * h + j] + i * gg;
                         hr[j] = og * c.tanh();
                         cr[j] = c;
@@ -55,8 +68,7 @@ pub(crate) fn forward<T: Float>(inputs: &[&[T]], cell: RnnCell, n: usize, h: usi
                         &gh[r * 3 * h..(r + 1) * 3 * h],
                     );
                     for j in 0..h {
-                        let (rr, z) = (sigm(x[j] + y[j]), sigm(x[h + j] + y[h + j]));
-                        let cand = (x[2 * h + j] + rr * y[2 * h + j]).tanh();
+                        let (_, z, cand) = gru_gates(x, y, j, h);
                         hr[j] = cand + z * (h_prev[r * h + j] - cand);
                     }
                 });
@@ -90,8 +102,7 @@ pub(crate) fn backward<T: Float>(
                     let g = &gates[r * 4 * h..(r + 1) * 4 * h];
                     for j in 0..h {
                         let k = r * h + j;
-                        let (i, f) = (sigm(g[j]), sigm(g[h + j]));
-                        let (gg, og) = (g[2 * h + j].tanh(), sigm(g[3 * h + j]));
+                        let (i, f, gg, og) = lstm_gates(g, j, h);
                         let c = f * c_prev[k] + i * gg;
                         let tc = c.tanh();
                         let dh = grad[k];
@@ -121,8 +132,7 @@ pub(crate) fn backward<T: Float>(
                         &gh[r * 3 * h..(r + 1) * 3 * h],
                     );
                     for j in 0..h {
-                        let (rr, z) = (sigm(x[j] + y[j]), sigm(x[h + j] + y[h + j]));
-                        let cand = (x[2 * h + j] + rr * y[2 * h + j]).tanh();
+                        let (rr, z, cand) = gru_gates(x, y, j, h);
                         let d = grad[r * h + j];
                         let dz = d * (h_prev[r * h + j] - cand) * z * (T::one() - z);
                         let dn = d * (T::one() - z) * (T::one() - cand * cand);
