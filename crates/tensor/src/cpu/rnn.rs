@@ -14,7 +14,12 @@ fn sigm<T: Float>(x: T) -> T {
 /// Unit j's LSTM gate activations (i, f, g, o) from a row of pre-activations `[4h]`.
 #[inline]
 fn lstm_gates<T: Float>(g: &[T], j: usize, h: usize) -> (T, T, T, T) {
-    (sigm(g[j]), sigm(g[h + j]), g[2 * h + j].tanh(), sigm(g[3 * h + j]))
+    (
+        sigm(g[j]),
+        sigm(g[h + j]),
+        g[2 * h + j].tanh(),
+        sigm(g[3 * h + j]),
+    )
 }
 
 /// Unit j's GRU reset and update gates and candidate (r, z, n) from rows `[3h]` of the
