@@ -97,3 +97,53 @@ fn clipping_scales_to_the_global_norm() {
     assert!((norm - after).abs() < 1e-6);
     assert!((grads[1].to_vec::<f32>().unwrap()[0] - 0.8).abs() < 1e-5);
 }
+
+/// The fused in-place SGD step (one kernel per parameter) against the formula, plain
+/// momentum with weight decay, three steps (the first sets the buffer).
+#[test]
+fn fused_sgd_momentum_follows_the_formula() {
+    use nn::optim::{Optimizer, Sgd};
+    use tensor::{DType, Device, Rng, Tensor};
+    let (lr, m, wd) = (0.1, 0.9, 0.01);
+    let p = Tensor::randn(
+        vec![5, 3],
+        0.0,
+        1.0,
+        DType::F64,
+        Device::Cpu,
+        &mut Rng::new(1),
+    )
+    .unwrap();
+    let mut want = p.to_vec::<f64>().unwrap();
+    let mut buf = vec![0.0; want.len()];
+    let mut sgd = Sgd::new(lr, m, false, wd).unwrap();
+    for step in 0..3 {
+        let g = Tensor::randn(
+            vec![5, 3],
+            0.0,
+            1.0,
+            DType::F64,
+            Device::Cpu,
+            &mut Rng::new(10 + step),
+        )
+        .unwrap();
+        sgd.update(0, &p, &g).unwrap();
+        for ((w, b), g) in want
+            .iter_mut()
+            .zip(buf.iter_mut())
+            .zip(g.to_vec::<f64>().unwrap())
+        {
+            let d = g + *w * wd;
+            *b = if step == 0 { d } else { *b * m + d };
+            *w -= *b * lr;
+        }
+        let got = p.to_vec::<f64>().unwrap();
+        for (a, b) in got.iter().zip(&want) {
+            assert!(
+                (a - b).abs() <= 1e-15 * (1.0 + b.abs()),
+                "step {step}: {a} vs {b}"
+            );
+        }
+    }
+    assert_eq!(sgd.momentum_buffers()[0].1.to_vec::<f64>().unwrap(), buf);
+}

@@ -50,4 +50,5 @@ pub use error::{Error, Result};
 pub use ops::{BatchNormOutput, Conv2dOptions, CustomBackward, LstmSequence, Pool2dOptions};
 pub use rng::Rng;
 pub use shape::{Layout, Shape, StridedIndex};
+pub use storage::SgdStep;
 pub use tensor::{is_grad_enabled, no_grad, Tensor, TensorId, WithDType};

@@ -68,6 +68,17 @@ impl BinaryOp {
     }
 }
 
+/// One in-place SGD step with momentum (see `Tensor::sgd_momentum_`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SgdStep {
+    pub lr: f64,
+    pub momentum: f64,
+    pub weight_decay: f64,
+    pub nesterov: bool,
+    /// The buffer is set to the step's direction instead of decayed into (torch's first step).
+    pub first: bool,
+}
+
 /// A fused recurrent cell (the pointwise part of one time step; see kernels/rnn.cu).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RnnCell {
@@ -275,6 +286,9 @@ pub trait BackendStorage: Sized {
         targets: &[Vec<u32>],
         lengths: &[usize],
     ) -> Result<(Vec<f64>, Self)>;
+    /// One SGD step with momentum in place on dense buffers of `n` elements: `self` is the
+    /// parameter, `buf` its momentum buffer, `grad` the gradient.
+    fn sgd_momentum(&mut self, grad: &Self, buf: &mut Self, n: usize, h: SgdStep) -> Result<()>;
     /// A fused recurrent cell over contiguous `inputs` of one dtype (see [`RnnCell`]).
     fn rnn_cell(inputs: &[&Self], cell: RnnCell, n: usize, h: usize) -> Result<Self>;
     /// The gradients of every input of [`BackendStorage::rnn_cell`] from the output's.
@@ -661,6 +675,20 @@ impl BackendStorage for Storage {
             Storage::Cuda(s) => s
                 .ctc(dims, targets, lengths)
                 .map(|(l, g)| (l, Storage::Cuda(g))),
+        }
+    }
+    fn sgd_momentum(&mut self, grad: &Self, buf: &mut Self, n: usize, h: SgdStep) -> Result<()> {
+        let (pd, gd, bd) = (self.device(), grad.device(), buf.device());
+        match (self, grad, buf) {
+            (Storage::Cpu(p), Storage::Cpu(g), Storage::Cpu(b)) => p.sgd_momentum(g, b, n, h),
+            (Storage::Cuda(p), Storage::Cuda(g), Storage::Cuda(b)) if pd == gd && pd == bd => {
+                p.sgd_momentum(g, b, n, h)
+            }
+            _ => Err(crate::Error::DeviceMismatch {
+                op: "sgd_momentum",
+                lhs: pd,
+                rhs: if gd != pd { gd } else { bd },
+            }),
         }
     }
     fn rnn_cell(inputs: &[&Self], cell: RnnCell, n: usize, h: usize) -> Result<Self> {

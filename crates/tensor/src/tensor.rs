@@ -345,6 +345,14 @@ impl Tensor {
         // consistent state we had, so reading it is the most useful thing to do.
         self.0.storage.read().unwrap_or_else(|e| e.into_inner())
     }
+    /// Write access to the underlying storage, for in-place optimizer steps.
+    pub(crate) fn storage_mut(&self) -> std::sync::RwLockWriteGuard<'_, Storage> {
+        self.0.storage.write().unwrap_or_else(|e| e.into_inner())
+    }
+    /// Whether two tensors are views of one storage.
+    pub(crate) fn shares_storage(&self, other: &Tensor) -> bool {
+        Arc::ptr_eq(&self.0.storage, &other.0.storage)
+    }
 
     /// The elements in row-major order.
     pub fn to_vec<T: WithDType>(&self) -> Result<Vec<T>> {

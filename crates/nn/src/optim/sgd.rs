@@ -4,7 +4,7 @@
 
 use super::Optimizer;
 use std::collections::HashMap;
-use tensor::{no_grad, Error, Result, Tensor};
+use tensor::{no_grad, Error, Result, SgdStep, Tensor};
 
 pub struct Sgd {
     pub lr: f64,
@@ -45,6 +45,29 @@ impl Sgd {
 
 impl Optimizer for Sgd {
     fn update(&mut self, index: usize, param: &Tensor, grad: &Tensor) -> Result<()> {
+        if self.momentum != 0.0 && param.dtype().is_float() {
+            // One in-place kernel per parameter (tensor's kernels/optim.cu), the same
+            // arithmetic as the composed ops below, which serve momentum 0.
+            let (buf, first) = match self.buffers.get(&index) {
+                Some(b) => (b.clone(), false),
+                None => {
+                    let b = Tensor::zeros(param.shape().clone(), param.dtype(), param.device())?;
+                    self.buffers.insert(index, b.clone());
+                    (b, true)
+                }
+            };
+            return param.sgd_momentum_(
+                grad,
+                &buf,
+                SgdStep {
+                    lr: self.lr,
+                    momentum: self.momentum,
+                    weight_decay: self.weight_decay,
+                    nesterov: self.nesterov,
+                    first,
+                },
+            );
+        }
         no_grad(|| {
             let mut d = grad.clone();
             if self.weight_decay != 0.0 {

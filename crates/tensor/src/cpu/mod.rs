@@ -9,6 +9,7 @@ mod elementwise;
 mod index;
 pub(crate) mod matmul;
 mod norm;
+mod optim;
 mod pool;
 mod reduce;
 mod rnn;
@@ -17,7 +18,7 @@ mod softmax;
 
 use crate::storage::{
     BackendStorage, BatchNormParams, BinaryOp, Conv2dParams, Pool2dParams, ReduceOp, RnnCell,
-    UnaryOp,
+    SgdStep, UnaryOp,
 };
 use crate::{DType, Device, Error, Layout, Result, Shape};
 
@@ -454,6 +455,14 @@ impl BackendStorage for CpuStorage {
             }
             CpuStorage::U32(_) => Err(unsupported("ctc", DType::U32)),
         }
+    }
+    fn sgd_momentum(&mut self, grad: &Self, buf: &mut Self, _n: usize, h: SgdStep) -> Result<()> {
+        match (&mut *self, grad, &mut *buf) {
+            (CpuStorage::F32(p), CpuStorage::F32(g), CpuStorage::F32(b)) => optim::sgd(p, g, b, h),
+            (CpuStorage::F64(p), CpuStorage::F64(g), CpuStorage::F64(b)) => optim::sgd(p, g, b, h),
+            _ => return Err(mismatch("sgd_momentum", self, grad)),
+        }
+        Ok(())
     }
     fn rnn_cell(inputs: &[&Self], cell: RnnCell, n: usize, h: usize) -> Result<Self> {
         match inputs.first() {

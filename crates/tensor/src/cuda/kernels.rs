@@ -142,6 +142,11 @@ pub const MODULES: &[KernelModule] = &[
         ],
     },
     KernelModule {
+        name: "optim",
+        source: include_str!("../../kernels/optim.cu"),
+        kernels: &["sgd_momentum_f32", "sgd_momentum_f64"],
+    },
+    KernelModule {
         name: "ctc",
         source: include_str!("../../kernels/ctc.cu"),
         kernels: &[

@@ -24,6 +24,7 @@ mod index;
 pub mod kernels;
 mod matmul;
 mod norm;
+mod optim;
 mod pool;
 mod random;
 mod reduce;

@@ -9,12 +9,12 @@
 
 use super::device::{cuda_err, CudaDevice};
 use super::{
-    conv, ctc, elementwise, index, matmul, norm, pool, random, reduce, rnn, select, softmax,
+    conv, ctc, elementwise, index, matmul, norm, optim, pool, random, reduce, rnn, select, softmax,
 };
 use crate::cpu::CpuStorage;
 use crate::storage::{
     BackendStorage, BatchNormParams, BinaryOp, Conv2dParams, Pool2dParams, ReduceOp, RnnCell,
-    UnaryOp,
+    SgdStep, UnaryOp,
 };
 use crate::{DType, Device, Error, Layout, Result, Shape};
 use cudarc::driver::{CudaSlice, DeviceRepr, ValidAsZeroBits};
@@ -621,6 +621,14 @@ impl BackendStorage for CudaStorage {
             }
             CudaData::U32(_) => return Err(unsupported("ctc", DType::U32)),
         })
+    }
+    fn sgd_momentum(&mut self, grad: &Self, buf: &mut Self, n: usize, h: SgdStep) -> Result<()> {
+        let d = self.dev.clone();
+        match (&mut self.data, &grad.data, &mut buf.data) {
+            (CudaData::F32(p), CudaData::F32(g), CudaData::F32(b)) => optim::sgd(&d, p, g, b, n, h),
+            (CudaData::F64(p), CudaData::F64(g), CudaData::F64(b)) => optim::sgd(&d, p, g, b, n, h),
+            _ => Err(mismatch("sgd_momentum", self, grad)),
+        }
     }
     fn rnn_cell(inputs: &[&Self], cell: RnnCell, n: usize, h: usize) -> Result<Self> {
         let first = inputs

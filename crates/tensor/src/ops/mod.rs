@@ -10,6 +10,7 @@ mod elementwise;
 mod index;
 mod matmul;
 mod norm;
+mod optim;
 mod pool;
 mod reduce;
 mod rnn;
