@@ -758,6 +758,31 @@ fn top_k(dev: Device) -> Result<Named> {
 }
 test_device!(top_k, 0.0);
 
+/// The fused SGD-with-momentum update (kernels/optim.cu): three steps of plain and
+/// Nesterov momentum with weight decay, the first one setting the buffer.
+fn sgd_momentum(dev: Device) -> Result<Named> {
+    let mut out = Vec::new();
+    for nesterov in [false, true] {
+        let p = randn(&[257, 33], 91, dev)?;
+        let buf = Tensor::zeros(vec![257, 33], DType::F32, dev)?;
+        for step in 0..3 {
+            let g = randn(&[257, 33], 92 + step, dev)?;
+            let s = tensor::SgdStep {
+                lr: 0.1,
+                momentum: 0.9,
+                weight_decay: 1e-4,
+                nesterov,
+                first: step == 0,
+            };
+            p.sgd_momentum_(&g, &buf, s)?;
+        }
+        out.push((format!("nesterov {nesterov} parameter"), p));
+        out.push((format!("nesterov {nesterov} buffer"), buf));
+    }
+    Ok(out)
+}
+test_device!(sgd_momentum, 1e-5);
+
 fn dropout(dev: Device) -> Result<Named> {
     let x = randn(&[1000, 33], 90, dev)?.to_var();
     let y = x.dropout(0.3, &mut Rng::new(5))?;
