@@ -5,6 +5,7 @@
 #   .gpu/tensor-cuda       crates/tensor/tests/cuda.rs   (every op, GPU vs CPU)
 #   .gpu/tensor-errors     crates/tensor/tests/errors.rs
 #   .gpu/nn-cuda-models    crates/nn/tests/cuda_models.rs (ResNet-20, LSTM LM, DeepSpeech steps)
+#   .gpu/comm-nccl         crates/comm/tests/nccl.rs (the NCCL backend on one GPU)
 #   .gpu/gpu_step_bench    benchmarks: ResNet-50 and the 2x1500 LSTM against PyTorch
 #   .gpu/bin/train         the trainer (gpu-check.sh runs a short --device cuda job)
 # Usage: bash scripts/gpu-build.sh   then   run(command="bash scripts/gpu-check.sh", carry=[".gpu"])
@@ -14,7 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/work/target-cuda}"
 rm -rf .gpu && mkdir -p .gpu/bin
-tests=$(cargo test --release -p tensor -p nn --no-run --message-format=json 2>/dev/null |
+tests=$(cargo test --release -p tensor -p nn -p comm --no-run --message-format=json 2>/dev/null |
   python3 -c '
 import json, sys
 for line in sys.stdin:
@@ -26,6 +27,7 @@ pick() { awk -v t="$1" '$1 == t { print $2 }' <<<"$tests"; }
 cp "$(pick cuda)" .gpu/tensor-cuda
 cp "$(pick errors)" .gpu/tensor-errors
 cp "$(pick cuda_models)" .gpu/nn-cuda-models
+cp "$(pick nccl)" .gpu/comm-nccl
 cargo build --release -p benchmarks --bin gpu_step_bench -p train --bin train
 cp "$CARGO_TARGET_DIR/release/gpu_step_bench" .gpu/gpu_step_bench
 cp "$CARGO_TARGET_DIR/release/train" .gpu/bin/train

@@ -29,6 +29,16 @@ done
 for d in "${CUDA_HOME:-/usr/local/cuda}/lib64" /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
   [ -d "$d" ] && libs="$libs:$d"
 done
+# cudarc looks NCCL up as libnccl.so; pip's nvidia-nccl wheels ship only libnccl.so.2, so
+# a temporary directory with a libnccl.so link to it goes on the path too.
+nccl_dir=$(mktemp -d)
+for d in ${libs//:/ }; do
+  if [ -e "$d/libnccl.so.2" ] && [ ! -e "$d/libnccl.so" ]; then
+    ln -sf "$d/libnccl.so.2" "$nccl_dir/libnccl.so"
+    libs="$libs:$nccl_dir"
+    break
+  fi
+done
 export LD_LIBRARY_PATH="${libs#:}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export REQUIRE_GPU=1 REQUIRE_NVRTC=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$out/gpu.txt" 2>&1 || echo "nvidia-smi unavailable" > "$out/gpu.txt"

@@ -16,6 +16,8 @@ pub enum CommError {
     Rendezvous(String),
     #[error("configuration: {0}")]
     Config(String),
+    #[error("nccl: {0}")]
+    Nccl(String),
 }
 
 pub type Result<T> = std::result::Result<T, CommError>;

@@ -16,7 +16,8 @@
 //!
 //! - The α-β cost model of paper 002's Table I ([`AlphaBeta`]), fitted from a ping-pong.
 //!
-//! Not here yet (issue 5 is open): the NCCL backend and the emulated-network script.
+//! - The NCCL backend ([`NcclCommunicator`]): allreduce, broadcast, allgather and
+//!   send/recv on GPU tensors, started over the TCP job (see `nccl.rs`).
 
 mod auth;
 mod communicator;
@@ -24,6 +25,7 @@ mod cost;
 mod counters;
 mod error;
 mod frame;
+mod nccl;
 mod rendezvous;
 mod sparse;
 
@@ -32,4 +34,5 @@ pub use cost::{ping_pong, AlphaBeta};
 pub use counters::{ByteCounters, Collective, Traffic};
 pub use error::{CommError, Result};
 pub use frame::{decode_header, FrameHeader, FRAME_VERSION, HEADER_LEN};
+pub use nccl::{nccl_library_present, nccl_version, NcclCommunicator};
 pub use sparse::{top_merge, SparseVec};

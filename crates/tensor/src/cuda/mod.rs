@@ -12,6 +12,8 @@
 //! - Our kernels live in `kernels/*.cu`, are compiled by NVRTC for the device's
 //!   architecture at first use and cached for the process ([`kernels`]).
 //! - A second stream beside the compute stream, and events ([`SideStream`], [`Event`]).
+//! - [`raw`]: a tensor's device buffer and the compute stream, for code that queues its own
+//!   GPU work (comm's NCCL collectives).
 //!
 //! crates/tensor/CUDA.md says how to build, test on a GPU machine and what was measured.
 
@@ -27,6 +29,7 @@ mod norm;
 mod optim;
 mod pool;
 mod random;
+pub mod raw;
 mod reduce;
 mod rnn;
 mod select;

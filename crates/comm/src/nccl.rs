@@ -1,0 +1,333 @@
+//! The NCCL backend: collectives on GPU tensors through NVIDIA's NCCL (cudarc's `nccl`
+//! module, loaded at run time, so the workspace builds and runs without NCCL).
+//!
+//! An [`NcclCommunicator`] is made from a joined TCP [`Communicator`]: the TCP job is the
+//! rendezvous. Every rank first checks locally that it can run NCCL (a CUDA device, the
+//! library), then one `allgather_v` carries every rank's verdict and rank 0's NCCL unique
+//! id; if any rank cannot take part, every rank returns an error naming it, instead of
+//! some ranks waiting in `ncclCommInitRank` for a peer that will never come.
+//!
+//! Collectives take tensors on the communicator's device (contiguous f32) and are queued
+//! on that device's compute stream, so they are ordered with the tensor ops around them;
+//! they return when queued, and [`NcclCommunicator::synchronize`] waits for them.
+//!
+//! Byte counters: NCCL does not report what it puts on the wire, so the counters hold the
+//! payload a ring algorithm sends per rank (allreduce 2(P−1)/P·n values, allgather
+//! (P−1)·n, broadcast n at the root, send n), the same convention as the TCP backend's;
+//! a one-rank job and a message to oneself count nothing.
+//!
+//! Failure detection is the TCP side's: NCCL itself waits for a dead peer indefinitely
+//! (unless NCCL's own environment variables bound it), so a job that must not hang keeps
+//! exchanging heartbeats or collectives on its TCP communicator.
+//!
+//! One process per GPU: NCCL refuses two ranks on one device, so on a one-GPU machine the
+//! backend runs with world size 1 (its collectives then are local copies, still through
+//! NCCL's kernels).
+//!
+//! NCCL's library is looked up as `libnccl.so` (cudarc's naming); pip's `nvidia-nccl-cu13`
+//! ships only `libnccl.so.2`, so a directory with a `libnccl.so` link to it goes on
+//! `LD_LIBRARY_PATH` (scripts/gpu-check.sh makes one).
+
+use crate::counters::{ByteCounters, Collective};
+use crate::{CommError, Communicator, ReduceOp, Result};
+use cudarc::nccl::safe::{self as nccl, Comm, Id};
+use std::sync::Arc;
+use tensor::{cuda, DType, Device, Tensor};
+
+/// Whether the NCCL library can be loaded (a plain dlopen; never panics).
+pub fn nccl_library_present() -> bool {
+    // SAFETY: only dlopen()s candidate names.
+    std::panic::catch_unwind(|| unsafe { cudarc::nccl::sys::is_culib_present() }).unwrap_or(false)
+}
+
+/// NCCL's version as "major.minor.patch", when the library loads.
+pub fn nccl_version() -> Option<String> {
+    if !nccl_library_present() {
+        return None;
+    }
+    let mut v: std::ffi::c_int = 0;
+    // SAFETY: the library is present; ncclGetVersion writes one int.
+    let r = unsafe { cudarc::nccl::sys::ncclGetVersion(&mut v) };
+    if r != cudarc::nccl::sys::ncclResult_t::ncclSuccess {
+        return None;
+    }
+    // NCCL_VERSION_CODE since 2.9: major*10000 + minor*100 + patch.
+    Some(format!("{}.{}.{}", v / 10000, (v / 100) % 100, v % 100))
+}
+
+fn nccl_err(op: &'static str) -> impl Fn(cudarc::nccl::result::NcclError) -> CommError {
+    move |e| {
+        // SAFETY: ncclGetErrorString returns a static C string for any result code.
+        let text = unsafe {
+            let p = cudarc::nccl::sys::ncclGetErrorString(e.0);
+            if p.is_null() {
+                String::new()
+            } else {
+                std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned()
+            }
+        };
+        CommError::Nccl(format!("{op}: {:?} ({text})", e.0))
+    }
+}
+
+fn tensor_err(op: &'static str) -> impl Fn(tensor::Error) -> CommError {
+    move |e| CommError::Nccl(format!("{op}: {e}"))
+}
+
+pub struct NcclCommunicator {
+    comm: Comm,
+    device: Device,
+    rank: usize,
+    world: usize,
+    counters: ByteCounters,
+}
+
+/// What a rank can say about itself before NCCL starts: ready, or why not.
+fn local_check(device: Device) -> std::result::Result<(), String> {
+    let Device::Cuda(ordinal) = device else {
+        return Err("the NCCL backend needs a CUDA device (got the CPU)".into());
+    };
+    cuda::device(ordinal).map_err(|e| e.to_string())?;
+    if !nccl_library_present() {
+        return Err(
+            "the NCCL library (libnccl.so) is not on the library path (pip install \
+             nvidia-nccl-cu13 and put a libnccl.so link to its libnccl.so.2 on \
+             LD_LIBRARY_PATH; see crates/comm/src/nccl.rs)"
+                .into(),
+        );
+    }
+    Ok(())
+}
+
+impl NcclCommunicator {
+    /// Starts NCCL on `device` for the ranks of `tcp`'s job (collective: every rank calls it).
+    pub fn new(tcp: &mut Communicator, device: Device) -> Result<NcclCommunicator> {
+        let (rank, world) = (tcp.rank(), tcp.world_size());
+        let mut mine = Vec::new();
+        match local_check(device) {
+            Ok(()) => {
+                mine.push(1u8);
+                if rank == 0 {
+                    match Id::new() {
+                        Ok(id) => mine.extend(id.internal().iter().map(|&c| c as u8)),
+                        Err(e) => {
+                            mine = vec![0u8];
+                            mine.extend(nccl_err("ncclGetUniqueId")(e).to_string().bytes());
+                        }
+                    }
+                }
+            }
+            Err(why) => {
+                mine.push(0u8);
+                mine.extend(why.bytes());
+            }
+        }
+        let all = tcp.allgather_v(&mine)?;
+        let refusals: Vec<String> = all
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.first() != Some(&1))
+            .map(|(r, m)| {
+                format!(
+                    "rank {r}: {}",
+                    String::from_utf8_lossy(m.get(1..).unwrap_or_default())
+                )
+            })
+            .collect();
+        if !refusals.is_empty() {
+            return Err(CommError::Nccl(format!(
+                "cannot start NCCL: {}",
+                refusals.join("; ")
+            )));
+        }
+        let id_bytes = &all[0][1..];
+        let internal: [std::ffi::c_char; 128] = id_bytes
+            .try_into()
+            .map(|a: [u8; 128]| a.map(|b| b as std::ffi::c_char))
+            .map_err(|_| {
+                CommError::Nccl(format!(
+                    "rank 0 sent an NCCL unique id of {} bytes, not 128",
+                    id_bytes.len()
+                ))
+            })?;
+        let stream = cuda::raw::compute_stream(device).map_err(tensor_err("compute stream"))?;
+        bind(&stream)?;
+        let comm = Comm::from_rank(stream, rank, world, Id::uninit(internal))
+            .map_err(nccl_err("ncclCommInitRank"))?;
+        Ok(NcclCommunicator {
+            comm,
+            device,
+            rank,
+            world,
+            counters: ByteCounters::default(),
+        })
+    }
+
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+    pub fn world_size(&self) -> usize {
+        self.world
+    }
+    pub fn device(&self) -> Device {
+        self.device
+    }
+    /// Nominal ring payload per collective kind (see the module comment).
+    pub fn counters(&self) -> &ByteCounters {
+        &self.counters
+    }
+
+    fn check(&self, op: &'static str, t: &Tensor) -> Result<()> {
+        if t.device() != self.device {
+            return Err(CommError::Nccl(format!(
+                "{op}: the tensor is on {:?}, the communicator on {:?}",
+                t.device(),
+                self.device
+            )));
+        }
+        if t.dtype() != DType::F32 || !t.is_contiguous() {
+            return Err(CommError::Nccl(format!(
+                "{op}: needs a contiguous f32 tensor (got {:?}, contiguous: {})",
+                t.dtype(),
+                t.is_contiguous()
+            )));
+        }
+        bind(&self.comm.stream())
+    }
+
+    fn count(&mut self, kind: Collective, sent: usize, received: usize) {
+        self.counters.sent(kind, sent, 0);
+        self.counters.received(kind, received, 0);
+    }
+
+    /// Sums (or averages) `t` over the ranks, in place.
+    pub fn allreduce(&mut self, t: &Tensor, op: ReduceOp) -> Result<()> {
+        const OP: &str = "nccl allreduce";
+        self.check(OP, t)?;
+        let red = match op {
+            ReduceOp::Sum => nccl::ReduceOp::Sum,
+            ReduceOp::Average => nccl::ReduceOp::Avg,
+        };
+        let comm = &self.comm;
+        cuda::raw::with_f32_view_mut(t, |v, _| comm.all_reduce_in_place(v, &red))
+            .map_err(tensor_err(OP))?
+            .map_err(nccl_err(OP))?;
+        let ring = 2 * (self.world - 1) * t.elem_count() * 4 / self.world;
+        self.count(Collective::Allreduce, ring, ring);
+        Ok(())
+    }
+
+    /// Copies `root`'s `t` into every rank's `t`.
+    pub fn broadcast(&mut self, t: &Tensor, root: usize) -> Result<()> {
+        const OP: &str = "nccl broadcast";
+        self.check(OP, t)?;
+        self.check_peer(OP, root)?;
+        let comm = &self.comm;
+        cuda::raw::with_f32_view_mut(t, |v, _| comm.broadcast_in_place(v, root as i32))
+            .map_err(tensor_err(OP))?
+            .map_err(nccl_err(OP))?;
+        // Nothing leaves the GPU in a one-rank job.
+        let bytes = if self.world > 1 {
+            t.elem_count() * 4
+        } else {
+            0
+        };
+        if self.rank == root {
+            self.count(Collective::Broadcast, bytes, 0);
+        } else {
+            self.count(Collective::Broadcast, 0, bytes);
+        }
+        Ok(())
+    }
+
+    /// Every rank's `t`, stacked: shape `[world, ..t's shape]`.
+    pub fn allgather(&mut self, t: &Tensor) -> Result<Tensor> {
+        const OP: &str = "nccl allgather";
+        self.check(OP, t)?;
+        let mut dims = vec![self.world];
+        dims.extend_from_slice(t.dims());
+        let out = Tensor::zeros(dims, DType::F32, self.device).map_err(tensor_err(OP))?;
+        let comm = &self.comm;
+        cuda::raw::with_f32_view(t, |src, _| {
+            cuda::raw::with_f32_view_mut(&out, |dst, _| comm.all_gather(src, dst))
+        })
+        .map_err(tensor_err(OP))?
+        .map_err(tensor_err(OP))?
+        .map_err(nccl_err(OP))?;
+        let bytes = t.elem_count() * 4;
+        self.count(
+            Collective::AllgatherV,
+            (self.world - 1) * bytes,
+            (self.world - 1) * bytes,
+        );
+        Ok(out)
+    }
+
+    /// Sends `send` to rank `to` and receives rank `from`'s message into `recv`, as one
+    /// NCCL group (so a ring step cannot deadlock). Either side may be left out.
+    pub fn send_recv(
+        &mut self,
+        send: Option<(&Tensor, usize)>,
+        recv: Option<(&Tensor, usize)>,
+    ) -> Result<()> {
+        const OP: &str = "nccl send/recv";
+        if let Some((t, peer)) = send {
+            self.check(OP, t)?;
+            self.check_peer(OP, peer)?;
+        }
+        if let Some((t, peer)) = recv {
+            self.check(OP, t)?;
+            self.check_peer(OP, peer)?;
+        }
+        let comm = &self.comm;
+        nccl::group_start().map_err(nccl_err("ncclGroupStart"))?;
+        // The group must be closed whatever happens inside it, or NCCL stays in group mode.
+        let inner = (|| -> Result<()> {
+            if let Some((t, peer)) = send {
+                cuda::raw::with_f32_view(t, |v, _| comm.send(v, peer as i32))
+                    .map_err(tensor_err(OP))?
+                    .map_err(nccl_err("ncclSend"))?;
+            }
+            if let Some((t, peer)) = recv {
+                cuda::raw::with_f32_view_mut(t, |v, _| comm.recv(v, peer as i32))
+                    .map_err(tensor_err(OP))?
+                    .map_err(nccl_err("ncclRecv"))?;
+            }
+            Ok(())
+        })();
+        let end = nccl::group_end().map_err(nccl_err("ncclGroupEnd"));
+        inner?;
+        end?;
+        // A message to this rank itself is a copy on the GPU, not traffic.
+        let bytes = |side: Option<(&Tensor, usize)>| match side {
+            Some((t, peer)) if peer != self.rank => t.elem_count() * 4,
+            _ => 0,
+        };
+        let (sent, received) = (bytes(send), bytes(recv));
+        self.count(Collective::SendRecv, sent, received);
+        Ok(())
+    }
+
+    /// Waits until every collective queued so far has finished.
+    pub fn synchronize(&self) -> Result<()> {
+        cuda::synchronize(self.device).map_err(tensor_err("synchronize"))
+    }
+
+    fn check_peer(&self, op: &'static str, peer: usize) -> Result<()> {
+        if peer >= self.world {
+            return Err(CommError::Config(format!(
+                "{op}: rank {peer} is outside a job of {} ranks",
+                self.world
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// NCCL finds its device through the calling thread's current CUDA context.
+fn bind(stream: &Arc<cudarc::driver::CudaStream>) -> Result<()> {
+    stream
+        .context()
+        .bind_to_thread()
+        .map_err(|e| CommError::Nccl(format!("binding the CUDA context: {e:?}")))
+}

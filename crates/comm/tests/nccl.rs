@@ -1,0 +1,158 @@
+//! The NCCL backend. On any machine: a rank that cannot run NCCL (here: a CPU device) makes
+//! every rank fail with an error naming it, and nobody waits in NCCL's init. On a GPU
+//! machine with NCCL (scripts/gpu-check.sh): every collective on one GPU (world size 1,
+//! since NCCL refuses two ranks on one device) against the definition, and the argument
+//! checks. Without a GPU the GPU test says so and passes, unless `REQUIRE_GPU=1`.
+
+use comm::{CommConfig, CommError, Communicator, NcclCommunicator, ReduceOp};
+use std::time::Duration;
+use tensor::{DType, Device, Rng, Tensor};
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn connect(rank: usize, world: usize, port: u16) -> Communicator {
+    Communicator::connect(&CommConfig {
+        rank,
+        world,
+        master_addr: "127.0.0.1".into(),
+        master_port: port,
+        bind_addr: "127.0.0.1".into(),
+        token: b"secret".to_vec(),
+        timeout: Duration::from_secs(20),
+        max_frame: 1 << 20,
+    })
+    .unwrap()
+}
+
+#[test]
+fn every_rank_names_the_ranks_that_cannot_start_nccl() {
+    let port = free_port();
+    let errors: Vec<String> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..3)
+            .map(|rank| {
+                s.spawn(move || {
+                    let mut c = connect(rank, 3, port);
+                    match NcclCommunicator::new(&mut c, Device::Cpu) {
+                        Err(e @ CommError::Nccl(_)) => e.to_string(),
+                        Err(e) => panic!("rank {rank}: wrong error kind: {e}"),
+                        Ok(_) => panic!("rank {rank}: NCCL started on the CPU"),
+                    }
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for e in &errors {
+        for r in 0..3 {
+            assert!(
+                e.contains(&format!("rank {r}: the NCCL backend needs a CUDA device")),
+                "{e}"
+            );
+        }
+    }
+}
+
+fn gpu_with_nccl() -> Option<Device> {
+    let gpu = tensor::cuda::is_available(0);
+    let lib = comm::nccl_library_present();
+    if gpu && lib {
+        return Some(Device::Cuda(0));
+    }
+    let required = std::env::var("REQUIRE_GPU").is_ok_and(|v| v == "1");
+    assert!(
+        !required,
+        "REQUIRE_GPU=1 but NCCL cannot run here (CUDA device usable: {gpu}, libnccl.so loadable: {lib})"
+    );
+    eprintln!("skipped: no CUDA device with NCCL (device: {gpu}, library: {lib})");
+    None
+}
+
+fn values(t: &Tensor) -> Vec<f32> {
+    t.to_cpu().unwrap().to_vec::<f32>().unwrap()
+}
+
+#[test]
+fn nccl_collectives_on_one_gpu() {
+    let Some(dev) = gpu_with_nccl() else { return };
+    eprintln!("NCCL {}", comm::nccl_version().unwrap_or_default());
+    let mut tcp = connect(0, 1, free_port());
+    let mut nc = NcclCommunicator::new(&mut tcp, dev).unwrap();
+    assert_eq!((nc.rank(), nc.world_size()), (0, 1));
+
+    let mut rng = Rng::new(7);
+    let host: Vec<f32> = (0..100_003).map(|_| rng.normal() as f32).collect();
+    let make = || {
+        Tensor::from_vec(host.clone(), [100_003], Device::Cpu)
+            .unwrap()
+            .to_device(dev)
+            .unwrap()
+    };
+
+    // World size 1: the sum and the average of one rank's tensor are the tensor itself.
+    let t = make();
+    nc.allreduce(&t, ReduceOp::Sum).unwrap();
+    assert_eq!(values(&t), host);
+    nc.allreduce(&t, ReduceOp::Average).unwrap();
+    assert_eq!(values(&t), host);
+
+    // In place on a view that starts inside its buffer: only the view's elements change.
+    let big = Tensor::from_vec(host.clone(), [100_003], Device::Cpu)
+        .unwrap()
+        .to_device(dev)
+        .unwrap();
+    let part = big.narrow(0, 1000, 5000).unwrap();
+    let doubled = part.affine(2.0, 0.0).unwrap();
+    nc.send_recv(Some((&doubled, 0)), Some((&part, 0))).unwrap();
+    nc.synchronize().unwrap();
+    let after = values(&big);
+    assert_eq!(&after[..1000], &host[..1000]);
+    for i in 1000..6000 {
+        assert_eq!(after[i], 2.0 * host[i], "element {i}");
+    }
+    assert_eq!(&after[6000..], &host[6000..]);
+
+    nc.broadcast(&t, 0).unwrap();
+    assert_eq!(values(&t), host);
+
+    let g = nc.allgather(&t.reshape([1, 100_003]).unwrap()).unwrap();
+    assert_eq!(g.dims(), &[1, 1, 100_003]);
+    assert_eq!(values(&g), host);
+
+    // Argument checks: the CPU, another dtype, a non-contiguous view, a rank outside the job.
+    let cpu = Tensor::zeros([4], DType::F32, Device::Cpu).unwrap();
+    assert!(nc
+        .allreduce(&cpu, ReduceOp::Sum)
+        .unwrap_err()
+        .to_string()
+        .contains("Cpu"));
+    let f64t = Tensor::zeros([4], DType::F64, dev).unwrap();
+    assert!(nc
+        .allreduce(&f64t, ReduceOp::Sum)
+        .unwrap_err()
+        .to_string()
+        .contains("f32"));
+    let strided = Tensor::zeros([4, 4], DType::F32, dev)
+        .unwrap()
+        .transpose(0, 1)
+        .unwrap();
+    assert!(nc
+        .broadcast(&strided, 0)
+        .unwrap_err()
+        .to_string()
+        .contains("contiguous"));
+    assert!(nc
+        .broadcast(&t, 1)
+        .unwrap_err()
+        .to_string()
+        .contains("outside"));
+
+    // In a one-rank job nothing leaves the GPU: the counters stay at zero.
+    let total = nc.counters().total();
+    assert_eq!((total.payload_sent, total.payload_received), (0, 0));
+}

@@ -1,0 +1,92 @@
+//! Raw access to a tensor's device buffer, for libraries that queue their own GPU work on
+//! it (comm's NCCL backend). Everything here runs on the device's compute stream, so work
+//! queued through these views is ordered with the tensor ops before and after it, and no
+//! extra synchronisation is needed.
+//!
+//! The views cover exactly the tensor's elements (a contiguous f32 tensor, possibly an
+//! offset view into a larger buffer). Writing through [`with_f32_view_mut`] changes every
+//! tensor that shares the storage, like an in-place optimizer step, and is invisible to
+//! autograd: use it on gradients and buffers, not on tensors a graph still reads.
+
+use super::device::{device, CudaDevice};
+use super::storage::CudaData;
+use crate::storage::Storage;
+use crate::{DType, Device, Error, Result, Tensor};
+use cudarc::driver::{CudaStream, CudaView, CudaViewMut};
+use std::ops::Range;
+use std::sync::Arc;
+
+fn cuda_device(op: &'static str, d: Device) -> Result<Arc<CudaDevice>> {
+    match d {
+        Device::Cuda(i) => device(i),
+        Device::Cpu => Err(Error::msg(format!(
+            "{op}: the tensor is on the CPU; this needs a CUDA tensor"
+        ))),
+    }
+}
+
+/// The stream every tensor op on `device` runs on.
+pub fn compute_stream(device: Device) -> Result<Arc<CudaStream>> {
+    Ok(cuda_device("compute_stream", device)?.stream.clone())
+}
+
+/// The element range of `t` in its buffer, after checking it is a contiguous f32 tensor.
+fn f32_range(op: &'static str, t: &Tensor) -> Result<Range<usize>> {
+    if t.dtype() != DType::F32 {
+        return Err(Error::UnsupportedDType {
+            op,
+            dtype: t.dtype(),
+            expected: "f32",
+        });
+    }
+    t.layout().contiguous_range().ok_or_else(|| {
+        Error::msg(format!(
+            "{op}: the tensor (shape {:?}) is not contiguous; call .contiguous() first",
+            t.dims()
+        ))
+    })
+}
+
+/// Runs `f` with a read-only view of `t`'s elements (contiguous, f32, on a CUDA device)
+/// and the device's compute stream.
+pub fn with_f32_view<R>(
+    t: &Tensor,
+    f: impl FnOnce(&CudaView<'_, f32>, &Arc<CudaStream>) -> R,
+) -> Result<R> {
+    const OP: &str = "cuda::with_f32_view";
+    let dev = cuda_device(OP, t.device())?;
+    let range = f32_range(OP, t)?;
+    let storage = t.storage();
+    let Storage::Cuda(s) = &*storage else {
+        return Err(Error::msg(format!(
+            "{OP}: the tensor's storage is not on a CUDA device"
+        )));
+    };
+    let CudaData::F32(slice) = &s.data else {
+        return Err(Error::msg(format!("{OP}: the buffer is not f32")));
+    };
+    let view = slice.slice(range);
+    Ok(f(&view, &dev.stream))
+}
+
+/// Runs `f` with a writable view of `t`'s elements (contiguous, f32, on a CUDA device)
+/// and the device's compute stream. See the module comment on what writing means.
+pub fn with_f32_view_mut<R>(
+    t: &Tensor,
+    f: impl FnOnce(&mut CudaViewMut<'_, f32>, &Arc<CudaStream>) -> R,
+) -> Result<R> {
+    const OP: &str = "cuda::with_f32_view_mut";
+    let dev = cuda_device(OP, t.device())?;
+    let range = f32_range(OP, t)?;
+    let mut storage = t.storage_mut();
+    let Storage::Cuda(s) = &mut *storage else {
+        return Err(Error::msg(format!(
+            "{OP}: the tensor's storage is not on a CUDA device"
+        )));
+    };
+    let CudaData::F32(slice) = &mut s.data else {
+        return Err(Error::msg(format!("{OP}: the buffer is not f32")));
+    };
+    let mut view = slice.slice_mut(range);
+    Ok(f(&mut view, &dev.stream))
+}
