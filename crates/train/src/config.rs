@@ -36,6 +36,10 @@ pub struct Config {
     pub log_every: usize,
     pub synthetic_samples: usize,
     pub eval_samples: Option<usize>,
+    pub hidden: Option<usize>,
+    pub layers: Option<usize>,
+    pub dropout: Option<f64>,
+    pub bptt: usize,
 }
 
 impl Default for Config {
@@ -66,6 +70,10 @@ impl Default for Config {
             log_every: 10,
             synthetic_samples: 4096,
             eval_samples: None,
+            hidden: None,
+            layers: None,
+            dropout: None,
+            bptt: 35,
         }
     }
 }
@@ -81,10 +89,15 @@ pub struct Args {
     /// TOML file with any of the keys below (flag names with '_' for '-').
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Model: resnet20/32/44/56/110, lenet5, vgg16, alexnet, resnet50.
+    /// Model. Images: resnet20/32/44/56/110, lenet5, vgg16, alexnet, resnet50. Language:
+    /// lstm_lm (2 × 1500, tied), lstm_lm_medium (2 × 650), char_lstm (2 × 200). Speech:
+    /// deepspeech (7 bidirectional GRU layers of 1200), an4_lstm (5 LSTM layers of 800).
     #[arg(long)]
     pub model: Option<String>,
-    /// Dataset: fashion-mnist, cifar10 or synthetic (learnable images of the model's input shape).
+    /// Dataset. Images: fashion-mnist, cifar10. Language: kjv (default --data-dir data/kjv,
+    /// from `datasets prepare kjv`), ptb. Speech: speech (default --data-dir data/speech,
+    /// from `datasets prepare speech`), an4 (same manifest layout). Any model: synthetic
+    /// (learnable data of the model's input shape).
     #[arg(long)]
     pub dataset: Option<String>,
     /// Directory of the dataset files (fashion-mnist default: /usr/share/datasets/fashion-mnist).
@@ -143,7 +156,7 @@ pub struct Args {
     /// cpu, cuda or auto (the GPU when a driver and a device are present).
     #[arg(long)]
     pub device: Option<String>,
-    /// Collective backend: tcp (nccl needs the CUDA backend).
+    /// Collective backend: tcp (nccl is not wired into the trainer yet).
     #[arg(long)]
     pub backend: Option<String>,
     /// Run directory: config, metrics.jsonl, summary.json, checkpoints.
@@ -155,12 +168,24 @@ pub struct Args {
     /// Log a metrics line every N steps.
     #[arg(long)]
     pub log_every: Option<usize>,
-    /// Training samples of the synthetic dataset.
+    /// Training samples of the synthetic dataset (images, utterances; tokens for language models).
     #[arg(long)]
     pub synthetic_samples: Option<usize>,
-    /// Evaluate on at most this many test samples (default: all).
+    /// Evaluate on at most this many test samples (tokens for language models; default: all).
     #[arg(long)]
     pub eval_samples: Option<usize>,
+    /// Hidden units of the language or speech model's recurrent layers (default: the paper's).
+    #[arg(long)]
+    pub hidden: Option<usize>,
+    /// Recurrent layers of a speech model (default: the paper's).
+    #[arg(long)]
+    pub layers: Option<usize>,
+    /// Dropout of the language model (default: 0.65 at 1500 units, 0.5 at 650, else none).
+    #[arg(long)]
+    pub dropout: Option<f64>,
+    /// Truncated-BPTT window of the language models, in tokens.
+    #[arg(long)]
+    pub bptt: Option<usize>,
 }
 
 const METHOD_HELP: &str = "Methods and their options (--method NAME --method-opt key=value):
@@ -221,7 +246,8 @@ impl Config {
             backend,
             out,
             log_every,
-            synthetic_samples
+            synthetic_samples,
+            bptt
         );
         if args.data_dir.is_some() {
             c.data_dir = args.data_dir.clone();
@@ -232,8 +258,17 @@ impl Config {
         if args.steps.is_some() {
             c.steps = args.steps;
         }
-        if args.eval_samples.is_some() {
-            c.eval_samples = args.eval_samples;
+        for (field, arg) in [
+            (&mut c.eval_samples, args.eval_samples),
+            (&mut c.hidden, args.hidden),
+            (&mut c.layers, args.layers),
+        ] {
+            if arg.is_some() {
+                *field = arg;
+            }
+        }
+        if args.dropout.is_some() {
+            c.dropout = args.dropout;
         }
         if !args.method_opts.is_empty() {
             c.method_opts = args.method_opts.clone();
@@ -281,7 +316,9 @@ impl Config {
         }
         match self.backend.as_str() {
             "tcp" => {}
-            "nccl" => bail!("--backend nccl needs the CUDA backend (issue 8); use --backend tcp"),
+            // comm::NcclCommunicator exists, but the methods exchange host buffers on the
+            // compression thread; training over NCCL is not wired into the worker.
+            "nccl" => bail!("--backend nccl: the trainer exchanges gradients over TCP only (comm's NCCL backend is not wired into the worker yet); use --backend tcp"),
             b => bail!("--backend {b}: expected tcp or nccl"),
         }
         let spec = compress::MethodSpec::parse(&self.method, &self.method_opts)?;

@@ -11,6 +11,7 @@ pub mod metrics;
 pub mod plot;
 pub mod progress;
 pub mod task;
+pub mod wer;
 pub mod worker;
 
 pub use config::{Args, Config};

@@ -23,7 +23,6 @@ use crate::task::Task;
 use anyhow::{bail, Context, Result};
 use comm::Communicator;
 use compress::{build, MethodSpec, ParamSpec, StepInfo, UpdateKind, WireStats};
-use data::Loader;
 use nn::optim::{Optimizer, Sgd};
 use nn::Ctx;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -84,8 +83,8 @@ impl Worker {
     pub fn new(cfg: &Config, rank: usize, world: usize, comm: Communicator) -> Result<Worker> {
         let device = cfg.device_for(rank)?;
         let task = Task::new(cfg, device)?;
-        let params = task.model.named_params();
-        let buffers = task.model.named_buffers();
+        let params = task.model.module().named_params();
+        let buffers = task.model.module().named_buffers();
         let spec = MethodSpec::parse(&cfg.method, &cfg.method_opts)?;
         let ctx = compress::Context {
             rank,
@@ -273,14 +272,10 @@ impl Worker {
             }
         }
         let mut metrics = MetricsWriter::open(&cfg.out, lead, !resume)?;
-        let loader = Loader::new(
-            self.task.train.clone(),
-            cfg.batch_size,
-            self.rank,
-            self.world,
-            cfg.seed,
-        )?;
-        let per_epoch = loader.batches_per_epoch();
+        let source = self
+            .task
+            .source(cfg.batch_size, self.rank, self.world, cfg.seed)?;
+        let per_epoch = source.batches_per_epoch();
         let (total_steps, epochs) = cfg.plan(per_epoch);
         let schedule = cfg.schedule();
         let n_params: usize = self.params.iter().map(|p| p.tensor.elem_count()).sum();
@@ -312,7 +307,8 @@ impl Worker {
             ));
         }
         for epoch in self.pos.epoch..epochs {
-            for batch in loader.epoch(epoch) {
+            self.task.reset_state();
+            for batch in source.epoch(epoch) {
                 if step >= total_steps {
                     break;
                 }
@@ -333,12 +329,7 @@ impl Worker {
                         self.rank,
                     ),
                 };
-                let (inputs, labels) = (
-                    batch.inputs.to_device(self.task.device)?,
-                    batch.labels.to_device(self.task.device)?,
-                );
-                let logits = self.task.model.forward(&inputs, &mut ctx)?;
-                let loss = nn::loss::cross_entropy(&logits, &labels, None)?;
+                let loss = self.task.loss(&batch, &mut ctx)?;
                 let loss_value = loss.to_scalar::<f32>()? as f64;
                 if !loss_value.is_finite() {
                     bail!("rank {}: the loss is {loss_value} at step {step} (learning rate {lr} too high?)", self.rank);
@@ -613,47 +604,22 @@ impl Worker {
         Ok(())
     }
 
-    /// Test metric and loss: each rank evaluates its shard; the counts are summed.
+    /// Test metric and loss: each rank evaluates its shard; the sums are added up.
     fn evaluate(&mut self) -> Result<(f64, f64)> {
-        let loader = {
-            let mut l = Loader::new(
-                self.task.test.clone(),
-                self.cfg
-                    .batch_size
-                    .min(self.task.test.len() / self.world)
-                    .max(1),
-                self.rank,
-                self.world,
-                0,
-            )?;
-            l.shuffle = false;
-            l
-        };
-        let (mut correct, mut count, mut loss_sum) = (0f64, 0f64, 0f64);
-        no_grad(|| -> Result<()> {
-            let mut ctx = Ctx::eval();
-            for batch in loader.epoch(0) {
-                let batch = batch?;
-                let (inputs, labels_t) = (
-                    batch.inputs.to_device(self.task.device)?,
-                    batch.labels.to_device(self.task.device)?,
-                );
-                let logits = self.task.model.forward(&inputs, &mut ctx)?;
-                let n = labels_t.elem_count() as f64;
-                loss_sum += nn::loss::cross_entropy(&logits, &labels_t, None)?.to_scalar::<f32>()?
-                    as f64
-                    * n;
-                let pred = logits.argmax(1, false)?.to_vec::<u32>()?;
-                let labels = batch.labels.to_vec::<u32>()?;
-                correct += pred.iter().zip(&labels).filter(|(a, b)| a == b).count() as f64;
-                count += n;
-            }
-            Ok(())
-        })?;
-        let r = self
-            .ex
-            .allreduce(vec![correct as f32, count as f32, loss_sum as f32])?;
-        let n = (r[1] as f64).max(1.0);
-        Ok((r[0] as f64 / n, r[2] as f64 / n))
+        let mine = self
+            .task
+            .evaluate(self.cfg.batch_size, self.rank, self.world)?;
+        let r = self.ex.allreduce(vec![
+            mine.numerator as f32,
+            mine.denominator as f32,
+            mine.loss_sum as f32,
+            mine.loss_count as f32,
+        ])?;
+        Ok(self.task.finish(&crate::task::EvalSums {
+            numerator: r[0] as f64,
+            denominator: r[1] as f64,
+            loss_sum: r[2] as f64,
+            loss_count: r[3] as f64,
+        }))
     }
 }

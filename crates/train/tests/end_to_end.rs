@@ -293,7 +293,30 @@ fn wrong_configurations_fail_before_any_worker_starts() {
             "expects [3, 32, 32]",
         ),
         (&["--method", "nope"], "unknown method"),
-        (&["--backend", "nccl"], "CUDA backend"),
+        (&["--backend", "nccl"], "not wired into the worker"),
+        (
+            &["--model", "lstm_lm", "--dataset", "fashion-mnist"],
+            "language models train on kjv, ptb or synthetic",
+        ),
+        (
+            &["--model", "deepspeech", "--dataset", "kjv"],
+            "speech models train on speech, an4 or synthetic",
+        ),
+        (
+            &["--model", "resnet20", "--hidden", "8"],
+            "--hidden is for the language and speech models",
+        ),
+        (
+            &[
+                "--model",
+                "lstm_lm",
+                "--dataset",
+                "synthetic",
+                "--layers",
+                "3",
+            ],
+            "2 LSTM layers",
+        ),
         (&["--schedule", "weird"], "expected constant"),
     ];
     for (args, want) in cases {
