@@ -40,6 +40,7 @@ pub struct Config {
     pub layers: Option<usize>,
     pub dropout: Option<f64>,
     pub bptt: usize,
+    pub bucket_elems: usize,
 }
 
 impl Default for Config {
@@ -74,6 +75,7 @@ impl Default for Config {
             layers: None,
             dropout: None,
             bptt: 35,
+            bucket_elems: 0,
         }
     }
 }
@@ -186,6 +188,11 @@ pub struct Args {
     /// Truncated-BPTT window of the language models, in tokens.
     #[arg(long)]
     pub bptt: Option<usize>,
+    /// Exchange consecutive parameters of fewer than N elements together, in buckets of at
+    /// most N elements (0: off). Fewer, larger collectives; the method then compresses each
+    /// bucket as one vector (for dgc, N <= dense_below changes nothing but the count).
+    #[arg(long)]
+    pub bucket_elems: Option<usize>,
 }
 
 const METHOD_HELP: &str = "Methods and their options (--method NAME --method-opt key=value):
@@ -247,7 +254,8 @@ impl Config {
             out,
             log_every,
             synthetic_samples,
-            bptt
+            bptt,
+            bucket_elems
         );
         if args.data_dir.is_some() {
             c.data_dir = args.data_dir.clone();

@@ -3,6 +3,7 @@
 //! the configuration and CLI ([`config`]), what a run writes ([`metrics`],
 //! [`checkpoint`], [`plot`]), and what is trained on what ([`task`]).
 
+pub mod bucket;
 pub mod checkpoint;
 pub mod config;
 pub mod exchanger;

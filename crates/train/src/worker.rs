@@ -15,6 +15,7 @@
 //! epoch the test set is evaluated (each rank its shard, counts summed) and every rank
 //! writes its checkpoint.
 
+use crate::bucket::{Buckets, Collector};
 use crate::checkpoint::{self, Position};
 use crate::config::Config;
 use crate::exchanger::{Exchanger, Job, Reply};
@@ -51,6 +52,8 @@ pub struct Worker {
     buffers: Vec<nn::NamedTensor>,
     opt: Sgd,
     ex: Exchanger,
+    /// Groups the hooks' gradients into buckets and sends each when complete.
+    collector: Arc<Collector>,
     fired: Arc<Vec<AtomicBool>>,
     pos: Position,
     /// Idle fraction per step, for the summary.
@@ -99,14 +102,17 @@ impl Worker {
             .iter()
             .map(|p| ParamSpec::new(&p.name, p.tensor.dims()))
             .collect();
-        method.init(&specs)?;
+        let sizes: Vec<usize> = params.iter().map(|p| p.tensor.elem_count()).collect();
+        let buckets = Buckets::plan(&sizes, cfg.bucket_elems);
+        method.init(&buckets.specs(&specs))?;
         let method_config = method.describe();
         let opt = Sgd::new(cfg.lr, cfg.momentum, cfg.nesterov, cfg.weight_decay)?;
         let ex = Exchanger::spawn(comm, method);
+        let collector = Arc::new(Collector::new(buckets, ex.jobs.clone(), ex.reads_weights));
         let fired: Arc<Vec<AtomicBool>> =
             Arc::new(params.iter().map(|_| AtomicBool::new(false)).collect());
         for (i, p) in params.iter().enumerate() {
-            let (jobs, fired, w) = (ex.jobs.clone(), fired.clone(), p.tensor.clone());
+            let (collector, fired, w) = (collector.clone(), fired.clone(), p.tensor.clone());
             // Copying the weights out costs a pass over the parameter on the backward
             // thread: only for methods that read them.
             let reads = ex.reads_weights;
@@ -114,11 +120,11 @@ impl Worker {
                 fired[i].store(true, Ordering::SeqCst);
                 // A conversion failure sends empty buffers, which the method rejects
                 // with an error naming the parameter.
-                let _ = jobs.send(Job::Exchange {
-                    index: i,
-                    weights: if reads { tensor_f32(&w) } else { Vec::new() },
-                    grad: tensor_f32(g),
-                });
+                collector.deliver(
+                    i,
+                    tensor_f32(g),
+                    if reads { tensor_f32(&w) } else { Vec::new() },
+                );
             })?;
         }
         Ok(Worker {
@@ -130,6 +136,7 @@ impl Worker {
             buffers,
             opt,
             ex,
+            collector,
             fired,
             pos: Position::default(),
             idle_fractions: Vec::new(),
@@ -339,21 +346,21 @@ impl Worker {
                 for (i, f) in self.fired.iter().enumerate() {
                     if !f.swap(false, Ordering::SeqCst) {
                         let n = self.params[i].tensor.elem_count();
-                        self.ex.send(Job::Exchange {
-                            index: i,
-                            weights: if self.ex.reads_weights {
+                        self.collector.deliver(
+                            i,
+                            vec![0.0; n],
+                            if self.ex.reads_weights {
                                 tensor_f32(&self.params[i].tensor)
                             } else {
                                 Vec::new()
                             },
-                            grad: vec![0.0; n],
-                        })?;
+                        );
                     }
                 }
-                let mut updates: Vec<Option<compress::Update>> =
+                let mut updates: Vec<Option<(Vec<f32>, UpdateKind)>> =
                     (0..self.params.len()).map(|_| None).collect();
                 let mut first_start: Option<Instant> = None;
-                for _ in 0..self.params.len() {
+                for _ in 0..self.collector.buckets().len() {
                     match self.ex.recv()? {
                         Reply::Update {
                             index,
@@ -363,7 +370,9 @@ impl Worker {
                             first_start =
                                 Some(first_start.map_or(started, |f: Instant| f.min(started)));
                             window.wire.add(&update.stats);
-                            updates[index] = Some(update);
+                            for (i, part) in self.collector.buckets().split(index, update.values) {
+                                updates[i] = Some((part, update.kind));
+                            }
                         }
                         _ => bail!("compression thread: unexpected reply during the exchange"),
                     }
@@ -483,13 +492,14 @@ impl Worker {
         Ok(summary)
     }
 
-    fn apply(&mut self, updates: Vec<Option<compress::Update>>, lr: f64) -> Result<()> {
+    fn apply(&mut self, updates: Vec<Option<(Vec<f32>, UpdateKind)>>, lr: f64) -> Result<()> {
         let mut grads: Vec<(usize, Tensor, UpdateKind)> = Vec::with_capacity(updates.len());
         for (i, u) in updates.into_iter().enumerate() {
-            let u = u.with_context(|| format!("no update arrived for parameter {i}"))?;
+            let (values, kind) =
+                u.with_context(|| format!("no update arrived for parameter {i}"))?;
             let dims = self.params[i].tensor.dims().to_vec();
             let device = self.params[i].tensor.device();
-            grads.push((i, Tensor::from_vec(u.values, dims, device)?, u.kind));
+            grads.push((i, Tensor::from_vec(values, dims, device)?, kind));
         }
         if self.cfg.clip > 0.0 {
             let mut gs: Vec<Tensor> = grads
@@ -516,23 +526,26 @@ impl Worker {
     }
 
     fn sync_weights(&mut self, wire: &mut WireStats) -> Result<()> {
-        for (i, p) in self.params.iter().enumerate() {
+        let buckets = self.collector.buckets();
+        for b in 0..buckets.len() {
             self.ex.send(Job::After {
-                index: i,
-                weights: tensor_f32(&p.tensor),
+                index: b,
+                weights: buckets.join(b, |i| tensor_f32(&self.params[i].tensor)),
             })?;
         }
-        for _ in 0..self.params.len() {
+        for _ in 0..buckets.len() {
             match self.ex.recv()? {
                 Reply::After {
                     index,
                     weights,
                     stats,
                 } => {
-                    let p = &self.params[index].tensor;
-                    no_grad(|| {
-                        p.assign(&Tensor::from_vec(weights, p.dims().to_vec(), Device::Cpu)?)
-                    })?;
+                    for (i, part) in buckets.split(index, weights) {
+                        let p = &self.params[i].tensor;
+                        no_grad(|| {
+                            p.assign(&Tensor::from_vec(part, p.dims().to_vec(), Device::Cpu)?)
+                        })?;
+                    }
                     if let Some(s) = stats {
                         wire.add(&s);
                     }

@@ -339,3 +339,32 @@ fn wrong_configurations_fail_before_any_worker_starts() {
     let o = train(&["--help"], &[]);
     assert!(text(&o).contains("momentum_correction") && text(&o).contains("--method-opt"));
 }
+
+#[test]
+fn buckets_change_the_number_of_collectives_not_the_dense_result() {
+    // With 2 ranks a dense average is (a + b) / 2 whichever vector an element travels
+    // in, so bucketing LeNet-5's small tensors (conv1's weight and bias share a bucket)
+    // must leave every parameter bit-identical.
+    let run = |name: &str, extra: &[&str]| {
+        let dir = tmp(name);
+        let mut args: Vec<&str> = BASE.to_vec();
+        args.extend([
+            "--method",
+            "dense",
+            "--steps",
+            "8",
+            "--out",
+            dir.to_str().unwrap(),
+        ]);
+        args.extend(extra);
+        let o = train(&args, &[]);
+        assert!(o.status.success(), "{name}: {}", text(&o));
+        dir
+    };
+    let plain = run("unbucketed", &[]);
+    let bucketed = run("bucketed", &["--bucket-elems", "1000"]);
+    assert_eq!(params(&plain, 0), params(&bucketed, 0));
+    assert_eq!(params(&bucketed, 0), params(&bucketed, 1));
+    let _ = std::fs::remove_dir_all(&plain);
+    let _ = std::fs::remove_dir_all(&bucketed);
+}
