@@ -111,6 +111,8 @@ struct Slot {
     weights: Vec<f32>,
     arrived: Vec<bool>,
     pending: usize,
+    /// A member arrived with the wrong length (a failed conversion).
+    bad: bool,
 }
 
 /// Collects gradients from the hooks and sends each bucket's exchange job when it is
@@ -133,6 +135,7 @@ impl Collector {
                     weights: Vec::new(),
                     arrived: vec![false; m.len()],
                     pending: m.len(),
+                    bad: false,
                 })
             })
             .collect();
@@ -171,8 +174,12 @@ impl Collector {
                 Vec::new()
             };
         }
-        let n = grad.len().min(self.buckets.sizes[i]);
-        slot.grad[offset..offset + n].copy_from_slice(&grad[..n]);
+        let n = self.buckets.sizes[i];
+        if grad.len() == n {
+            slot.grad[offset..offset + n].copy_from_slice(&grad);
+        } else {
+            slot.bad = true;
+        }
         if self.reads_weights && weights.len() == self.buckets.sizes[i] {
             slot.weights[offset..offset + weights.len()].copy_from_slice(&weights);
         }
@@ -182,7 +189,15 @@ impl Collector {
             slot.pending -= 1;
         }
         if slot.pending == 0 {
-            let grad = std::mem::take(&mut slot.grad);
+            // A bad member makes the whole bucket an empty vector, which the method
+            // rejects with an error naming the bucket, as it would a lone parameter.
+            let grad = if slot.bad {
+                Vec::new()
+            } else {
+                std::mem::take(&mut slot.grad)
+            };
+            slot.grad = Vec::new();
+            slot.bad = false;
             let weights = std::mem::take(&mut slot.weights);
             slot.arrived.iter_mut().for_each(|a| *a = false);
             slot.pending = members.len();
@@ -245,6 +260,12 @@ mod tests {
             }
             _ => panic!("no exchange job for the completed bucket"),
         }
+        // A member of the wrong length empties its bucket's gradient.
+        c.deliver(1, vec![3.0], Vec::new());
+        c.deliver(0, vec![1.0, 2.0], Vec::new());
+        assert!(
+            matches!(rx.try_recv(), Ok(Job::Exchange { index: 0, grad, .. }) if grad.is_empty())
+        );
         // Reset for the next step: a singleton goes at once.
         c.deliver(2, vec![0.5; 100], Vec::new());
         assert!(matches!(rx.try_recv(), Ok(Job::Exchange { index: 1, .. })));
