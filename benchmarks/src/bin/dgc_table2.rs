@@ -2,7 +2,7 @@
 //! with the same schedule and 4 (8, 16, 32) workers, printed in the paper's layout with
 //! its numbers beside ours: method, workers, total batch, top-1 accuracy, difference to
 //! the baseline, gradient compression ratio. Writes `table2.csv`, `table2.json` and the
-//! learning curves (`curves.svg`, Figure 3(a) style) into `--out`.
+//! learning curves (`curves.png` and `curves.svg`, Figure 3(a) style) into `--out`.
 //!
 //! `--preset quick`: ResNet-20 on Fashion-MNIST, 4 workers × 32, 3 epochs (learning rate
 //! ×0.1 after epoch 2), DGC's sparsity warm-up in the first epoch; under an hour on 2
@@ -268,7 +268,7 @@ fn main() -> Result<()> {
         .map(|(name, points)| train::plot::Series { name, points })
         .collect();
     train::plot::line_chart(
-        &args.out.join("curves.svg"),
+        &args.out.join("curves"),
         "DGC Table 2: test accuracy",
         "epoch",
         "top-1 accuracy",
@@ -310,7 +310,7 @@ fn main() -> Result<()> {
         );
     }
     println!(
-        "(runs, table2.csv, table2.json and curves.svg in {})",
+        "(runs, table2.csv, table2.json, curves.png and curves.svg in {})",
         args.out.display()
     );
     Ok(())

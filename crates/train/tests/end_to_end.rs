@@ -118,6 +118,18 @@ fn every_method_trains_with_identical_parameters_and_its_compression_ratio() {
         ] {
             assert!(dir.join(f).exists(), "{method}: {f} missing");
         }
+        for f in [
+            "loss_by_epoch.png",
+            "loss_by_bytes.png",
+            "metric_by_epoch.png",
+            "metric_by_bytes.png",
+        ] {
+            let bytes = std::fs::read(dir.join(f)).unwrap_or_default();
+            assert!(
+                bytes.starts_with(b"\x89PNG\r\n\x1a\n"),
+                "{method}: {f} missing or not a PNG"
+            );
+        }
         let recs = records(&dir);
         let steps: Vec<&Value> = recs.iter().filter(|r| r["kind"] == "step").collect();
         let (first, last) = (
