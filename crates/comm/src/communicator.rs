@@ -7,7 +7,7 @@ use crate::counters::{ByteCounters, Collective};
 use crate::error::{CommError, Result};
 use crate::frame::{decode_header, encode_header, FrameHeader, HEADER_LEN};
 use crate::rendezvous::connect_mesh;
-use crate::sparse::{top_merge, SparseVec};
+use crate::sparse::{sum_all, top_merge, SparseVec};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
@@ -562,11 +562,13 @@ impl Communicator {
     pub fn topk_allreduce(&mut self, local: &SparseVec) -> Result<SparseVec> {
         let tag = self.next_tag();
         let blocks = self.allgather_tagged(&local.encode(), tag, Collective::TopkAllreduce)?;
-        let mut acc = SparseVec::default();
-        for (peer, b) in blocks.iter().enumerate() {
-            let v = SparseVec::decode(b).map_err(|msg| CommError::Protocol { peer, msg })?;
-            acc = top_merge(&acc, &v, usize::MAX);
-        }
+        let parts = blocks
+            .iter()
+            .enumerate()
+            .map(|(peer, b)| SparseVec::decode(b).map_err(|msg| CommError::Protocol { peer, msg }))
+            .collect::<Result<Vec<_>>>()?;
+        // Summed in rank order, the same on every rank.
+        let acc = sum_all(&parts);
         Ok(acc)
     }
 

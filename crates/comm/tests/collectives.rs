@@ -2,7 +2,9 @@
 //! on loopback. Each rank runs on its own thread with its own sockets; one test runs real
 //! worker processes.
 
-use comm::{top_merge, CommConfig, CommError, Communicator, ReduceOp, SparseVec};
+use comm::{
+    merge_sum_into, sum_all, top_merge, CommConfig, CommError, Communicator, ReduceOp, SparseVec,
+};
 use std::time::{Duration, Instant};
 use tensor::Rng;
 
@@ -261,6 +263,73 @@ fn top_merge_sums_and_keeps_the_largest_magnitudes() {
         1,
     );
     assert_eq!(t.indices, [2]);
+}
+
+#[test]
+fn top_merge_by_selection_matches_the_sort_definition() {
+    // The definition, written the slow way: union summed by index, sorted by magnitude
+    // descending then index ascending, the first k kept, back in index order.
+    fn reference(a: &SparseVec, b: &SparseVec, k: usize) -> SparseVec {
+        let mut m = std::collections::BTreeMap::new();
+        for (i, v) in a.indices.iter().zip(&a.values) {
+            *m.entry(*i).or_insert(0.0f32) += *v;
+        }
+        for (i, v) in b.indices.iter().zip(&b.values) {
+            *m.entry(*i).or_insert(0.0f32) += *v;
+        }
+        let mut p: Vec<(u32, f32)> = m.into_iter().collect();
+        p.sort_by(|x, y| y.1.abs().total_cmp(&x.1.abs()).then(x.0.cmp(&y.0)));
+        p.truncate(k);
+        SparseVec::new(p)
+    }
+    let mut r = Rng::new(5);
+    for trial in 0..200 {
+        // Values from a small set, so ties at the k-th magnitude are common.
+        let mut pick = |nnz: usize| {
+            SparseVec::new(
+                (0..nnz)
+                    .map(|_| (r.below(300) as u32, (r.below(7) as f32 - 3.0) * 0.5))
+                    .collect(),
+            )
+        };
+        let (a, b) = (pick(trial % 90), pick(60));
+        for k in [0, 1, 5, 17, 60, 500] {
+            assert_eq!(
+                top_merge(&a, &b, k),
+                reference(&a, &b, k),
+                "trial {trial} k {k}"
+            );
+        }
+    }
+}
+
+#[test]
+fn sum_all_equals_the_left_fold_bit_for_bit() {
+    let mut r = Rng::new(11);
+    for parts_n in 0..10 {
+        for range in [1usize, 300, 70_000, 1 << 31] {
+            let parts: Vec<SparseVec> = (0..parts_n)
+                .map(|p| {
+                    let nnz = (p * 37 + range) % 120;
+                    SparseVec::new(
+                        (0..nnz)
+                            .map(|_| (r.below(range) as u32, r.normal() as f32))
+                            .collect(),
+                    )
+                })
+                .collect();
+            let mut fold = SparseVec::default();
+            for p in &parts {
+                let mut next = SparseVec::default();
+                merge_sum_into(&fold, p, &mut next);
+                fold = next;
+            }
+            let sum = sum_all(&parts);
+            assert_eq!(sum.indices, fold.indices, "{parts_n} parts, range {range}");
+            let bits = |v: &SparseVec| v.values.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&sum), bits(&fold), "{parts_n} parts, range {range}");
+        }
+    }
 }
 
 #[test]

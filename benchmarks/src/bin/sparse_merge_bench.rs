@@ -1,0 +1,133 @@
+//! The local work of the sparse collectives, which the α-β model leaves out: summing the
+//! P received sparse vectors (TopKAllReduce) and the ⊤ merge that keeps the k largest
+//! magnitudes (gTopKAllReduce, once per tree level). Each is timed against the simple
+//! form of the same computation, measured in the same run, with equal results checked:
+//! the sum against a left fold of two-way merges (O(P² k)), the ⊤ truncation against a
+//! full sort by magnitude, and both against a plain copy of as many entries.
+
+use anyhow::{ensure, Result};
+use benchmarks::best_of;
+use clap::Parser;
+use comm::{merge_sum_into, sum_all, top_merge, SparseVec};
+use tensor::Rng;
+
+#[derive(Parser)]
+#[command(
+    about = "Time of the sparse collectives' local merges (sum of P sparse vectors; top-k merge) against the simple forms and a copy"
+)]
+struct Args {
+    /// Gradient values (k = density × values per rank).
+    #[arg(long, default_value_t = 16 << 20)]
+    values: usize,
+    #[arg(long, default_value_t = 0.001)]
+    density: f64,
+    /// World sizes to time the sum at.
+    #[arg(long, value_delimiter = ',', default_value = "8,32")]
+    world: Vec<usize>,
+    /// Timed repetitions (the best is reported) after one warm-up.
+    #[arg(long, default_value_t = 10)]
+    repeats: usize,
+}
+
+fn part(rank: usize, n: usize, k: usize) -> SparseVec {
+    let mut r = Rng::new(rank as u64 + 7);
+    SparseVec::new(
+        (0..k)
+            .map(|_| (r.below(n) as u32, r.normal() as f32))
+            .collect(),
+    )
+}
+
+fn fold(parts: &[SparseVec]) -> SparseVec {
+    let (mut acc, mut next) = (SparseVec::default(), SparseVec::default());
+    for p in parts {
+        merge_sum_into(&acc, p, &mut next);
+        std::mem::swap(&mut acc, &mut next);
+    }
+    acc
+}
+
+/// The ⊤ merge by its definition: sum, sort by magnitude, keep k, sort by index.
+fn top_merge_by_sort(a: &SparseVec, b: &SparseVec, k: usize) -> SparseVec {
+    let mut s = SparseVec::default();
+    merge_sum_into(a, b, &mut s);
+    let mut p: Vec<(u32, f32)> = s.indices.into_iter().zip(s.values).collect();
+    if p.len() > k {
+        p.sort_by(|x, y| y.1.abs().total_cmp(&x.1.abs()).then(x.0.cmp(&y.0)));
+        p.truncate(k);
+        p.sort_by_key(|e| e.0);
+    }
+    SparseVec::new(p)
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    let n = args.values;
+    let k = ((n as f64 * args.density).round() as usize).max(1);
+    let ms = |t: f64| t * 1e3;
+    println!(
+        "{n} values, density {}, k = {k} per rank; best of {} (ms)",
+        args.density, args.repeats
+    );
+    println!("| work | entries | simple form ms | ours ms | simple / ours | copy ms |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    for &p in &args.world {
+        let parts: Vec<SparseVec> = (0..p).map(|r| part(r, n, k)).collect();
+        let total: usize = parts.iter().map(SparseVec::len).sum();
+        let (a, b) = (fold(&parts), sum_all(&parts));
+        ensure!(a == b, "sum_all differs from the fold at P = {p}");
+        let t_fold = best_of(1, args.repeats, || {
+            std::hint::black_box(fold(&parts));
+            Ok(())
+        })?;
+        let t_sum = best_of(1, args.repeats, || {
+            std::hint::black_box(sum_all(&parts));
+            Ok(())
+        })?;
+        let t_copy = best_of(1, args.repeats, || {
+            let mut c = SparseVec::default();
+            for q in &parts {
+                c.indices.extend_from_slice(&q.indices);
+                c.values.extend_from_slice(&q.values);
+            }
+            std::hint::black_box(c);
+            Ok(())
+        })?;
+        println!(
+            "| sum of {p} vectors (TopKAllReduce) | {total} | {:.3} | {:.3} | {:.2} | {:.3} |",
+            ms(t_fold),
+            ms(t_sum),
+            t_fold / t_sum,
+            ms(t_copy)
+        );
+    }
+    let (a, b) = (part(0, n, k), part(1, n, k));
+    ensure!(
+        top_merge(&a, &b, k) == top_merge_by_sort(&a, &b, k),
+        "top_merge differs from its definition"
+    );
+    let t_sort = best_of(1, args.repeats, || {
+        std::hint::black_box(top_merge_by_sort(&a, &b, k));
+        Ok(())
+    })?;
+    let t_sel = best_of(1, args.repeats, || {
+        std::hint::black_box(top_merge(&a, &b, k));
+        Ok(())
+    })?;
+    let t_copy = best_of(1, args.repeats, || {
+        let mut c = a.clone();
+        c.indices.extend_from_slice(&b.indices);
+        c.values.extend_from_slice(&b.values);
+        std::hint::black_box(c);
+        Ok(())
+    })?;
+    println!(
+        "| top-k merge of 2 × {k} (gTopKAllReduce, per level) | {} | {:.3} | {:.3} | {:.2} | {:.3} |",
+        2 * k,
+        ms(t_sort),
+        ms(t_sel),
+        t_sort / t_sel,
+        ms(t_copy)
+    );
+    Ok(())
+}
