@@ -10,17 +10,23 @@
 //!
 //! A model that does not fit the dataset is an error before any worker starts.
 
+mod images;
+mod speech;
+mod text;
+
 use crate::config::Config;
 use crate::wer;
 use anyhow::{bail, Context, Result};
-use data::{Batch, Dataset, ImageDataset, Loader, SyntheticImages, TokenBatches};
+use data::{Batch, Dataset, Loader, TokenBatches};
+use images::{build_image_model, check_image, image_data, image_shape};
 use nn::layers::{RnnKind, RnnState};
 use nn::loss::{cross_entropy, ctc_loss, CtcReduction};
 use nn::models::{DeepSpeech, LstmLm};
 use nn::{Ctx, Module};
-use std::path::PathBuf;
+use speech::{speech_data, speech_outputs, SPEECH_CLASSES};
 use std::sync::Arc;
 use tensor::{no_grad, Device, Rng, Tensor};
+use text::text_data;
 
 const IMAGE_MODELS: [&str; 9] = [
     "resnet20",
@@ -36,13 +42,6 @@ const IMAGE_MODELS: [&str; 9] = [
 const LANGUAGE_MODELS: [&str; 3] = ["lstm_lm", "lstm_lm_medium", "char_lstm"];
 const SPEECH_MODELS: [&str; 2] = ["deepspeech", "an4_lstm"];
 
-/// Where `datasets prepare kjv|speech --out DIR` writes when the README is followed.
-const KJV_DEFAULT_DIR: &str = "data/kjv";
-const SPEECH_DEFAULT_DIR: &str = "data/speech";
-/// Vocabulary of the synthetic token stream.
-const SYNTHETIC_VOCAB: usize = 100;
-/// Output classes of the speech models: blank, apostrophe, A–Z, space.
-const SPEECH_CLASSES: usize = 29;
 /// Streams of the language model's evaluation (PyTorch's word-LM example uses 10).
 const EVAL_STREAMS: usize = 10;
 
@@ -147,27 +146,6 @@ pub struct EvalSums {
     pub loss_count: f64,
 }
 
-/// `[C, H, W]` and the number of classes of an image dataset, without loading it.
-fn image_shape(c: &Config) -> Result<([usize; 3], usize)> {
-    Ok(match c.dataset.as_str() {
-        "fashion-mnist" => ([1, 28, 28], 10),
-        "cifar10" => ([3, 32, 32], 10),
-        "synthetic" => {
-            let s = nn::models::input_shape(&c.model)
-                .with_context(|| format!("model {} has no image input shape", c.model))?;
-            (
-                [s[0], s[1], s[2]],
-                if c.model == "resnet50" || c.model == "alexnet" {
-                    1000
-                } else {
-                    10
-                },
-            )
-        }
-        d => bail!("--dataset {d}: image models train on fashion-mnist, cifar10 or synthetic"),
-    })
-}
-
 /// The model/dataset combination is one we can build, and the sequence options fit it.
 pub fn check(c: &Config) -> Result<()> {
     let kind = kind_of(&c.model)?;
@@ -226,215 +204,6 @@ pub fn check(c: &Config) -> Result<()> {
         bail!("--dropout must be in [0, 1)");
     }
     Ok(())
-}
-
-fn check_image(c: &Config) -> Result<()> {
-    let ([ch, h, w], _) = image_shape(c)?;
-    let fixed = |want: [usize; 3]| -> Result<()> {
-        if [ch, h, w] != want {
-            bail!(
-                "--model {} expects {:?} inputs, but --dataset {} gives {:?}",
-                c.model,
-                want,
-                c.dataset,
-                [ch, h, w]
-            );
-        }
-        Ok(())
-    };
-    match c.model.as_str() {
-        "vgg16" => fixed([3, 32, 32])?,
-        "alexnet" => fixed([3, 227, 227])?,
-        "resnet50" => fixed([3, 224, 224])?,
-        "lenet5" if h != 28 || w != 28 => bail!(
-            "--model lenet5 expects 28×28 inputs, --dataset {} gives {h}×{w}",
-            c.dataset
-        ),
-        _ => {}
-    }
-    Ok(())
-}
-
-fn build_image_model(c: &Config, channels: usize, classes: usize) -> Result<Box<dyn Module>> {
-    let mut rng = Rng::new(c.seed);
-    let m: Box<dyn Module> = match c.model.as_str() {
-        "lenet5" => Box::new(nn::models::lenet5_caffe(channels, classes, &mut rng)?),
-        "vgg16" => Box::new(nn::models::vgg16_cifar(classes, &mut rng)?),
-        "alexnet" => Box::new(nn::models::alexnet_caffe(classes, &mut rng)?),
-        "resnet50" => Box::new(nn::models::resnet50(classes, &mut rng)?),
-        name => {
-            let depth: usize = name
-                .strip_prefix("resnet")
-                .and_then(|d| d.parse().ok())
-                .with_context(|| format!("model {name}"))?;
-            Box::new(nn::models::resnet_cifar(
-                depth, channels, classes, &mut rng,
-            )?)
-        }
-    };
-    Ok(m)
-}
-
-fn limit<D: Dataset + 'static>(ds: D, n: Option<usize>) -> Arc<dyn Dataset> {
-    match n {
-        Some(n) if n < ds.len() => Arc::new(Subset { inner: ds, n }),
-        _ => Arc::new(ds),
-    }
-}
-
-/// The first `n` samples of a dataset (evaluation on part of a test set).
-struct Subset<D> {
-    inner: D,
-    n: usize,
-}
-
-impl<D: Dataset> Dataset for Subset<D> {
-    fn len(&self) -> usize {
-        self.n
-    }
-    fn batch(&self, indices: &[usize], rng: &mut Rng) -> data::Result<data::Batch> {
-        self.inner.batch(indices, rng)
-    }
-}
-
-fn image_data(c: &Config, [ch, h, w]: [usize; 3], classes: usize) -> Result<(Split, Split)> {
-    Ok(match c.dataset.as_str() {
-        "synthetic" => (
-            Split::Samples(Arc::new(SyntheticImages {
-                n: c.synthetic_samples,
-                shape: [ch, h, w],
-                classes,
-                seed: c.seed,
-            })),
-            Split::Samples(Arc::new(SyntheticImages {
-                n: c.eval_samples.unwrap_or(1024),
-                shape: [ch, h, w],
-                classes,
-                seed: c.seed ^ 0x5EED,
-            })),
-        ),
-        "fashion-mnist" => {
-            let dir = c
-                .data_dir
-                .clone()
-                .unwrap_or_else(|| PathBuf::from(data::prepare::FASHION_MNIST_SYSTEM_DIR));
-            let file = |n: &str| dir.join(n);
-            let missing = || {
-                format!("Fashion-MNIST not found in {}: `apt-get install dataset-fashion-mnist`, or --data-dir DIR with the four IDX files", dir.display())
-            };
-            let train = data::read_mnist(
-                &file("train-images-idx3-ubyte.gz"),
-                &file("train-labels-idx1-ubyte.gz"),
-                10,
-            )
-            .with_context(missing)?;
-            let test = data::read_mnist(
-                &file("t10k-images-idx3-ubyte.gz"),
-                &file("t10k-labels-idx1-ubyte.gz"),
-                10,
-            )
-            .with_context(missing)?
-            .with_stats(train.mean.clone(), train.std.clone());
-            (
-                Split::Samples(Arc::new(train)),
-                Split::Samples(limit::<ImageDataset>(test, c.eval_samples)),
-            )
-        }
-        "cifar10" => {
-            let dir = c.data_dir.clone().context("--dataset cifar10 needs --data-dir (the directory of data_batch_1.bin ... test_batch.bin)")?;
-            let names: Vec<PathBuf> = (1..=5)
-                .map(|i| dir.join(format!("data_batch_{i}.bin")))
-                .collect();
-            let refs: Vec<&std::path::Path> = names.iter().map(|p| p.as_path()).collect();
-            let train = data::read_cifar10(&refs)?.with_augment(data::Augment::cifar());
-            let test = data::read_cifar10(&[dir.join("test_batch.bin").as_path()])?
-                .with_stats(train.mean.clone(), train.std.clone());
-            (
-                Split::Samples(Arc::new(train)),
-                Split::Samples(limit::<ImageDataset>(test, c.eval_samples)),
-            )
-        }
-        d => bail!("--dataset {d}"),
-    })
-}
-
-/// Token streams (train, test) and the vocabulary size.
-fn text_data(c: &Config) -> Result<(Vec<u32>, Vec<u32>, usize)> {
-    if c.dataset == "synthetic" {
-        let stream = |n: usize, seed: u64| {
-            data::SyntheticTokens {
-                n,
-                vocab: SYNTHETIC_VOCAB,
-                seed,
-            }
-            .stream()
-        };
-        // One bigram table (the seed), two stretches of its text.
-        let all = stream(c.synthetic_samples + c.eval_samples.unwrap_or(4096), c.seed);
-        let (train, test) = all.split_at(c.synthetic_samples);
-        return Ok((train.to_vec(), test.to_vec(), SYNTHETIC_VOCAB));
-    }
-    let dir = match (&c.data_dir, c.dataset.as_str()) {
-        (Some(d), _) => d.clone(),
-        (None, "kjv") => PathBuf::from(KJV_DEFAULT_DIR),
-        (None, d) => bail!("--dataset {d} needs --data-dir (the directory of ptb.train.txt, ptb.valid.txt, ptb.test.txt)"),
-    };
-    let prefix = if c.model == "char_lstm" {
-        "ptb.char"
-    } else {
-        "ptb"
-    };
-    let corpus = data::TextCorpus::load(&dir, prefix).with_context(|| {
-        format!(
-            "reading {prefix}.{{train,valid,test}}.txt in {} (for the King James Bible: apt-get install bible-kjv, then cargo run --release -p data --bin datasets -- prepare kjv --out {})",
-            dir.display(),
-            dir.display()
-        )
-    })?;
-    let mut test = corpus.test;
-    if let Some(n) = c.eval_samples {
-        test.truncate(n);
-    }
-    Ok((corpus.train, test, corpus.vocab.len()))
-}
-
-fn speech_data(c: &Config) -> Result<(Split, Split)> {
-    if c.dataset == "synthetic" {
-        let make = |n: usize, seed: u64| -> Arc<dyn Dataset> {
-            Arc::new(data::SyntheticSpeech {
-                n,
-                bins: nn::models::SPECTROGRAM_BINS,
-                max_frames: 120,
-                classes: SPEECH_CLASSES,
-                seed,
-            })
-        };
-        return Ok((
-            Split::Samples(make(c.synthetic_samples, c.seed)),
-            Split::Samples(make(c.eval_samples.unwrap_or(64), c.seed ^ 0x5EED)),
-        ));
-    }
-    let dir = match (&c.data_dir, c.dataset.as_str()) {
-        (Some(d), _) => d.clone(),
-        (None, "speech") => PathBuf::from(SPEECH_DEFAULT_DIR),
-        (None, d) => bail!("--dataset {d} needs --data-dir (the directory of train_manifest.csv and test_manifest.csv)"),
-    };
-    let load = |split: &str| {
-        let manifest = dir.join(format!("{split}_manifest.csv"));
-        data::speech::SpeechDataset::load(&manifest).with_context(|| {
-            format!(
-                "reading {} (for the synthesized corpus: apt-get install espeak-ng, then cargo run --release -p data --bin datasets -- prepare speech --out {})",
-                manifest.display(),
-                dir.display()
-            )
-        })
-    };
-    let train = load("train")?;
-    let test = load("test")?;
-    Ok((
-        Split::Samples(Arc::new(train)),
-        Split::Samples(limit(test, c.eval_samples)),
-    ))
 }
 
 impl Task {
@@ -696,33 +465,4 @@ fn detach(s: &RnnState) -> RnnState {
         h: s.h.detach(),
         c: s.c.as_ref().map(|c| c.detach()),
     }
-}
-
-/// Log-probabilities `[T', N, classes]`, each sample's labels and its output frame count.
-fn speech_outputs(
-    m: &DeepSpeech,
-    batch: &Batch,
-    inputs: &Tensor,
-    ctx: &mut Ctx,
-) -> Result<(Tensor, Vec<Vec<u32>>, Vec<usize>)> {
-    let logits = m.forward(inputs, ctx)?;
-    let log_probs = logits.log_softmax(2)?;
-    let frames = log_probs.dims()[0];
-    let labels = batch.labels.to_vec::<u32>()?;
-    let mut targets = Vec::with_capacity(batch.label_lengths.len());
-    let mut at = 0;
-    for &len in &batch.label_lengths {
-        let l = labels
-            .get(at..at + len)
-            .context("the batch's label lengths exceed its labels")?;
-        targets.push(l.to_vec());
-        at += len;
-    }
-    // The first convolution has stride 2 in time: T' = ⌈T / 2⌉.
-    let lengths = batch
-        .input_lengths
-        .iter()
-        .map(|&t| t.div_ceil(2).min(frames))
-        .collect();
-    Ok((log_probs, targets, lengths))
 }

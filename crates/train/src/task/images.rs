@@ -1,0 +1,170 @@
+//! Image classification data and models: the datasets' shapes, the model/dataset fit,
+//! the model zoo by name, and the train/test splits (with evaluation on a prefix).
+
+use super::Split;
+use crate::config::Config;
+use anyhow::{bail, Context, Result};
+use data::{Dataset, ImageDataset, SyntheticImages};
+use nn::Module;
+use std::path::PathBuf;
+use std::sync::Arc;
+use tensor::Rng;
+
+/// `[C, H, W]` and the number of classes of an image dataset, without loading it.
+pub(super) fn image_shape(c: &Config) -> Result<([usize; 3], usize)> {
+    Ok(match c.dataset.as_str() {
+        "fashion-mnist" => ([1, 28, 28], 10),
+        "cifar10" => ([3, 32, 32], 10),
+        "synthetic" => {
+            let s = nn::models::input_shape(&c.model)
+                .with_context(|| format!("model {} has no image input shape", c.model))?;
+            (
+                [s[0], s[1], s[2]],
+                if c.model == "resnet50" || c.model == "alexnet" {
+                    1000
+                } else {
+                    10
+                },
+            )
+        }
+        d => bail!("--dataset {d}: image models train on fashion-mnist, cifar10 or synthetic"),
+    })
+}
+
+pub(super) fn check_image(c: &Config) -> Result<()> {
+    let ([ch, h, w], _) = image_shape(c)?;
+    let fixed = |want: [usize; 3]| -> Result<()> {
+        if [ch, h, w] != want {
+            bail!(
+                "--model {} expects {:?} inputs, but --dataset {} gives {:?}",
+                c.model,
+                want,
+                c.dataset,
+                [ch, h, w]
+            );
+        }
+        Ok(())
+    };
+    match c.model.as_str() {
+        "vgg16" => fixed([3, 32, 32])?,
+        "alexnet" => fixed([3, 227, 227])?,
+        "resnet50" => fixed([3, 224, 224])?,
+        "lenet5" if h != 28 || w != 28 => bail!(
+            "--model lenet5 expects 28×28 inputs, --dataset {} gives {h}×{w}",
+            c.dataset
+        ),
+        _ => {}
+    }
+    Ok(())
+}
+
+pub(super) fn build_image_model(
+    c: &Config,
+    channels: usize,
+    classes: usize,
+) -> Result<Box<dyn Module>> {
+    let mut rng = Rng::new(c.seed);
+    let m: Box<dyn Module> = match c.model.as_str() {
+        "lenet5" => Box::new(nn::models::lenet5_caffe(channels, classes, &mut rng)?),
+        "vgg16" => Box::new(nn::models::vgg16_cifar(classes, &mut rng)?),
+        "alexnet" => Box::new(nn::models::alexnet_caffe(classes, &mut rng)?),
+        "resnet50" => Box::new(nn::models::resnet50(classes, &mut rng)?),
+        name => {
+            let depth: usize = name
+                .strip_prefix("resnet")
+                .and_then(|d| d.parse().ok())
+                .with_context(|| format!("model {name}"))?;
+            Box::new(nn::models::resnet_cifar(
+                depth, channels, classes, &mut rng,
+            )?)
+        }
+    };
+    Ok(m)
+}
+
+pub(super) fn limit<D: Dataset + 'static>(ds: D, n: Option<usize>) -> Arc<dyn Dataset> {
+    match n {
+        Some(n) if n < ds.len() => Arc::new(Subset { inner: ds, n }),
+        _ => Arc::new(ds),
+    }
+}
+
+/// The first `n` samples of a dataset (evaluation on part of a test set).
+struct Subset<D> {
+    inner: D,
+    n: usize,
+}
+
+impl<D: Dataset> Dataset for Subset<D> {
+    fn len(&self) -> usize {
+        self.n
+    }
+    fn batch(&self, indices: &[usize], rng: &mut Rng) -> data::Result<data::Batch> {
+        self.inner.batch(indices, rng)
+    }
+}
+
+pub(super) fn image_data(
+    c: &Config,
+    [ch, h, w]: [usize; 3],
+    classes: usize,
+) -> Result<(Split, Split)> {
+    Ok(match c.dataset.as_str() {
+        "synthetic" => (
+            Split::Samples(Arc::new(SyntheticImages {
+                n: c.synthetic_samples,
+                shape: [ch, h, w],
+                classes,
+                seed: c.seed,
+            })),
+            Split::Samples(Arc::new(SyntheticImages {
+                n: c.eval_samples.unwrap_or(1024),
+                shape: [ch, h, w],
+                classes,
+                seed: c.seed ^ 0x5EED,
+            })),
+        ),
+        "fashion-mnist" => {
+            let dir = c
+                .data_dir
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(data::prepare::FASHION_MNIST_SYSTEM_DIR));
+            let file = |n: &str| dir.join(n);
+            let missing = || {
+                format!("Fashion-MNIST not found in {}: `apt-get install dataset-fashion-mnist`, or --data-dir DIR with the four IDX files", dir.display())
+            };
+            let train = data::read_mnist(
+                &file("train-images-idx3-ubyte.gz"),
+                &file("train-labels-idx1-ubyte.gz"),
+                10,
+            )
+            .with_context(missing)?;
+            let test = data::read_mnist(
+                &file("t10k-images-idx3-ubyte.gz"),
+                &file("t10k-labels-idx1-ubyte.gz"),
+                10,
+            )
+            .with_context(missing)?
+            .with_stats(train.mean.clone(), train.std.clone());
+            (
+                Split::Samples(Arc::new(train)),
+                Split::Samples(limit::<ImageDataset>(test, c.eval_samples)),
+            )
+        }
+        "cifar10" => {
+            let dir = c.data_dir.clone().context("--dataset cifar10 needs --data-dir (the directory of data_batch_1.bin ... test_batch.bin)")?;
+            let names: Vec<PathBuf> = (1..=5)
+                .map(|i| dir.join(format!("data_batch_{i}.bin")))
+                .collect();
+            let refs: Vec<&std::path::Path> = names.iter().map(|p| p.as_path()).collect();
+            let train = data::read_cifar10(&refs)?.with_augment(data::Augment::cifar());
+            let test = data::read_cifar10(&[dir.join("test_batch.bin").as_path()])?
+                .with_stats(train.mean.clone(), train.std.clone());
+            (
+                Split::Samples(Arc::new(train)),
+                Split::Samples(limit::<ImageDataset>(test, c.eval_samples)),
+            )
+        }
+        d => bail!("--dataset {d}"),
+    })
+}
