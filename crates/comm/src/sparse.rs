@@ -134,9 +134,11 @@ pub fn sum_all(parts: &[SparseVec]) -> SparseVec {
         );
     }
     if parts.len() > 1 {
+        // Over every index, not each part's last: the fields are public, so a part need
+        // not be sorted, and the sort below does not need it to be.
         let max = parts
             .iter()
-            .filter_map(|p| p.indices.last().copied())
+            .flat_map(|p| p.indices.iter().copied())
             .max()
             .unwrap_or(0);
         let passes = (32 - max.leading_zeros()).div_ceil(BITS);
