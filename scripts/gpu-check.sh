@@ -80,6 +80,27 @@ if [ -x .gpu/bin/train ]; then
   ms=$(( ($(date +%s%N) - start) / 1000000 ))
   [ $rc -ne 0 ] && status=1
   summary+=("$(printf '%-26s rc=%-3s %-21s %8s ms' "$name" "$rc" "60 steps" "$ms")")
+
+  # --backend nccl (dense, gradients averaged on the GPU) against --backend tcp (copied to
+  # the host) on one GPU: world size 1, the only one a one-GPU machine allows, so both
+  # averages are the identity and the two runs must end with the same loss.
+  for be in tcp nccl; do
+    name=train-resnet20-dense-$be
+    start=$(date +%s%N)
+    .gpu/bin/train --workers 1 --model resnet20 --dataset synthetic --device cuda \
+      --backend "$be" --method dense --batch-size 64 --steps 20 --log-every 5 \
+      --out "$out/$name" > "$out/$name.log" 2>&1
+    rc=$?
+    ms=$(( ($(date +%s%N) - start) / 1000000 ))
+    [ $rc -ne 0 ] && status=1
+    loss=$(grep -o '"final_loss": *[-0-9.e]*' "$out/$name/summary.json" 2>/dev/null | grep -o '[-0-9.e]*$')
+    summary+=("$(printf '%-26s rc=%-3s %-21s %8s ms' "$name" "$rc" "loss ${loss:--}" "$ms")")
+    eval "loss_$be=\${loss:-none}"
+  done
+  if [ "$loss_tcp" != "$loss_nccl" ] || [ "$loss_tcp" = none ]; then
+    status=1
+    summary+=("nccl vs tcp final loss differ: $loss_nccl vs $loss_tcp")
+  fi
 fi
 
 # The GPU-vs-CPU comparison lines, for the record.

@@ -158,7 +158,9 @@ pub struct Args {
     /// cpu, cuda or auto (the GPU when a driver and a device are present).
     #[arg(long)]
     pub device: Option<String>,
-    /// Collective backend: tcp (nccl is not wired into the trainer yet).
+    /// Collective backend: tcp (every method; CPU or GPU tensors, host messages) or nccl
+    /// (--device cuda and --method dense: each gradient allreduced on the GPU, one GPU per
+    /// worker, as NCCL requires).
     #[arg(long)]
     pub backend: Option<String>,
     /// Run directory: config, metrics.jsonl, summary.json, checkpoints.
@@ -310,6 +312,25 @@ impl Config {
         if self.schedule == "step" && self.milestones.first().map_or(true, |&p| p <= 0.0) {
             bail!("--schedule step needs --milestones PERIOD (epochs, > 0)");
         }
+        let spec = compress::MethodSpec::parse(&self.method, &self.method_opts)?;
+        match self.backend.as_str() {
+            "tcp" => {}
+            // NCCL reduces GPU buffers in place: the dense f32 allreduce maps onto it
+            // directly. The compressing methods encode host byte buffers of different
+            // lengths per rank, which is the TCP backend's allgather-v.
+            "nccl" => {
+                if self.device != "cuda" {
+                    bail!("--backend nccl needs --device cuda (NCCL reduces GPU buffers; got --device {})", self.device);
+                }
+                if spec.name != "dense" || self.method_opts.iter().any(|o| o != "wire=f32") {
+                    bail!("--backend nccl runs --method dense with f32 values only (got --method {} {:?}); the compressing methods exchange variable-length host messages over --backend tcp", spec.name, self.method_opts);
+                }
+                if self.bucket_elems > 0 {
+                    bail!("--backend nccl exchanges each parameter's gradient tensor in place; --bucket-elems is for --backend tcp");
+                }
+            }
+            b => bail!("--backend {b}: expected tcp or nccl"),
+        }
         match self.device.as_str() {
             "cpu" | "auto" => {}
             // Counting devices needs only the driver; the launcher must not open a context
@@ -322,14 +343,6 @@ impl Config {
             }
             d => bail!("--device {d}: expected cpu, cuda or auto"),
         }
-        match self.backend.as_str() {
-            "tcp" => {}
-            // comm::NcclCommunicator exists, but the methods exchange host buffers on the
-            // compression thread; training over NCCL is not wired into the worker.
-            "nccl" => bail!("--backend nccl: the trainer exchanges gradients over TCP only (comm's NCCL backend is not wired into the worker yet); use --backend tcp"),
-            b => bail!("--backend {b}: expected tcp or nccl"),
-        }
-        let spec = compress::MethodSpec::parse(&self.method, &self.method_opts)?;
         if self.clip > 0.0 && spec.name == "dgc" {
             bail!("--clip with --method dgc: DGC clips locally before compression; use --method-opt clip={}", self.clip);
         }

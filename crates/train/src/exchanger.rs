@@ -4,16 +4,24 @@
 //! arrival order. Hooks fire in the same order on every rank (the same graph, walked the
 //! same way), so every rank issues the same collectives in the same order.
 //!
+//! With `--backend nccl` the thread also owns an NCCL communicator, started over the TCP
+//! one before any other job, and the dense method's allreduce runs there instead: each
+//! gradient tensor stays on the GPU and is averaged in place (on a copy, so autograd's
+//! tensor is untouched), queued on the device's compute stream after the kernels that
+//! produced it. The TCP communicator still carries the trainer's own collectives (model
+//! broadcast, loss and evaluation sums) and the compressing methods.
+//!
 //! An error in a collective (a dead peer, a timeout, a malformed message) is sent back
 //! as a reply naming the rank and ends the thread; the training thread turns it into
 //! the worker's error.
 
 use anyhow::Result;
-use comm::{Communicator, ReduceOp, Traffic};
+use comm::{Communicator, NcclCommunicator, ReduceOp, Traffic};
 use compress::{Method, StepInfo, Update, WireStats};
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use std::thread::JoinHandle;
 use std::time::Instant;
+use tensor::{Device, Tensor};
 
 pub enum Job {
     Begin(StepInfo),
@@ -21,6 +29,11 @@ pub enum Job {
         index: usize,
         weights: Vec<f32>,
         grad: Vec<f32>,
+    },
+    /// A gradient on the GPU for the NCCL backend (dense averaging, in place on a copy).
+    ExchangeDevice {
+        index: usize,
+        grad: Tensor,
     },
     After {
         index: usize,
@@ -39,6 +52,13 @@ pub enum Reply {
     Update {
         index: usize,
         update: Update,
+        started: Instant,
+    },
+    /// The averaged gradient of an `ExchangeDevice` job, still on the GPU.
+    DeviceUpdate {
+        index: usize,
+        grad: Tensor,
+        stats: WireStats,
         started: Instant,
     },
     After {
@@ -65,7 +85,13 @@ pub struct Exchanger {
 }
 
 impl Exchanger {
-    pub fn spawn(mut comm: Communicator, mut method: Box<dyn Method>) -> Exchanger {
+    /// Starts the thread; with `nccl`, it first joins the ranks' NCCL communicator on that
+    /// device (a failure there is the first reply).
+    pub fn spawn(
+        mut comm: Communicator,
+        mut method: Box<dyn Method>,
+        nccl: Option<Device>,
+    ) -> Exchanger {
         let (jobs, rx) = unbounded::<Job>();
         let (tx, replies) = unbounded::<Reply>();
         let after_step_every = method.after_step_every();
@@ -74,8 +100,24 @@ impl Exchanger {
             .name("compression".into())
             .spawn(move || {
                 // Bytes of the trainer's own collectives (initial broadcast, loss and
-                // evaluation sums), kept out of the method's traffic.
+                // evaluation sums, NCCL's start-up), kept out of the method's traffic.
                 let mut overhead = Traffic::default();
+                let mut nccl = match nccl {
+                    None => None,
+                    Some(device) => {
+                        let before = comm.counters().total();
+                        match NcclCommunicator::new(&mut comm, device) {
+                            Ok(n) => {
+                                add_traffic(&mut overhead, &before, &comm.counters().total());
+                                Some(n)
+                            }
+                            Err(e) => {
+                                let _ = tx.send(Reply::Failed(format!("starting NCCL: {e}")));
+                                return;
+                            }
+                        }
+                    }
+                };
                 for job in rx.iter() {
                     let bookkeeping = matches!(job, Job::Allreduce(_) | Job::Broadcast(_));
                     let before = comm.counters().total();
@@ -100,6 +142,17 @@ impl Exchanger {
                                 })
                                 .map_err(|e| format!("exchanging parameter {index}: {e}"))
                         }
+                        Job::ExchangeDevice { index, grad } => {
+                            let started = Instant::now();
+                            nccl_average(nccl.as_mut(), &grad)
+                                .map(|(grad, stats)| Reply::DeviceUpdate {
+                                    index,
+                                    grad,
+                                    stats,
+                                    started,
+                                })
+                                .map_err(|e| format!("exchanging parameter {index} over NCCL: {e}"))
+                        }
                         Job::After { index, mut weights } => method
                             .after_step(&mut comm, index, &mut weights)
                             .map(|stats| Reply::After {
@@ -122,7 +175,11 @@ impl Exchanger {
                             .map(|_| Reply::Loaded)
                             .map_err(|e| format!("restoring the method's state: {e}")),
                         Job::Counters => {
-                            let t = comm.counters().total();
+                            let mut t = comm.counters().total();
+                            if let Some(n) = &nccl {
+                                // The method's NCCL traffic: the nominal ring payload.
+                                add_traffic(&mut t, &Traffic::default(), &n.counters().total());
+                            }
                             Ok(Reply::Counters(Traffic {
                                 payload_sent: t.payload_sent - overhead.payload_sent,
                                 payload_received: t.payload_received - overhead.payload_received,
@@ -132,12 +189,7 @@ impl Exchanger {
                         }
                     };
                     if bookkeeping {
-                        let after = comm.counters().total();
-                        overhead.payload_sent += after.payload_sent - before.payload_sent;
-                        overhead.payload_received +=
-                            after.payload_received - before.payload_received;
-                        overhead.total_sent += after.total_sent - before.total_sent;
-                        overhead.total_received += after.total_received - before.total_received;
+                        add_traffic(&mut overhead, &before, &comm.counters().total());
                     }
                     match reply {
                         Ok(r) => {
@@ -212,6 +264,40 @@ impl Exchanger {
             _ => anyhow::bail!("compression thread: unexpected reply to a state load"),
         }
     }
+}
+
+/// Adds the traffic between two counter readings to `acc`.
+fn add_traffic(acc: &mut Traffic, before: &Traffic, after: &Traffic) {
+    acc.payload_sent += after.payload_sent - before.payload_sent;
+    acc.payload_received += after.payload_received - before.payload_received;
+    acc.total_sent += after.total_sent - before.total_sent;
+    acc.total_received += after.total_received - before.total_received;
+}
+
+/// The dense method over NCCL: the average of `grad` over the ranks, in a new tensor on
+/// the same GPU, with the same wire statistics a dense f32 exchange reports. NCCL only
+/// queues the work on the compute stream, so `comm_seconds` is the time to queue it; the
+/// transfer itself shows as the wait when the optimizer reads the result.
+fn nccl_average(
+    nccl: Option<&mut NcclCommunicator>,
+    grad: &Tensor,
+) -> anyhow::Result<(Tensor, WireStats)> {
+    let nccl =
+        nccl.ok_or_else(|| anyhow::anyhow!("a GPU gradient arrived, but NCCL was not started"))?;
+    // A copy: autograd's gradient tensor is not ours to overwrite.
+    let g = tensor::no_grad(|| grad.scale(1.0))?;
+    let t = Instant::now();
+    nccl.allreduce(&g, ReduceOp::Average)?;
+    let n = g.elem_count();
+    let stats = WireStats {
+        elements: n,
+        sent_values: n,
+        message_bytes: 4 * n,
+        dense_bytes: 4 * n,
+        comm_seconds: t.elapsed().as_secs_f64(),
+        ..WireStats::default()
+    };
+    Ok((g, stats))
 }
 
 impl Drop for Exchanger {

@@ -11,6 +11,10 @@
 //!    weight decay), `Direction` updates as `w −= lr·d`;
 //! 4. methods that communicate weights (delay, periodic averaging) do so after the step.
 //!
+//! With `--backend nccl` (dense only) the hooks hand the GPU gradient tensors themselves
+//! to the compression thread, which averages them with NCCL; nothing is copied to the
+//! host.
+//!
 //! Every `log_every` steps rank 0 appends a line to `metrics.jsonl`; at the end of each
 //! epoch the test set is evaluated (each rank its shard, counts summed) and every rank
 //! writes its checkpoint.
@@ -30,6 +34,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 use tensor::{no_grad, Device, Rng, Tensor};
+
+/// An exchanged gradient: host values (every method over TCP) or a GPU tensor (NCCL).
+enum Grad {
+    Host(Vec<f32>),
+    Device(Tensor),
+}
 
 /// Per-step timings, summed between log lines.
 #[derive(Default)]
@@ -55,6 +65,8 @@ pub struct Worker {
     /// Groups the hooks' gradients into buckets and sends each when complete.
     collector: Arc<Collector>,
     fired: Arc<Vec<AtomicBool>>,
+    /// `--backend nccl`: gradients go to the compression thread as GPU tensors.
+    nccl: bool,
     pos: Position,
     /// Idle fraction per step, for the summary.
     idle_fractions: Vec<f64>,
@@ -107,7 +119,8 @@ impl Worker {
         method.init(&buckets.specs(&specs))?;
         let method_config = method.describe();
         let opt = Sgd::new(cfg.lr, cfg.momentum, cfg.nesterov, cfg.weight_decay)?;
-        let ex = Exchanger::spawn(comm, method);
+        let nccl = cfg.backend == "nccl";
+        let ex = Exchanger::spawn(comm, method, nccl.then_some(device));
         let collector = Arc::new(Collector::new(buckets, ex.jobs.clone(), ex.reads_weights));
         let fired: Arc<Vec<AtomicBool>> =
             Arc::new(params.iter().map(|_| AtomicBool::new(false)).collect());
@@ -116,6 +129,19 @@ impl Worker {
             // Copying the weights out costs a pass over the parameter on the backward
             // thread: only for methods that read them.
             let reads = ex.reads_weights;
+            if nccl {
+                let jobs = ex.jobs.clone();
+                p.tensor.register_grad_hook(move |g| {
+                    fired[i].store(true, Ordering::SeqCst);
+                    // A send fails only when the thread has stopped; its error reply
+                    // is what the training thread reports.
+                    let _ = jobs.send(Job::ExchangeDevice {
+                        index: i,
+                        grad: g.clone(),
+                    });
+                })?;
+                continue;
+            }
             p.tensor.register_grad_hook(move |g| {
                 fired[i].store(true, Ordering::SeqCst);
                 // A conversion failure sends empty buffers, which the method rejects
@@ -138,6 +164,7 @@ impl Worker {
             ex,
             collector,
             fired,
+            nccl,
             pos: Position::default(),
             idle_fractions: Vec::new(),
             step_times: Vec::new(),
@@ -345,7 +372,16 @@ impl Worker {
                 let backward_end = Instant::now();
                 for (i, f) in self.fired.iter().enumerate() {
                     if !f.swap(false, Ordering::SeqCst) {
-                        let n = self.params[i].tensor.elem_count();
+                        let p = &self.params[i].tensor;
+                        if self.nccl {
+                            let zeros = Tensor::zeros(p.dims().to_vec(), p.dtype(), p.device())?;
+                            self.ex.send(Job::ExchangeDevice {
+                                index: i,
+                                grad: zeros,
+                            })?;
+                            continue;
+                        }
+                        let n = p.elem_count();
                         self.collector.deliver(
                             i,
                             vec![0.0; n],
@@ -357,7 +393,7 @@ impl Worker {
                         );
                     }
                 }
-                let mut updates: Vec<Option<(Vec<f32>, UpdateKind)>> =
+                let mut updates: Vec<Option<(Grad, UpdateKind)>> =
                     (0..self.params.len()).map(|_| None).collect();
                 let mut first_start: Option<Instant> = None;
                 for _ in 0..self.collector.buckets().len() {
@@ -371,8 +407,22 @@ impl Worker {
                                 Some(first_start.map_or(started, |f: Instant| f.min(started)));
                             window.wire.add(&update.stats);
                             for (i, part) in self.collector.buckets().split(index, update.values) {
-                                updates[i] = Some((part, update.kind));
+                                updates[i] = Some((Grad::Host(part), update.kind));
                             }
+                        }
+                        Reply::DeviceUpdate {
+                            index,
+                            grad,
+                            stats,
+                            started,
+                        } => {
+                            first_start =
+                                Some(first_start.map_or(started, |f: Instant| f.min(started)));
+                            window.wire.add(&stats);
+                            let slot = updates.get_mut(index).with_context(|| {
+                                format!("compression thread: an update for parameter {index}")
+                            })?;
+                            *slot = Some((Grad::Device(grad), UpdateKind::Gradient));
                         }
                         _ => bail!("compression thread: unexpected reply during the exchange"),
                     }
@@ -492,14 +542,19 @@ impl Worker {
         Ok(summary)
     }
 
-    fn apply(&mut self, updates: Vec<Option<(Vec<f32>, UpdateKind)>>, lr: f64) -> Result<()> {
+    fn apply(&mut self, updates: Vec<Option<(Grad, UpdateKind)>>, lr: f64) -> Result<()> {
         let mut grads: Vec<(usize, Tensor, UpdateKind)> = Vec::with_capacity(updates.len());
         for (i, u) in updates.into_iter().enumerate() {
-            let (values, kind) =
-                u.with_context(|| format!("no update arrived for parameter {i}"))?;
-            let dims = self.params[i].tensor.dims().to_vec();
-            let device = self.params[i].tensor.device();
-            grads.push((i, Tensor::from_vec(values, dims, device)?, kind));
+            let (grad, kind) = u.with_context(|| format!("no update arrived for parameter {i}"))?;
+            let g = match grad {
+                Grad::Host(values) => {
+                    let dims = self.params[i].tensor.dims().to_vec();
+                    let device = self.params[i].tensor.device();
+                    Tensor::from_vec(values, dims, device)?
+                }
+                Grad::Device(t) => t,
+            };
+            grads.push((i, g, kind));
         }
         if self.cfg.clip > 0.0 {
             let mut gs: Vec<Tensor> = grads

@@ -305,7 +305,25 @@ fn wrong_configurations_fail_before_any_worker_starts() {
             "expects [3, 32, 32]",
         ),
         (&["--method", "nope"], "unknown method"),
-        (&["--backend", "nccl"], "not wired into the worker"),
+        (&["--backend", "nccl"], "--backend nccl needs --device cuda"),
+        (
+            &["--backend", "nccl", "--device", "cuda", "--method", "dgc"],
+            "--backend nccl runs --method dense",
+        ),
+        (
+            &[
+                "--backend",
+                "nccl",
+                "--device",
+                "cuda",
+                "--method",
+                "dense",
+                "--bucket-elems",
+                "1000",
+            ],
+            "--bucket-elems is for --backend tcp",
+        ),
+        (&["--backend", "mpi"], "expected tcp or nccl"),
         (
             &["--model", "lstm_lm", "--dataset", "fashion-mnist"],
             "language models train on kjv, ptb or synthetic",
