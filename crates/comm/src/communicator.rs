@@ -531,11 +531,18 @@ impl Communicator {
         Ok(())
     }
 
-    /// Every rank's buffer (of any length) on every rank, by a ring (P − 1 steps).
+    /// Every rank's buffer (of any length) on every rank.
     pub fn allgather_v(&mut self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
         let tag = self.next_tag();
         self.allgather_tagged(data, tag, Collective::AllgatherV)
     }
+
+    /// Bruck's allgather: ⌈log₂P⌉ steps for any P. Before the step at distance d, this
+    /// rank holds the blocks of ranks r, r+1, …, r+d−1 (mod P); it sends the first
+    /// min(d, P−d) of them to rank r−d and appends those of rank r+d. Every rank sends
+    /// P−1 blocks in all, as in a ring, but in ⌈log₂P⌉ messages instead of P−1: the
+    /// latency term that dominates the sparse collectives' small messages (a ring's
+    /// P−1 dependent steps were 2–2.6× the α-β model with 8 ranks on 2 cores).
     fn allgather_tagged(
         &mut self,
         data: &[u8],
@@ -543,18 +550,24 @@ impl Communicator {
         kind: Collective,
     ) -> Result<Vec<Vec<u8>>> {
         let (p, r) = (self.world, self.rank);
-        let mut blocks: Vec<Vec<u8>> = vec![Vec::new(); p];
-        blocks[r] = data.to_vec();
-        let (right, left) = ((r + 1) % p, (r + p - 1) % p);
-        for s in 0..p.saturating_sub(1) {
-            let send_idx = (r + p - s) % p;
-            let recv_idx = (r + 2 * p - s - 1) % p;
-            let out = std::mem::take(&mut blocks[send_idx]);
-            let got = self.exchange(right, tag, kind, &out, left)?;
-            blocks[send_idx] = out;
-            blocks[recv_idx] = got;
+        // have[j] is the block of rank (r + j) mod P.
+        let mut have: Vec<Vec<u8>> = vec![data.to_vec()];
+        let mut d = 1;
+        while d < p {
+            let count = d.min(p - d);
+            let (to, from) = ((r + p - d) % p, (r + d) % p);
+            let msg = pack_blocks(&have[..count]);
+            let got = self.exchange(to, tag, kind, &msg, from)?;
+            let blocks = unpack_blocks(&got, count)
+                .map_err(|msg| CommError::Protocol { peer: from, msg })?;
+            have.extend(blocks);
+            d *= 2;
         }
-        Ok(blocks)
+        let mut out = vec![Vec::new(); p];
+        for (j, b) in have.into_iter().enumerate() {
+            out[(r + j) % p] = b;
+        }
+        Ok(out)
     }
 
     /// TopKAllReduce: every rank's sparse vector gathered and summed (ranks' values added
@@ -599,5 +612,81 @@ impl Communicator {
         }
         let bytes = self.broadcast_tagged(0, &cur.encode(), tag, Collective::GtopkAllreduce)?;
         SparseVec::decode(&bytes).map_err(|msg| CommError::Protocol { peer: 0, msg })
+    }
+}
+
+/// Several blocks in one message: their lengths (u64 LE), then their bytes.
+fn pack_blocks(blocks: &[Vec<u8>]) -> Vec<u8> {
+    let body: usize = blocks.iter().map(Vec::len).sum();
+    let mut m = Vec::with_capacity(8 * blocks.len() + body);
+    for b in blocks {
+        m.extend((b.len() as u64).to_le_bytes());
+    }
+    for b in blocks {
+        m.extend_from_slice(b);
+    }
+    m
+}
+
+/// The inverse of [`pack_blocks`] for a message that must hold `count` blocks; a peer's
+/// lengths are checked against the bytes that arrived before anything is allocated.
+fn unpack_blocks(m: &[u8], count: usize) -> std::result::Result<Vec<Vec<u8>>, String> {
+    let head = count
+        .checked_mul(8)
+        .filter(|&h| h <= m.len())
+        .ok_or_else(|| {
+            format!(
+                "allgather message of {} bytes cannot hold {count} block lengths",
+                m.len()
+            )
+        })?;
+    let mut lens = Vec::with_capacity(count);
+    for c in m[..head].chunks_exact(8) {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(c);
+        lens.push(u64::from_le_bytes(w));
+    }
+    let body = (m.len() - head) as u64;
+    if lens.iter().try_fold(0u64, |a, &l| a.checked_add(l)) != Some(body) {
+        return Err(format!(
+            "allgather message: block lengths {lens:?} do not add up to its {body} bytes"
+        ));
+    }
+    let mut at = head;
+    Ok(lens
+        .into_iter()
+        .map(|l| {
+            let b = m[at..at + l as usize].to_vec();
+            at += l as usize;
+            b
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{pack_blocks, unpack_blocks};
+
+    #[test]
+    fn packed_blocks_round_trip_and_bad_lengths_are_errors() {
+        let blocks = vec![b"ab".to_vec(), Vec::new(), b"cdef".to_vec()];
+        let m = pack_blocks(&blocks);
+        assert_eq!(unpack_blocks(&m, 3).unwrap(), blocks);
+        // Fewer or more blocks than the step needs, a truncated message, and lengths
+        // that overflow or exceed the bytes present are errors, not panics.
+        assert!(unpack_blocks(&m, 4).is_err());
+        assert!(unpack_blocks(&m, 2).is_err());
+        assert!(unpack_blocks(&m[..m.len() - 1], 3).is_err());
+        assert!(unpack_blocks(&m[..5], 1).is_err());
+        assert!(unpack_blocks(&[], usize::MAX).is_err());
+        let mut huge = pack_blocks(&[vec![1], vec![2]]);
+        huge[..8].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(unpack_blocks(&huge, 2).is_err());
+        let mut rng = tensor::Rng::new(3);
+        for _ in 0..2000 {
+            let n = rng.below(40);
+            let junk: Vec<u8> = (0..n).map(|_| rng.below(256) as u8).collect();
+            let _ = unpack_blocks(&junk, rng.below(4));
+        }
     }
 }
