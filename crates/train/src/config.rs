@@ -322,7 +322,8 @@ impl Config {
                 if self.device != "cuda" {
                     bail!("--backend nccl needs --device cuda (NCCL reduces GPU buffers; got --device {})", self.device);
                 }
-                if spec.name != "dense" || self.method_opts.iter().any(|o| o != "wire=f32") {
+                let f16 = spec.options.get("wire").is_some_and(|w| w != "f32");
+                if spec.name != "dense" || f16 {
                     bail!("--backend nccl runs --method dense with f32 values only (got --method {} {:?}); the compressing methods exchange variable-length host messages over --backend tcp", spec.name, self.method_opts);
                 }
                 if self.bucket_elems > 0 {

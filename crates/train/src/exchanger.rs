@@ -215,9 +215,17 @@ impl Exchanger {
     }
 
     pub fn send(&self, job: Job) -> Result<()> {
-        self.jobs
-            .send(job)
-            .map_err(|_| anyhow::anyhow!("the compression thread has stopped"))
+        if self.jobs.send(job).is_ok() {
+            return Ok(());
+        }
+        // The thread has stopped; its last reply says why (a failed exchange, or NCCL
+        // failing to start before the first job).
+        while let Ok(r) = self.replies.try_recv() {
+            if let Reply::Failed(msg) = r {
+                return Err(anyhow::anyhow!(msg));
+            }
+        }
+        Err(anyhow::anyhow!("the compression thread has stopped"))
     }
 
     /// The next reply; a failure of the thread becomes an error.
@@ -306,5 +314,51 @@ impl Drop for Exchanger {
         if let Some(h) = self.handle.take() {
             let _ = h.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A one-rank job whose thread is asked to start NCCL on the CPU, which fails.
+    fn nccl_on_the_cpu() -> Exchanger {
+        let comm = Communicator::connect(&comm::CommConfig {
+            rank: 0,
+            world: 1,
+            master_addr: "127.0.0.1".into(),
+            master_port: 0,
+            bind_addr: "127.0.0.1".into(),
+            token: b"t".to_vec(),
+            timeout: std::time::Duration::from_secs(10),
+            max_frame: 1 << 20,
+        })
+        .expect("a one-rank communicator");
+        let ctx = compress::Context {
+            rank: 0,
+            world: 1,
+            seed: 1,
+            momentum: 0.0,
+            nesterov: false,
+            weight_decay: 0.0,
+        };
+        let spec = compress::MethodSpec::parse("dense", &[]).expect("dense");
+        let method = compress::build(&spec, &ctx).expect("the method");
+        Exchanger::spawn(comm, method, Some(Device::Cpu))
+    }
+
+    /// The first job, whatever it is, reports why NCCL did not start rather than "the
+    /// compression thread has stopped": whether it is sent before the thread stopped
+    /// (the reply is the failure) or after (the send fails and finds the reply).
+    #[test]
+    fn a_failed_nccl_start_is_the_error_of_the_first_job() {
+        let err = nccl_on_the_cpu()
+            .broadcast(vec![1, 2, 3])
+            .expect_err("NCCL on the CPU must fail");
+        assert!(err.to_string().contains("starting NCCL"), "{err}");
+        let ex = nccl_on_the_cpu();
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let err = ex.send(Job::Counters).expect_err("the thread has stopped");
+        assert!(err.to_string().contains("starting NCCL"), "{err}");
     }
 }

@@ -26,6 +26,13 @@ pub fn run(cfg: &Config, resume: bool, raw_args: &[String]) -> Result<Option<Sum
     cfg.validate()?;
     let in_job = std::env::var("RANK").is_ok() && std::env::var("WORLD_SIZE").is_ok();
     if !in_job && cfg.workers > 1 {
+        if cfg.backend == "nccl" {
+            // NCCL refuses two ranks on one GPU (ncclCommInitRank: duplicate GPU).
+            let gpus = tensor::cuda::device_count();
+            if cfg.workers > gpus {
+                anyhow::bail!("--backend nccl needs a GPU per worker: --workers {} on a machine with {gpus} GPU(s); use --backend tcp to share GPUs", cfg.workers);
+            }
+        }
         launcher::launch(cfg.workers, raw_args)?;
         let text = std::fs::read_to_string(cfg.out.join("summary.json"))
             .with_context(|| format!("reading {}", cfg.out.join("summary.json").display()))?;
