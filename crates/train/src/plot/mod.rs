@@ -67,7 +67,7 @@ pub(crate) fn label(v: f64, step: f64) -> String {
         _ => (1.0, ""),
     };
     let s = step.abs() / div;
-    let decimals = if !(s > 0.0) || s >= 1.0 {
+    let decimals = if s.is_nan() || s <= 0.0 || s >= 1.0 {
         0
     } else {
         ((-s.log10()).ceil() as usize).min(6)
