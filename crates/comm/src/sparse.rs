@@ -78,9 +78,8 @@ impl SparseVec {
 /// `out`, whose buffers are reused.
 pub fn merge_sum_into(a: &SparseVec, b: &SparseVec, out: &mut SparseVec) {
     let (ai, av, bi, bv) = (&a.indices, &a.values, &b.indices, &b.values);
-    // Sized up front and written by position: the loop below has no data-dependent
-    // branch (which side comes next is random, and a mispredicted branch per entry was
-    // most of TopKAllReduce's merge time), only selects.
+    // Sized up front and written by position, choosing the side by selects rather than
+    // branches (which side comes next is random).
     let cap = ai.len() + bi.len();
     out.indices.clear();
     out.values.clear();
@@ -134,9 +133,9 @@ pub fn sum_all(parts: &[SparseVec]) -> SparseVec {
                 .map(|(&i, v)| (u64::from(i) << 32) | u64::from(v.to_bits())),
         );
     }
-    if parts.len() > 1 {
+    if !keys.is_empty() {
         // Over every index, not each part's last: the fields are public, so a part need
-        // not be sorted, and the sort below does not need it to be.
+        // not be sorted, and the sort below does not need it to be (even for one part).
         let max = parts
             .iter()
             .flat_map(|p| p.indices.iter().copied())

@@ -325,6 +325,13 @@ fn sum_all_equals_the_left_fold_bit_for_bit() {
                 fold = next;
             }
             let sum = sum_all(&parts);
+            // An unsorted part (the fields are public) sums to the same.
+            let mut shuffled = parts.clone();
+            for p in &mut shuffled {
+                p.indices.reverse();
+                p.values.reverse();
+            }
+            assert_eq!(sum_all(&shuffled), sum, "{parts_n} parts, range {range}");
             assert_eq!(sum.indices, fold.indices, "{parts_n} parts, range {range}");
             let bits = |v: &SparseVec| v.values.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&sum), bits(&fold), "{parts_n} parts, range {range}");
