@@ -25,7 +25,9 @@ struct Args {
     /// Worker processes to launch.
     #[arg(long, default_value_t = 4)]
     world: usize,
-    /// Transport (only tcp exists today; nccl arrives with the GPU work).
+    /// Transport: tcp. (nccl is not measured here: it needs a GPU per rank and these
+    /// are multi-rank measurements; comm's tests/nccl.rs and the trainer's --backend
+    /// nccl exercise it.)
     #[arg(long, default_value = "tcp")]
     backend: String,
     /// Message sizes in bytes.
@@ -285,7 +287,7 @@ fn main() -> Result<()> {
     let args = Args::parse();
     if args.backend != "tcp" {
         bail!(
-            "backend {:?} is not implemented yet: only tcp (NCCL arrives with the GPU work)",
+            "--backend {:?}: comm_bench measures tcp only (NCCL needs a GPU per rank; it is exercised by comm's tests/nccl.rs and the trainer's --backend nccl)",
             args.backend
         );
     }
