@@ -88,3 +88,15 @@ pub fn run_reference(script: &str, args: &[String]) -> Result<serde_json::Value>
     serde_json::from_slice(&out.stdout)
         .with_context(|| format!("parsing the JSON printed by {}", path.display()))
 }
+
+/// Rank `rank`'s sparse gradient for the sparse-collective benchmarks: k normal values at
+/// uniform random positions below n (duplicates summed), the same for a rank in every
+/// benchmark.
+pub fn random_sparse(rank: usize, n: usize, k: usize) -> comm::SparseVec {
+    let mut r = tensor::Rng::new(rank as u64 + 7);
+    comm::SparseVec::new(
+        (0..k)
+            .map(|_| (r.below(n) as u32, r.normal() as f32))
+            .collect(),
+    )
+}

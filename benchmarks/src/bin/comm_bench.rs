@@ -10,9 +10,9 @@
 //! emulated network) it runs as one worker of that job.
 
 use anyhow::{bail, Context, Result};
-use benchmarks::run_reference;
+use benchmarks::{random_sparse, run_reference};
 use clap::Parser;
-use comm::{ping_pong, AlphaBeta, Collective, Communicator, ReduceOp, SparseVec};
+use comm::{ping_pong, AlphaBeta, Collective, Communicator, ReduceOp};
 use serde_json::{json, Value};
 use std::time::Instant;
 use tensor::Rng;
@@ -111,15 +111,6 @@ fn best<F: FnMut(&mut Communicator) -> comm::Result<()>>(
     Ok(best)
 }
 
-fn sparse(rank: usize, n: usize, k: usize) -> SparseVec {
-    let mut r = Rng::new(rank as u64 + 7);
-    SparseVec::new(
-        (0..k)
-            .map(|_| (r.below(n) as u32, r.normal() as f32))
-            .collect(),
-    )
-}
-
 fn worker(args: &Args) -> Result<()> {
     let mut c = Communicator::from_env()?;
     let (rank, p) = (c.rank(), c.world_size());
@@ -145,7 +136,7 @@ fn worker(args: &Args) -> Result<()> {
         })?;
         let busbw = bytes as f64 / t * 2.0 * (p as f64 - 1.0) / p as f64 * 8.0 / 1e9;
         rows.push(json!({"collective": "allreduce", "world": p, "bytes": bytes, "density": null, "measured_s": t, "predicted_s": model.allreduce(p, bytes), "gbit_per_s": busbw}));
-        let local = sparse(rank, n, k);
+        let local = random_sparse(rank, n, k);
         for (name, kind) in [
             ("topk_allreduce", Collective::TopkAllreduce),
             ("gtopk_allreduce", Collective::GtopkAllreduce),

@@ -6,10 +6,9 @@
 //! full sort by magnitude, and both against a plain copy of as many entries.
 
 use anyhow::{ensure, Result};
-use benchmarks::best_of;
+use benchmarks::{best_of, random_sparse};
 use clap::Parser;
 use comm::{merge_sum_into, sum_all, top_merge, SparseVec};
-use tensor::Rng;
 
 #[derive(Parser)]
 #[command(
@@ -27,15 +26,6 @@ struct Args {
     /// Timed repetitions (the best is reported) after one warm-up.
     #[arg(long, default_value_t = 10)]
     repeats: usize,
-}
-
-fn part(rank: usize, n: usize, k: usize) -> SparseVec {
-    let mut r = Rng::new(rank as u64 + 7);
-    SparseVec::new(
-        (0..k)
-            .map(|_| (r.below(n) as u32, r.normal() as f32))
-            .collect(),
-    )
 }
 
 fn fold(parts: &[SparseVec]) -> SparseVec {
@@ -72,7 +62,7 @@ fn main() -> Result<()> {
     println!("| work | entries | simple form ms | ours ms | simple / ours | copy ms |");
     println!("|---|---:|---:|---:|---:|---:|");
     for &p in &args.world {
-        let parts: Vec<SparseVec> = (0..p).map(|r| part(r, n, k)).collect();
+        let parts: Vec<SparseVec> = (0..p).map(|r| random_sparse(r, n, k)).collect();
         let total: usize = parts.iter().map(SparseVec::len).sum();
         let (a, b) = (fold(&parts), sum_all(&parts));
         ensure!(a == b, "sum_all differs from the fold at P = {p}");
@@ -101,7 +91,7 @@ fn main() -> Result<()> {
             ms(t_copy)
         );
     }
-    let (a, b) = (part(0, n, k), part(1, n, k));
+    let (a, b) = (random_sparse(0, n, k), random_sparse(1, n, k));
     ensure!(
         top_merge(&a, &b, k) == top_merge_by_sort(&a, &b, k),
         "top_merge differs from its definition"
