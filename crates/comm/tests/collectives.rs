@@ -2,32 +2,12 @@
 //! on loopback. Each rank runs on its own thread with its own sockets; one test runs real
 //! worker processes.
 
-use comm::{
-    merge_sum_into, sum_all, top_merge, CommConfig, CommError, Communicator, ReduceOp, SparseVec,
-};
+use comm::{merge_sum_into, sum_all, top_merge, CommError, Communicator, ReduceOp, SparseVec};
 use std::time::{Duration, Instant};
 use tensor::Rng;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn config(rank: usize, world: usize, port: u16, token: &str, timeout: Duration) -> CommConfig {
-    CommConfig {
-        rank,
-        world,
-        master_addr: "127.0.0.1".into(),
-        master_port: port,
-        bind_addr: "127.0.0.1".into(),
-        token: token.as_bytes().to_vec(),
-        timeout,
-        max_frame: 1 << 30,
-    }
-}
+mod common;
+use common::{config, free_port};
 
 /// Runs `f` on every rank of a loopback job; results in rank order.
 fn job<T: Send>(world: usize, f: impl Fn(&mut Communicator) -> T + Sync) -> Vec<T> {

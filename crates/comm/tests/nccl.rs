@@ -4,29 +4,21 @@
 //! since NCCL refuses two ranks on one device) against the definition, and the argument
 //! checks. Without a GPU the GPU test says so and passes, unless `REQUIRE_GPU=1`.
 
-use comm::{CommConfig, CommError, Communicator, NcclCommunicator, ReduceOp};
+use comm::{CommError, Communicator, NcclCommunicator, ReduceOp};
 use std::time::Duration;
 use tensor::{DType, Device, Rng, Tensor};
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+mod common;
+use common::{config, free_port};
 
 fn connect(rank: usize, world: usize, port: u16) -> Communicator {
-    Communicator::connect(&CommConfig {
+    Communicator::connect(&config(
         rank,
         world,
-        master_addr: "127.0.0.1".into(),
-        master_port: port,
-        bind_addr: "127.0.0.1".into(),
-        token: b"secret".to_vec(),
-        timeout: Duration::from_secs(20),
-        max_frame: 1 << 20,
-    })
+        port,
+        "secret",
+        Duration::from_secs(20),
+    ))
     .unwrap()
 }
 
