@@ -397,18 +397,16 @@ impl Worker {
                     (0..self.params.len()).map(|_| None).collect();
                 let mut first_start: Option<Instant> = None;
                 for _ in 0..self.collector.buckets().len() {
-                    match self.ex.recv()? {
+                    let (started, stats) = match self.ex.recv()? {
                         Reply::Update {
                             index,
                             update,
                             started,
                         } => {
-                            first_start =
-                                Some(first_start.map_or(started, |f: Instant| f.min(started)));
-                            window.wire.add(&update.stats);
                             for (i, part) in self.collector.buckets().split(index, update.values) {
                                 updates[i] = Some((Grad::Host(part), update.kind));
                             }
+                            (started, update.stats)
                         }
                         Reply::DeviceUpdate {
                             index,
@@ -416,16 +414,16 @@ impl Worker {
                             stats,
                             started,
                         } => {
-                            first_start =
-                                Some(first_start.map_or(started, |f: Instant| f.min(started)));
-                            window.wire.add(&stats);
                             let slot = updates.get_mut(index).with_context(|| {
                                 format!("compression thread: an update for parameter {index}")
                             })?;
                             *slot = Some((Grad::Device(grad), UpdateKind::Gradient));
+                            (started, stats)
                         }
                         _ => bail!("compression thread: unexpected reply during the exchange"),
-                    }
+                    };
+                    first_start = Some(first_start.map_or(started, |f: Instant| f.min(started)));
+                    window.wire.add(&stats);
                 }
                 let exchanged = Instant::now();
                 self.apply(updates, lr)?;

@@ -114,40 +114,36 @@ pub fn run_charts(dir: &Path, metric_name: &str) -> Result<()> {
             .filter_map(|r| Some((r[x].as_f64()?, r[y].as_f64()?)))
             .collect()
     };
-    let one = |name: &str, pts| {
-        vec![Series {
+    let bytes = "bytes sent (this rank)";
+    // (file stem, record kind, x key, x label, y key, series name and y label)
+    let charts = [
+        ("loss_by_epoch", "step", "epoch", "epoch", "loss", "loss"),
+        ("loss_by_bytes", "step", "bytes_sent", bytes, "loss", "loss"),
+        (
+            "metric_by_epoch",
+            "eval",
+            "epoch",
+            "epoch",
+            "metric",
+            metric_name,
+        ),
+        (
+            "metric_by_bytes",
+            "eval",
+            "bytes_sent",
+            bytes,
+            "metric",
+            metric_name,
+        ),
+    ];
+    for (stem, kind, x, x_label, y, name) in charts {
+        let title = if y == "loss" { "training loss" } else { name };
+        let series = [Series {
             name: name.to_string(),
-            points: pts,
-        }]
-    };
-    line_chart(
-        &dir.join("loss_by_epoch"),
-        "training loss",
-        "epoch",
-        "loss",
-        &one("loss", get("step", "epoch", "loss")),
-    )?;
-    line_chart(
-        &dir.join("loss_by_bytes"),
-        "training loss",
-        "bytes sent (this rank)",
-        "loss",
-        &one("loss", get("step", "bytes_sent", "loss")),
-    )?;
-    line_chart(
-        &dir.join("metric_by_epoch"),
-        metric_name,
-        "epoch",
-        metric_name,
-        &one(metric_name, get("eval", "epoch", "metric")),
-    )?;
-    line_chart(
-        &dir.join("metric_by_bytes"),
-        metric_name,
-        "bytes sent (this rank)",
-        metric_name,
-        &one(metric_name, get("eval", "bytes_sent", "metric")),
-    )?;
+            points: get(kind, x, y),
+        }];
+        line_chart(&dir.join(stem), title, x_label, name, &series)?;
+    }
     Ok(())
 }
 
