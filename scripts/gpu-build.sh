@@ -8,6 +8,9 @@
 #   .gpu/comm-nccl         crates/comm/tests/nccl.rs (the NCCL backend on one GPU)
 #   .gpu/gpu_step_bench    benchmarks: ResNet-50 and the 2x1500 LSTM against PyTorch
 #   .gpu/bin/train         the trainer (gpu-check.sh runs a short --device cuda job)
+#   .gpu/bin/comm_bench    collectives, for scripts/device-netem.sh (not run by gpu-check.sh)
+#   .gpu/net/{ip,tc,lib/}  this machine's iproute2 and the libraries it needs beyond libc
+#                          (the device image has none; netem.sh needs both)
 # Usage: bash scripts/gpu-build.sh   then   run(command="bash scripts/gpu-check.sh", carry=[".gpu"])
 # CARGO_TARGET_DIR defaults to /work/target-cuda (a release build kept apart from the
 # debug one the tests use).
@@ -28,8 +31,17 @@ cp "$(pick cuda)" .gpu/tensor-cuda
 cp "$(pick errors)" .gpu/tensor-errors
 cp "$(pick cuda_models)" .gpu/nn-cuda-models
 cp "$(pick nccl)" .gpu/comm-nccl
-cargo build --release -p benchmarks --bin gpu_step_bench -p train --bin train
+cargo build --release -p benchmarks --bin gpu_step_bench --bin comm_bench -p train --bin train
 cp "$CARGO_TARGET_DIR/release/gpu_step_bench" .gpu/gpu_step_bench
 cp "$CARGO_TARGET_DIR/release/train" .gpu/bin/train
+cp "$CARGO_TARGET_DIR/release/comm_bench" .gpu/bin/comm_bench
+# ip and tc with their shared libraries, except the C library itself (the device's own
+# glibc is used; copying it would mix two).
+mkdir -p .gpu/net/lib
+cp "$(command -v ip)" "$(command -v tc)" .gpu/net/
+ldd .gpu/net/ip .gpu/net/tc | awk '$2 == "=>" && $3 ~ /^\// { print $3 }' | sort -u |
+  grep -v -E '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*)\.so' |
+  while read -r lib; do cp -L "$lib" .gpu/net/lib/; done
 strip --strip-debug .gpu/* .gpu/bin/* 2>/dev/null || true
-du -sh .gpu/* .gpu/bin/*
+du -sh .gpu/* .gpu/bin/* .gpu/net
+du -sh .gpu

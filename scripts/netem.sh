@@ -7,7 +7,7 @@
 # namespace with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, GRADEX_TOKEN and
 # GRADEX_BIND_ADDR set; everything is torn down on exit, also on Ctrl-C or failure.
 #
-#   scripts/netem.sh --workers 8 [--rate 1gbit] [--shaper tbf|htb] [--burst 256kb] [--delay 0.1ms] -- target/release/comm_bench --sizes 1048576
+#   scripts/netem.sh --workers 8 [--rate 1gbit] [--shaper tbf|htb] [--burst 256kb] [--delay 0.1ms] [--gso-segs N] -- target/release/comm_bench --sizes 1048576
 #
 # --burst is the token bucket's depth: a message that fits in it after an idle moment
 # leaves at the veth's speed, not RATE (a real NIC has no such allowance), so sparse
@@ -16,10 +16,16 @@
 # Gbit/s); --shaper htb --burst 16kb did (0.95), and is the truer NIC. tbf with 256kb
 # stays the default so that earlier tables remain comparable.
 #
+# --gso-segs N caps the veths' segmentation offload at N MTU-sized packets (default: the
+# kernel's 64 kB super-packets). The shaper releases a whole super-packet once its bucket
+# is not empty, so with the default a message up to about 64 kB plus the burst can leave
+# at once after an idle moment; N=1 is a NIC's packet-at-a-time wire, but costs a kernel
+# pass per 1.5 kB packet, which 2 cores cannot do for 8 hosts at 1 Gbit/s (RESULTS.md).
+#
 # Needs root (network namespaces) and iproute2. Traffic stays inside the namespaces.
 set -euo pipefail
 
-workers=8 rate=1gbit burst=256kb shaper=tbf delay="" subnet=10.213.7 port=29500
+workers=8 rate=1gbit burst=256kb shaper=tbf delay="" gso_segs="" subnet=10.213.7 port=29500
 while [ $# -gt 0 ]; do
   case "$1" in
     --workers) workers=$2; shift 2 ;;
@@ -27,17 +33,22 @@ while [ $# -gt 0 ]; do
     --burst) burst=$2; shift 2 ;;
     --shaper) shaper=$2; shift 2 ;;
     --delay) delay=$2; shift 2 ;;
+    --gso-segs) gso_segs=$2; shift 2 ;;
     --) shift; break ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     *) echo "netem.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
 [ $# -gt 0 ] || { echo "netem.sh: give the command to run after --" >&2; exit 2; }
 case "$shaper" in tbf|htb) ;; *) echo "netem.sh: --shaper must be tbf or htb" >&2; exit 2 ;; esac
+case "$gso_segs" in ""|[1-9]|[1-9][0-9]) ;; *) echo "netem.sh: --gso-segs must be 1..99" >&2; exit 2 ;; esac
 [ "$(id -u)" = 0 ] || { echo "netem.sh: needs root for network namespaces" >&2; exit 2; }
 [ "$workers" -ge 1 ] && [ "$workers" -le 250 ] || { echo "netem.sh: --workers must be 1..250" >&2; exit 2; }
 
+pids=()
 cleanup() {
+  # Workers still running (Ctrl-C, a timeout) go first, then their namespaces.
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   for ((i = 0; i < workers; i++)); do ip netns del "gx$i" 2>/dev/null || true; done
   ip netns del gxhub 2>/dev/null || true
 }
@@ -48,7 +59,9 @@ cleanup
 shape() { # namespace device
   # Rate with a token bucket: tbf, or an htb class (which holds the rate with a shallower
   # bucket on the kernel we measured); delay, if asked for, with netem above it (not every
-  # kernel has sch_netem: then --delay fails with tc's message).
+  # kernel has sch_netem: then --delay fails with tc's message). htb's quantum only splits
+  # spare rate between sibling classes, and there is one class: it is set to keep tc from
+  # warning that rate/r2q is big.
   local parent=root
   if [ -n "$delay" ]; then
     tc -n "$1" qdisc add dev "$2" root handle 1: netem delay "$delay" \
@@ -59,7 +72,7 @@ shape() { # namespace device
     tbf) tc -n "$1" qdisc add dev "$2" $parent handle 2: tbf rate "$rate" burst "$burst" latency 50ms ;;
     htb)
       tc -n "$1" qdisc add dev "$2" $parent handle 2: htb default 10
-      tc -n "$1" class add dev "$2" parent 2: classid 2:10 htb rate "$rate" ceil "$rate" burst "$burst" cburst "$burst" ;;
+      tc -n "$1" class add dev "$2" parent 2: classid 2:10 htb rate "$rate" ceil "$rate" burst "$burst" cburst "$burst" quantum 200000 ;;
   esac
 }
 
@@ -74,13 +87,16 @@ for ((i = 0; i < workers; i++)); do
   ip -n "gx$i" addr add "$subnet.$((i + 1))/24" dev "veth$i"
   ip -n "gx$i" link set "veth$i" up
   ip -n gxhub link set "port$i" master br0
+  if [ -n "$gso_segs" ]; then
+    ip -n "gx$i" link set "veth$i" gso_max_segs "$gso_segs"
+    ip -n gxhub link set "port$i" gso_max_segs "$gso_segs"
+  fi
   ip -n gxhub link set "port$i" up
   shape "gx$i" "veth$i"   # the host's upload
   shape gxhub "port$i"    # its download
 done
 
 token=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
-pids=()
 for ((i = 0; i < workers; i++)); do
   ip netns exec "gx$i" env RANK=$i WORLD_SIZE="$workers" MASTER_ADDR="$subnet.1" MASTER_PORT=$port \
     GRADEX_TOKEN="$token" GRADEX_BIND_ADDR="$subnet.$((i + 1))" "$@" &

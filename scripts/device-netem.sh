@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Issue 5's emulated-network measurement on a machine with a core per emulated host (the
+# device machine: 16 cores for 8 hosts), in one call, from the bundle that
+# scripts/gpu-build.sh makes (.gpu/bin/comm_bench, .gpu/net/{ip,tc,lib}). Prints the
+# measured / model table last; logs and CSVs go to $OUT (or ./netem-logs).
+#
+#   bash scripts/gpu-build.sh        # here
+#   run(command="bash scripts/device-netem.sh", carry=[".gpu"])   # the device tool
+#
+# Configurations, each 1, 16 and 64 MiB gradients at density 0.001, best of 3:
+#   w8-htb16k        8 workers, --shaper htb --burst 16kb (the kernel's GSO super-packets)
+#   w8-htb16k-gso1   the same with --gso-segs 1 (packet at a time, like a NIC's wire)
+#   w8-tbf256k       netem.sh's default shaper (comparable with RESULTS.md's first tables)
+#   w4-htb16k-gso1   4 workers, for paper 002's Figure 9 at few workers
+# NETEM_CONFIGS="w8-htb16k w4-htb16k-gso1" picks a subset. Needs root (namespaces).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out="${OUT:-netem-logs}"
+mkdir -p "$out" && out=$(cd "$out" && pwd)
+bench=.gpu/bin/comm_bench
+[ -x "$bench" ] || { echo "device-netem.sh: no $bench; run scripts/gpu-build.sh first" >&2; exit 2; }
+# The carried iproute2 first (the device image has none); its libraries only for it.
+if [ -x .gpu/net/ip ] && [ -x .gpu/net/tc ]; then
+  mkdir -p "$out/bin"
+  for t in ip tc; do
+    printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$PWD/.gpu/net/lib" "$PWD/.gpu/net/$t" > "$out/bin/$t"
+    chmod +x "$out/bin/$t"
+  done
+  export PATH="$out/bin:$PATH"
+fi
+command -v ip >/dev/null && command -v tc >/dev/null ||
+  { echo "device-netem.sh: needs ip and tc (iproute2), carried in .gpu/net or installed" >&2; exit 2; }
+ip -V > "$out/machine.txt" 2>&1
+echo "cores: $(nproc), kernel: $(uname -r)" >> "$out/machine.txt"
+
+configs="${NETEM_CONFIGS:-w8-htb16k w8-htb16k-gso1 w8-tbf256k w4-htb16k-gso1}"
+status=0
+for cfg in $configs; do
+  case "$cfg" in
+    w8-htb16k) opts=(--workers 8 --shaper htb --burst 16kb) ;;
+    w8-htb16k-gso1) opts=(--workers 8 --shaper htb --burst 16kb --gso-segs 1) ;;
+    w8-tbf256k) opts=(--workers 8) ;;
+    w4-htb16k-gso1) opts=(--workers 4 --shaper htb --burst 16kb --gso-segs 1) ;;
+    *) echo "device-netem.sh: unknown configuration $cfg" >&2; status=2; continue ;;
+  esac
+  echo "== $cfg: netem.sh ${opts[*]}"
+  timeout 240 bash scripts/netem.sh "${opts[@]}" -- "$bench" --no-reference \
+    --sizes 1048576,16777216,67108864 --repeats 3 --csv "$out/$cfg.csv" \
+    > "$out/$cfg.log" 2>&1
+  rc=$?
+  grep -v "quantum of class" "$out/$cfg.log" | tail -n 20
+  [ $rc -ne 0 ] && { echo "device-netem.sh: $cfg exited with $rc" >&2; status=1; }
+done
+
+echo "--- $(tr '\n' ' ' < "$out/machine.txt")"
+echo "--- measured / α-β model (fitted in the same run) ---"
+python3 - "$out" $configs <<'EOF'
+import csv, sys, os
+out, configs = sys.argv[1], sys.argv[2:]
+print(f"{'config':<16} {'collective':<16} {'MiB':>4} {'measured ms':>12} {'model ms':>10} {'ratio':>6}")
+for cfg in configs:
+    path = os.path.join(out, cfg + ".csv")
+    if not os.path.exists(path):
+        print(f"{cfg:<16} (no CSV: see {cfg}.log)")
+        continue
+    for r in csv.DictReader(open(path)):
+        m, p = float(r["measured_s"]), r["predicted_s"]
+        p = float(p) if p not in ("", "null") else None
+        ratio = f"{m / p:6.2f}" if p else "     -"
+        model = f"{p * 1e3:10.3f}" if p else "         -"
+        print(f"{cfg:<16} {r['collective']:<16} {int(r['bytes']) >> 20:>4} {m * 1e3:12.3f} {model} {ratio}")
+EOF
+exit $status
