@@ -117,13 +117,16 @@ fn zoo() -> Vec<Entry> {
     ]
 }
 
+/// A prepared training step, run once per timing repetition.
+type StepFn<'m> = Box<dyn FnMut() -> Result<()> + 'm>;
+
 /// One training step's forward and backward; returns the batch size used.
 fn step<'m>(
     model: &'m dyn Module,
     input: Input,
     batch: usize,
     rng: &mut Rng,
-) -> Result<(usize, Box<dyn FnMut() -> Result<()> + 'm>)> {
+) -> Result<(usize, StepFn<'m>)> {
     let mut ctx = Ctx::train(1);
     Ok(match input {
         Input::Image {

@@ -93,21 +93,15 @@ fn half_precision_allreduce_is_identical_everywhere_and_within_f16_rounding() {
                 (*sent as i64 - want_bytes as i64).abs() <= 4 * world as i64,
                 "{sent} vs {want_bytes}"
             );
-            for i in 0..n {
-                let exact: f64 = (0..world).map(|r| data(r, n)[i] as f64).sum();
+            assert_eq!(sum.len(), n);
+            let inputs: Vec<Vec<f32>> = (0..world).map(|r| data(r, n)).collect();
+            for (i, &got) in sum.iter().enumerate() {
+                let exact: f64 = inputs.iter().map(|x| x[i] as f64).sum();
                 // Each of the P - 1 transmitted partial sums and the final value are
                 // rounded to f16 (relative 2^-11 each).
                 let tol = (world as f64) * 2f64.powi(-10) * (exact.abs() + world as f64);
-                assert!(
-                    (sum[i] as f64 - exact).abs() <= tol,
-                    "{} vs {exact}",
-                    sum[i]
-                );
-                assert_eq!(
-                    half::f16::from_f32(sum[i]).to_f32(),
-                    sum[i],
-                    "not an f16 value"
-                );
+                assert!((got as f64 - exact).abs() <= tol, "{got} vs {exact}");
+                assert_eq!(half::f16::from_f32(got).to_f32(), got, "not an f16 value");
             }
         }
     }

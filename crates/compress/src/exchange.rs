@@ -74,7 +74,7 @@ pub(crate) fn average_in_place(comm: &mut Communicator, values: &mut [f32]) -> R
 
 /// Whether a method that communicates every `every` steps does so after `step` (from 0).
 pub(crate) fn due(every: Option<u64>, step: u64) -> bool {
-    every.is_some_and(|e| e > 0 && (step + 1) % e == 0)
+    every.is_some_and(|e| e > 0 && (step + 1).is_multiple_of(e))
 }
 
 /// The allgather-based exchange's second half: every rank's `message` decoded into one

@@ -164,7 +164,8 @@ fn message_decoders_survive_random_and_truncated_input() {
         let vals: Vec<f32> = idx.iter().map(|&i| v[i as usize]).collect();
         compress::codec::zero_run::encode_sparse(&idx, &vals).unwrap()
     };
-    let decoders: Vec<(&str, Vec<u8>, Box<dyn Fn(&[u8]) -> bool>)> = vec![
+    type Decoder = Box<dyn Fn(&[u8]) -> bool>;
+    let decoders: Vec<(&str, Vec<u8>, Decoder)> = vec![
         (
             "qsgd elias",
             q,

@@ -29,7 +29,7 @@ impl Dataset for SyntheticImages {
             labels.push(class as u32);
             for j in 0..per {
                 // A stripe pattern whose phase encodes the class.
-                let signal = if (j / w.max(1) + class) % self.classes.max(1) == 0 {
+                let signal = if (j / w.max(1) + class).is_multiple_of(self.classes.max(1)) {
                     1.0
                 } else {
                     0.0

@@ -309,7 +309,7 @@ impl Config {
                 self.schedule
             );
         }
-        if self.schedule == "step" && self.milestones.first().map_or(true, |&p| p <= 0.0) {
+        if self.schedule == "step" && self.milestones.first().is_none_or(|&p| p <= 0.0) {
             bail!("--schedule step needs --milestones PERIOD (epochs, > 0)");
         }
         let spec = compress::MethodSpec::parse(&self.method, &self.method_opts)?;

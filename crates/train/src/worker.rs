@@ -428,7 +428,7 @@ impl Worker {
                 let exchanged = Instant::now();
                 self.apply(updates, lr)?;
                 if let Some(every) = self.ex.after_step_every {
-                    if (step as u64 + 1) % every == 0 {
+                    if (step as u64 + 1).is_multiple_of(every) {
                         self.sync_weights(&mut window.wire)?;
                     }
                 }
@@ -454,7 +454,7 @@ impl Worker {
                 if lead {
                     self.progress.step(step, total_steps);
                 }
-                if step % cfg.log_every.max(1) == 0 || step == total_steps {
+                if step.is_multiple_of(cfg.log_every.max(1)) || step == total_steps {
                     self.log(
                         &mut window,
                         &mut metrics,

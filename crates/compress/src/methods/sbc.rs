@@ -216,10 +216,10 @@ impl Method for Sbc {
         })?;
         let inv = 1.0 / self.world as f32;
         m.decompress(|| {
-            for i in 0..n {
-                ws[i] += sum[i] * inv;
-                weights[i] = ws[i];
+            for (w, s) in ws.iter_mut().zip(&sum) {
+                *w += s * inv;
             }
+            weights[..n].copy_from_slice(&ws[..n]);
         });
         Ok(Some(m.stats))
     }

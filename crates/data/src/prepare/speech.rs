@@ -172,7 +172,7 @@ pub fn prepare_speech(out: &Path, opts: &SpeechOptions) -> Result<(usize, usize)
             .map(|i| {
                 let line = synthesize(out, split, i, opts);
                 let k = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-                if k % 100 == 0 || k == n {
+                if k.is_multiple_of(100) || k == n {
                     eprintln!("speech: {split} {k}/{n}");
                 }
                 line

@@ -147,7 +147,7 @@ pub struct LocalResponseNorm {
 
 impl Module for LocalResponseNorm {
     fn forward(&self, x: &Tensor, _ctx: &mut Ctx) -> Result<Tensor> {
-        if self.size % 2 == 0 || x.rank() != 4 {
+        if self.size.is_multiple_of(2) || x.rank() != 4 {
             return Err(Error::BadShape {
                 op: "LocalResponseNorm",
                 msg: format!("needs NCHW input and an odd size (got {})", self.size),

@@ -29,7 +29,12 @@ impl Module for AdaptiveAvgPool2d {
     fn forward(&self, x: &Tensor, _ctx: &mut Ctx) -> Result<Tensor> {
         let (oh, ow) = self.0;
         let d = x.dims();
-        if d.len() != 4 || oh == 0 || ow == 0 || d[2] % oh != 0 || d[3] % ow != 0 {
+        if d.len() != 4
+            || oh == 0
+            || ow == 0
+            || !d[2].is_multiple_of(oh)
+            || !d[3].is_multiple_of(ow)
+        {
             return Err(Error::BadShape {
                 op: "AdaptiveAvgPool2d",
                 msg: format!(

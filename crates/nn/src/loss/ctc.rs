@@ -58,5 +58,9 @@ pub fn ctc_loss(
     let grad = no_grad(|| grad.mul(&scales))?;
     let backward =
         Arc::new(move |g: &Tensor| -> Result<Vec<Option<Tensor>>> { Ok(vec![Some(grad.mul(g)?)]) });
-    Ok(Tensor::custom_op(&value, &[log_probs.clone()], backward))
+    Ok(Tensor::custom_op(
+        &value,
+        std::slice::from_ref(log_probs),
+        backward,
+    ))
 }

@@ -16,6 +16,8 @@ pub struct AlexNet {
     dropout: Dropout,
 }
 
+// One call per row of the paper's layer table reads best with positional arguments.
+#[allow(clippy::too_many_arguments)]
 fn conv(
     inputs: usize,
     outputs: usize,

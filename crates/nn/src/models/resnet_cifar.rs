@@ -98,7 +98,7 @@ pub fn resnet_cifar(
     classes: usize,
     rng: &mut Rng,
 ) -> Result<ResNetCifar> {
-    if depth < 8 || (depth - 2) % 6 != 0 {
+    if depth < 8 || !(depth - 2).is_multiple_of(6) {
         return Err(Error::msg(format!(
             "resnet_cifar: depth must be 6n+2 (20, 32, 44, 56, 110, …), got {depth}"
         )));

@@ -18,11 +18,11 @@ pub(crate) fn sgd<T: Float>(p: &mut [T], g: &[T], b: &mut [T], h: SgdStep) {
         .for_each(|((p, &g), b)| {
             let mut d = g;
             if wd != T::zero() {
-                d = d + *p * wd;
+                d += *p * wd;
             }
             let nb = if h.first { d } else { *b * m + d };
             *b = nb;
             let step = if h.nesterov { d + nb * m } else { nb };
-            *p = *p - step * lr;
+            *p -= step * lr;
         });
 }

@@ -44,7 +44,7 @@ mod tests {
         let saved = x.detach();
         let y = Tensor::custom_op(
             &value,
-            &[x.clone()],
+            std::slice::from_ref(&x),
             Arc::new(move |g| Ok(vec![Some(g.mul(&saved.scale(2.0)?)?)])),
         );
         let grads = y.sum_all().unwrap().backward().unwrap();

@@ -29,7 +29,7 @@ impl Tensor {
         let mut dims = shape.into().dims().to_vec();
         if let Some(pos) = dims.iter().position(|&d| d == usize::MAX) {
             let known: usize = dims.iter().filter(|&&d| d != usize::MAX).product();
-            if known == 0 || self.elem_count() % known != 0 {
+            if known == 0 || !self.elem_count().is_multiple_of(known) {
                 return Err(Error::BadShape {
                     op: "reshape",
                     msg: format!("cannot infer a dimension of {dims:?}"),
@@ -150,7 +150,7 @@ impl Tensor {
     pub fn chunk(&self, n: usize, dim: usize) -> Result<Vec<Tensor>> {
         self.shape().check_dim(dim, "chunk")?;
         let size = self.dims()[dim];
-        if n == 0 || size % n != 0 {
+        if n == 0 || !size.is_multiple_of(n) {
             return Err(Error::BadShape {
                 op: "chunk",
                 msg: format!("dimension {dim} does not split into {n} equal parts"),
