@@ -91,7 +91,7 @@ impl Exchanger {
         mut comm: Communicator,
         mut method: Box<dyn Method>,
         nccl: Option<Device>,
-    ) -> Exchanger {
+    ) -> Result<Exchanger> {
         let (jobs, rx) = unbounded::<Job>();
         let (tx, replies) = unbounded::<Reply>();
         let after_step_every = method.after_step_every();
@@ -204,14 +204,14 @@ impl Exchanger {
                     }
                 }
             })
-            .expect("spawning the compression thread");
-        Exchanger {
+            .map_err(|e| anyhow::anyhow!("starting the compression thread: {e}"))?;
+        Ok(Exchanger {
             jobs,
             replies,
             handle: Some(handle),
             after_step_every,
             reads_weights,
-        }
+        })
     }
 
     pub fn send(&self, job: Job) -> Result<()> {
@@ -344,7 +344,7 @@ mod tests {
         };
         let spec = compress::MethodSpec::parse("dense", &[]).expect("dense");
         let method = compress::build(&spec, &ctx).expect("the method");
-        Exchanger::spawn(comm, method, Some(Device::Cpu))
+        Exchanger::spawn(comm, method, Some(Device::Cpu)).expect("the compression thread")
     }
 
     /// The first job, whatever it is, reports why NCCL did not start rather than "the

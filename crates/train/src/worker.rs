@@ -120,7 +120,7 @@ impl Worker {
         let method_config = method.describe();
         let opt = Sgd::new(cfg.lr, cfg.momentum, cfg.nesterov, cfg.weight_decay)?;
         let nccl = cfg.backend == "nccl";
-        let ex = Exchanger::spawn(comm, method, nccl.then_some(device));
+        let ex = Exchanger::spawn(comm, method, nccl.then_some(device))?;
         let collector = Arc::new(Collector::new(buckets, ex.jobs.clone(), ex.reads_weights));
         let fired: Arc<Vec<AtomicBool>> =
             Arc::new(params.iter().map(|_| AtomicBool::new(false)).collect());
