@@ -41,6 +41,7 @@ pub struct Config {
     pub dropout: Option<f64>,
     pub bptt: usize,
     pub bucket_elems: usize,
+    pub pin_cores: String,
 }
 
 impl Default for Config {
@@ -76,6 +77,7 @@ impl Default for Config {
             dropout: None,
             bptt: 35,
             bucket_elems: 0,
+            pin_cores: "auto".into(),
         }
     }
 }
@@ -145,6 +147,13 @@ pub struct Args {
     /// Nesterov momentum.
     #[arg(long)]
     pub nesterov: Option<bool>,
+    /// auto, true or false. With --workers N > 1, pinning gives each worker its own share
+    /// of the C CPUs this process may use (C/N each; with N > C, one CPU per N/C workers)
+    /// and sets its RAYON_NUM_THREADS to the share's size unless already set. auto pins
+    /// when N <= C. With N > C, true halves the idle wait for peers but costs some
+    /// throughput (RESULTS.md). A multi-node worker honours GRADEX_CPUS=0,1,...
+    #[arg(long)]
+    pub pin_cores: Option<String>,
     /// L2 weight decay.
     #[arg(long)]
     pub weight_decay: Option<f64>,
@@ -248,6 +257,7 @@ impl Config {
             warmup_epochs,
             momentum,
             nesterov,
+            pin_cores,
             weight_decay,
             clip,
             seed,
@@ -311,6 +321,12 @@ impl Config {
         }
         if self.schedule == "step" && self.milestones.first().is_none_or(|&p| p <= 0.0) {
             bail!("--schedule step needs --milestones PERIOD (epochs, > 0)");
+        }
+        if !["auto", "true", "false"].contains(&self.pin_cores.as_str()) {
+            bail!(
+                "--pin-cores {}: expected auto, true or false",
+                self.pin_cores
+            );
         }
         let spec = compress::MethodSpec::parse(&self.method, &self.method_opts)?;
         match self.backend.as_str() {

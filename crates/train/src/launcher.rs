@@ -6,6 +6,7 @@
 //! (peers of a dead worker fail with an error naming it), a crashed or abruptly exited
 //! worker is named before one that reported an error.
 
+use crate::affinity;
 use crate::progress::Progress;
 use anyhow::{bail, Context, Result};
 use std::collections::VecDeque;
@@ -56,14 +57,54 @@ fn pump(
     });
 }
 
+/// Each worker's CPU share (see [`affinity`]), or none when pinning is off (`pin`
+/// "false", or "auto" with more workers than CPUs) or unavailable.
+fn cpu_shares(workers: usize, pin: &str) -> Vec<Option<Vec<usize>>> {
+    if pin == "false" || workers < 2 {
+        return vec![None; workers];
+    }
+    match affinity::available() {
+        Ok(cpus) if pin == "auto" && workers > cpus.len() => {
+            eprintln!(
+                "train: {workers} workers on {} CPUs, not pinned (more workers than CPUs; --pin-cores true pins them anyway)",
+                cpus.len()
+            );
+            vec![None; workers]
+        }
+        Ok(cpus) if !cpus.is_empty() => {
+            let shares = affinity::plan(&cpus, workers);
+            let list: Vec<String> = shares
+                .iter()
+                .enumerate()
+                .map(|(r, s)| format!("{r}:{}", affinity::format(s)))
+                .collect();
+            eprintln!(
+                "train: {workers} workers on {} CPUs, pinned (rank:CPUs) {} (--pin-cores false leaves it to the scheduler)",
+                cpus.len(),
+                list.join(" ")
+            );
+            shares.into_iter().map(Some).collect()
+        }
+        Ok(_) => vec![None; workers],
+        Err(e) => {
+            eprintln!("train: workers not pinned to CPUs: {e:#}");
+            vec![None; workers]
+        }
+    }
+}
+
 /// Runs `workers` copies of this executable with `args`; returns when all have exited.
-pub fn launch(workers: usize, args: &[String]) -> Result<()> {
+/// `pin` (auto, true or false: `--pin-cores`) decides whether each is pinned to its own
+/// share of this process's CPUs.
+pub fn launch(workers: usize, pin: &str, args: &[String]) -> Result<()> {
     let exe = std::env::current_exe().context("locating the train executable")?;
     let port = free_port()?.to_string();
     let token = token()?;
+    let shares = cpu_shares(workers, pin);
+    let user_threads = std::env::var_os("RAYON_NUM_THREADS").is_some();
     let progress = Arc::new(Progress::new());
     let mut children: Vec<(Child, Arc<Mutex<VecDeque<String>>>)> = Vec::new();
-    for rank in 0..workers {
+    for (rank, share) in shares.iter().enumerate() {
         let mut child = Command::new(&exe)
             .args(args)
             .env("RANK", rank.to_string())
@@ -72,6 +113,11 @@ pub fn launch(workers: usize, args: &[String]) -> Result<()> {
             .env("MASTER_PORT", &port)
             .env("GRADEX_TOKEN", &token)
             .env("GRADEX_BIND_ADDR", "127.0.0.1")
+            .envs(share.iter().flat_map(|cpus| {
+                let threads =
+                    (!user_threads).then(|| ("RAYON_NUM_THREADS", cpus.len().to_string()));
+                std::iter::once((affinity::ENV, affinity::format(cpus))).chain(threads)
+            }))
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()

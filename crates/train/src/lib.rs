@@ -3,6 +3,7 @@
 //! the configuration and CLI ([`config`]), what a run writes ([`metrics`],
 //! [`checkpoint`], [`plot`]), and what is trained on what ([`task`]).
 
+pub mod affinity;
 pub mod bucket;
 pub mod checkpoint;
 pub mod config;
@@ -33,10 +34,21 @@ pub fn run(cfg: &Config, resume: bool, raw_args: &[String]) -> Result<Option<Sum
                 anyhow::bail!("--backend nccl needs a GPU per worker: --workers {} on a machine with {gpus} GPU(s); use --backend tcp to share GPUs", cfg.workers);
             }
         }
-        launcher::launch(cfg.workers, raw_args)?;
+        launcher::launch(cfg.workers, &cfg.pin_cores, raw_args)?;
         let text = std::fs::read_to_string(cfg.out.join("summary.json"))
             .with_context(|| format!("reading {}", cfg.out.join("summary.json").display()))?;
         return Ok(Some(serde_json::from_str(&text)?));
+    }
+    if in_job {
+        // Before any thread starts, so that every thread of this worker inherits it.
+        if affinity::pin_from_env()
+            .context("pinning this worker to its CPUs")?
+            .is_some()
+        {
+            // What the kernel now allows, read back rather than what was asked for.
+            let cpus = affinity::available()?;
+            eprintln!("pinned to CPUs {}", affinity::format(&cpus));
+        }
     }
     let comm = if in_job {
         comm::Communicator::from_env().context("joining the job")?

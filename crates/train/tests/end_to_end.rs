@@ -305,6 +305,7 @@ fn wrong_configurations_fail_before_any_worker_starts() {
             "expects [3, 32, 32]",
         ),
         (&["--method", "nope"], "unknown method"),
+        (&["--pin-cores", "yes"], "expected auto, true or false"),
         (&["--backend", "nccl"], "--backend nccl needs --device cuda"),
         (
             &["--backend", "nccl", "--device", "cuda", "--method", "dgc"],
@@ -397,4 +398,61 @@ fn buckets_change_the_number_of_collectives_not_the_dense_result() {
     assert_eq!(params(&bucketed, 0), params(&bucketed, 1));
     let _ = std::fs::remove_dir_all(&plain);
     let _ = std::fs::remove_dir_all(&bucketed);
+}
+
+#[test]
+fn launched_workers_are_pinned_to_their_own_cpus_unless_told_not_to() {
+    // The CPUs this test may use, as the launcher will see them.
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    if !status.contains("Cpus_allowed_list") {
+        eprintln!("skipped: no /proc/self/status (not Linux)");
+        return;
+    }
+    let pinned = |o: &Output| -> Vec<(usize, String)> {
+        let t = text(o);
+        let mut v: Vec<(usize, String)> = t
+            .lines()
+            .filter_map(|l| {
+                let rest = l.strip_prefix("[rank ")?;
+                let (rank, msg) = rest.split_once("] pinned to CPUs ")?;
+                Some((rank.parse().ok()?, msg.trim().to_string()))
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let run = |name: &str, extra: &[&str]| {
+        let dir = tmp(name);
+        let mut args: Vec<&str> = BASE.to_vec();
+        args.extend([
+            "--method",
+            "dense",
+            "--steps",
+            "2",
+            "--out",
+            dir.to_str().unwrap(),
+        ]);
+        args.extend(extra);
+        let o = train(&args, &[]);
+        assert!(o.status.success(), "{name}: {}", text(&o));
+        let _ = std::fs::remove_dir_all(&dir);
+        o
+    };
+    let available = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let auto = pinned(&run("auto", &[]));
+    assert_eq!(
+        auto.len(),
+        if available >= 2 { 2 } else { 0 },
+        "auto with 2 workers on {available} CPUs: {auto:?}"
+    );
+    let on = pinned(&run("pinned", &["--pin-cores", "true"]));
+    assert_eq!(on.len(), 2, "one line per worker: {on:?}");
+    let cpus = |s: &str| -> Vec<usize> { s.split(',').map(|c| c.parse().unwrap()).collect() };
+    let (a, b) = (cpus(&on[0].1), cpus(&on[1].1));
+    assert!(!a.is_empty() && !b.is_empty());
+    if available >= 2 {
+        assert!(a.iter().all(|c| !b.contains(c)), "shares overlap: {on:?}");
+    }
+    let off = pinned(&run("unpinned", &["--pin-cores", "false"]));
+    assert!(off.is_empty(), "--pin-cores false still pinned: {off:?}");
 }
