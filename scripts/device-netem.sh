@@ -19,11 +19,15 @@ out="${OUT:-netem-logs}"
 mkdir -p "$out" && out=$(cd "$out" && pwd)
 bench=.gpu/bin/comm_bench
 [ -x "$bench" ] || { echo "device-netem.sh: no $bench; run scripts/gpu-build.sh first" >&2; exit 2; }
-# The carried iproute2 first (the device image has none); its libraries only for it.
+# The carried iproute2 first (the device image has none). Its libraries are given to the
+# dynamic loader by --library-path, which, unlike LD_LIBRARY_PATH, does not pass on to the
+# benchmark that `ip netns exec` starts.
 if [ -x .gpu/net/ip ] && [ -x .gpu/net/tc ]; then
+  loader=/lib64/ld-linux-x86-64.so.2
+  [ -x "$loader" ] || { echo "device-netem.sh: no $loader to start the carried ip and tc" >&2; exit 2; }
   mkdir -p "$out/bin"
   for t in ip tc; do
-    printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$PWD/.gpu/net/lib" "$PWD/.gpu/net/$t" > "$out/bin/$t"
+    printf '#!/bin/sh\nexec %q --library-path %q %q "$@"\n' "$loader" "$PWD/.gpu/net/lib" "$PWD/.gpu/net/$t" > "$out/bin/$t"
     chmod +x "$out/bin/$t"
   done
   export PATH="$out/bin:$PATH"
@@ -44,7 +48,9 @@ for cfg in $configs; do
     *) echo "device-netem.sh: unknown configuration $cfg" >&2; status=2; continue ;;
   esac
   echo "== $cfg: netem.sh ${opts[*]}"
-  timeout 240 bash scripts/netem.sh "${opts[@]}" -- "$bench" --no-reference \
+  rm -f "$out/$cfg.csv"
+  # 4 × 130 s stays under the device tool's 600 s per call (a run takes 30-60 s).
+  timeout 130 bash scripts/netem.sh "${opts[@]}" -- "$bench" --no-reference \
     --sizes 1048576,16777216,67108864 --repeats 3 --csv "$out/$cfg.csv" \
     > "$out/$cfg.log" 2>&1
   rc=$?

@@ -35,13 +35,21 @@ cargo build --release -p benchmarks --bin gpu_step_bench --bin comm_bench -p tra
 cp "$CARGO_TARGET_DIR/release/gpu_step_bench" .gpu/gpu_step_bench
 cp "$CARGO_TARGET_DIR/release/train" .gpu/bin/train
 cp "$CARGO_TARGET_DIR/release/comm_bench" .gpu/bin/comm_bench
-# ip and tc with their shared libraries, except the C library itself (the device's own
-# glibc is used; copying it would mix two).
-mkdir -p .gpu/net/lib
-cp "$(command -v ip)" "$(command -v tc)" .gpu/net/
-ldd .gpu/net/ip .gpu/net/tc | awk '$2 == "=>" && $3 ~ /^\// { print $3 }' | sort -u |
-  grep -v -E '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*)\.so' |
-  while read -r lib; do cp -L "$lib" .gpu/net/lib/; done
+# ip and tc with their shared libraries, except glibc's own (the device's glibc is used;
+# copying them would mix two). The binaries need a device glibc at least as new as this
+# machine's. Optional: without iproute2 here, device-netem.sh needs it on the device.
+if command -v ip >/dev/null && command -v tc >/dev/null; then
+  mkdir -p .gpu/net/lib
+  cp "$(command -v ip)" "$(command -v tc)" .gpu/net/
+  if ldd .gpu/net/ip .gpu/net/tc | grep -q "not found"; then
+    echo "gpu-build.sh: ip or tc has libraries ldd cannot find" >&2; exit 1
+  fi
+  ldd .gpu/net/ip .gpu/net/tc | awk '$2 == "=>" && $3 ~ /^\// { print $3 }' | sort -u |
+    grep -v -E '/(libc|libm|libmvec|libpthread|libdl|librt|libresolv|libutil|libnss_[a-z]+|ld-linux[^/]*)\.so' |
+    while read -r lib; do cp -L "$lib" .gpu/net/lib/; done
+else
+  echo "gpu-build.sh: no ip/tc here; .gpu/net not made (device-netem.sh then needs iproute2 on the device)" >&2
+fi
 strip --strip-debug .gpu/* .gpu/bin/* 2>/dev/null || true
 du -sh .gpu/* .gpu/bin/* .gpu/net
 du -sh .gpu

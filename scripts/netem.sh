@@ -48,7 +48,7 @@ case "$gso_segs" in ""|[1-9]|[1-9][0-9]) ;; *) echo "netem.sh: --gso-segs must b
 pids=()
 cleanup() {
   # Workers still running (Ctrl-C, a timeout) go first, then their namespaces.
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in ${pids[@]+"${pids[@]}"}; do kill "$p" 2>/dev/null || true; done
   for ((i = 0; i < workers; i++)); do ip netns del "gx$i" 2>/dev/null || true; done
   ip netns del gxhub 2>/dev/null || true
 }
@@ -109,4 +109,5 @@ for i in "${!pids[@]}"; do
     status=1
   fi
 done
+pids=() # all reaped: nothing for cleanup to kill
 exit $status

@@ -9,8 +9,9 @@
 //! The launcher splits the CPUs it may run on (its own affinity, so `taskset` and cgroup
 //! cpusets are honoured) into one contiguous share per worker and passes it as
 //! `GRADEX_CPUS`; each worker pins itself before it starts any thread (threads inherit the
-//! affinity of the thread that creates them). A multi-node worker can be given
-//! `GRADEX_CPUS` by hand.
+//! affinity of the thread that creates them), so rayon's pool, sized by default to the
+//! CPUs the process may use, gets one thread per CPU of the share. A multi-node worker can
+//! be given `GRADEX_CPUS` by hand.
 
 use anyhow::{bail, Context, Result};
 
@@ -18,8 +19,9 @@ use anyhow::{bail, Context, Result};
 pub const ENV: &str = "GRADEX_CPUS";
 
 /// Worker `r`'s share of `cpus` among `workers`: `cpus.len() / workers` CPUs each when
-/// there are at least as many CPUs as workers (the remainder spread over the first
-/// workers), otherwise one CPU shared by about `workers / cpus.len()` workers.
+/// there are at least as many CPUs as workers (one more for some of the later workers
+/// when it does not divide), otherwise one CPU shared by about `workers / cpus.len()`
+/// workers.
 pub fn plan(cpus: &[usize], workers: usize) -> Vec<Vec<usize>> {
     let n = cpus.len();
     if n == 0 || workers == 0 {
@@ -43,19 +45,35 @@ pub fn format(cpus: &[usize]) -> String {
         .join(",")
 }
 
-/// Parses "0,1,4" (what [`format`] writes).
+/// How many workers `cpus` can give a CPU each: their number, or fewer when a cgroup CPU
+/// quota (a container's `--cpus`) allows less, as the standard library reports it.
+pub fn capacity(cpus: &[usize]) -> usize {
+    let quota = std::thread::available_parallelism().map_or(usize::MAX, |n| n.get());
+    cpus.len().min(quota)
+}
+
+/// Parses "0,1,4" (what [`format`] writes) and ranges as `taskset -c` takes them, "0-3,8".
 pub fn parse(s: &str) -> Result<Vec<usize>> {
-    let cpus = s
-        .split(',')
-        .map(|c| {
-            c.trim()
-                .parse::<usize>()
-                .with_context(|| format!("{ENV}={s:?}: {c:?} is not a CPU number"))
-        })
-        .collect::<Result<Vec<_>>>()?;
-    if cpus.is_empty() {
-        bail!("{ENV} is empty");
+    let num = |c: &str| {
+        c.trim()
+            .parse::<usize>()
+            .with_context(|| format!("{ENV}={s:?}: {c:?} is not a CPU number"))
+    };
+    let mut cpus = Vec::new();
+    for part in s.split(',') {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b) = (num(a)?, num(b)?);
+                if a > b || b - a >= 1 << 16 {
+                    bail!("{ENV}={s:?}: {part:?} is not a range of CPUs");
+                }
+                cpus.extend(a..=b);
+            }
+            None => cpus.push(num(part)?),
+        }
     }
+    cpus.sort_unstable();
+    cpus.dedup();
     Ok(cpus)
 }
 
@@ -157,9 +175,12 @@ mod tests {
     #[test]
     fn the_list_round_trips_and_bad_lists_are_errors() {
         assert_eq!(parse(&format(&[0, 4, 17])).unwrap(), [0, 4, 17]);
+        assert_eq!(parse("0-3,8, 2").unwrap(), [0, 1, 2, 3, 8]);
         assert!(parse("").is_err());
         assert!(parse("0,x").is_err());
         assert!(parse("-1").is_err());
+        assert!(parse("3-1").is_err());
+        assert!(parse("0-").is_err());
     }
 
     #[cfg(target_os = "linux")]

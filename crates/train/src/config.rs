@@ -148,10 +148,10 @@ pub struct Args {
     #[arg(long)]
     pub nesterov: Option<bool>,
     /// auto, true or false. With --workers N > 1, pinning gives each worker its own share
-    /// of the C CPUs this process may use (C/N each; with N > C, one CPU per N/C workers)
-    /// and sets its RAYON_NUM_THREADS to the share's size unless already set. auto pins
-    /// when N <= C. With N > C, true halves the idle wait for peers but costs some
-    /// throughput (RESULTS.md). A multi-node worker honours GRADEX_CPUS=0,1,...
+    /// of the C CPUs this process may use (C/N each; with N > C, one CPU per N/C workers),
+    /// and its thread pool as many threads (unless RAYON_NUM_THREADS says otherwise). auto
+    /// pins when N <= C. With N > C, true halves the idle wait for peers but costs some
+    /// throughput (RESULTS.md). A multi-node worker honours GRADEX_CPUS=0-3,8,...
     #[arg(long)]
     pub pin_cores: Option<String>,
     /// L2 weight decay.

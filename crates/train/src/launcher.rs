@@ -64,10 +64,10 @@ fn cpu_shares(workers: usize, pin: &str) -> Vec<Option<Vec<usize>>> {
         return vec![None; workers];
     }
     match affinity::available() {
-        Ok(cpus) if pin == "auto" && workers > cpus.len() => {
+        Ok(cpus) if pin == "auto" && workers > affinity::capacity(&cpus) => {
             eprintln!(
                 "train: {workers} workers on {} CPUs, not pinned (more workers than CPUs; --pin-cores true pins them anyway)",
-                cpus.len()
+                affinity::capacity(&cpus)
             );
             vec![None; workers]
         }
@@ -101,11 +101,17 @@ pub fn launch(workers: usize, pin: &str, args: &[String]) -> Result<()> {
     let port = free_port()?.to_string();
     let token = token()?;
     let shares = cpu_shares(workers, pin);
-    let user_threads = std::env::var_os("RAYON_NUM_THREADS").is_some();
     let progress = Arc::new(Progress::new());
     let mut children: Vec<(Child, Arc<Mutex<VecDeque<String>>>)> = Vec::new();
     for (rank, share) in shares.iter().enumerate() {
-        let mut child = Command::new(&exe)
+        let mut command = Command::new(&exe);
+        match share {
+            Some(cpus) => command.env(affinity::ENV, affinity::format(cpus)),
+            // Not the launcher's own GRADEX_CPUS either: that would put every worker on
+            // the same CPUs while the plan says they are left to the scheduler.
+            None => command.env_remove(affinity::ENV),
+        };
+        let mut child = command
             .args(args)
             .env("RANK", rank.to_string())
             .env("WORLD_SIZE", workers.to_string())
@@ -113,11 +119,6 @@ pub fn launch(workers: usize, pin: &str, args: &[String]) -> Result<()> {
             .env("MASTER_PORT", &port)
             .env("GRADEX_TOKEN", &token)
             .env("GRADEX_BIND_ADDR", "127.0.0.1")
-            .envs(share.iter().flat_map(|cpus| {
-                let threads =
-                    (!user_threads).then(|| ("RAYON_NUM_THREADS", cpus.len().to_string()));
-                std::iter::once((affinity::ENV, affinity::format(cpus))).chain(threads)
-            }))
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()

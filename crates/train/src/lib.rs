@@ -24,8 +24,22 @@ use anyhow::{Context, Result};
 /// Runs this process's part of a job: one worker when RANK/WORLD_SIZE are set, the whole
 /// job (in this process) for one worker, or the launcher for several.
 pub fn run(cfg: &Config, resume: bool, raw_args: &[String]) -> Result<Option<Summary>> {
-    cfg.validate()?;
     let in_job = std::env::var("RANK").is_ok() && std::env::var("WORLD_SIZE").is_ok();
+    if in_job {
+        // First of all: validation may initialise the CUDA driver, whose threads would
+        // keep the whole CPU set (affinity is per thread, inherited at creation).
+        if affinity::pin_from_env()
+            .context("pinning this worker to its CPUs")?
+            .is_some()
+        {
+            // What the kernel now allows, read back rather than what was asked for.
+            match affinity::available() {
+                Ok(cpus) => eprintln!("pinned to CPUs {}", affinity::format(&cpus)),
+                Err(e) => eprintln!("pinned; reading the CPU set back failed: {e:#}"),
+            }
+        }
+    }
+    cfg.validate()?;
     if !in_job && cfg.workers > 1 {
         if cfg.backend == "nccl" {
             // NCCL refuses two ranks on one GPU (ncclCommInitRank: duplicate GPU).
@@ -38,17 +52,6 @@ pub fn run(cfg: &Config, resume: bool, raw_args: &[String]) -> Result<Option<Sum
         let text = std::fs::read_to_string(cfg.out.join("summary.json"))
             .with_context(|| format!("reading {}", cfg.out.join("summary.json").display()))?;
         return Ok(Some(serde_json::from_str(&text)?));
-    }
-    if in_job {
-        // Before any thread starts, so that every thread of this worker inherits it.
-        if affinity::pin_from_env()
-            .context("pinning this worker to its CPUs")?
-            .is_some()
-        {
-            // What the kernel now allows, read back rather than what was asked for.
-            let cpus = affinity::available()?;
-            eprintln!("pinned to CPUs {}", affinity::format(&cpus));
-        }
     }
     let comm = if in_job {
         comm::Communicator::from_env().context("joining the job")?

@@ -438,7 +438,8 @@ fn launched_workers_are_pinned_to_their_own_cpus_unless_told_not_to() {
         let _ = std::fs::remove_dir_all(&dir);
         o
     };
-    let available = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // The launcher's rule: CPUs in its affinity, capped by a cgroup quota.
+    let available = train::affinity::capacity(&train::affinity::available().unwrap());
     let auto = pinned(&run("auto", &[]));
     assert_eq!(
         auto.len(),
