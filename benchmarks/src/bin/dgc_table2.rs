@@ -197,6 +197,7 @@ fn main() -> Result<()> {
             let started = std::time::Instant::now();
             train::launcher::launch(
                 workers,
+                &cfg.pin_cores,
                 &["--worker-config".into(), cfg_file.display().to_string()],
             )?;
             let summary: Value =
