@@ -371,29 +371,33 @@ fn wrong_configurations_fail_before_any_worker_starts() {
     assert!(text(&o).contains("momentum_correction") && text(&o).contains("--method-opt"));
 }
 
+/// A 2-worker dense LeNet-5 run of `steps` steps with `extra` flags, which must succeed:
+/// its run directory and output.
+fn dense_run(name: &str, steps: usize, extra: &[&str]) -> (PathBuf, Output) {
+    let dir = tmp(name);
+    let steps = steps.to_string();
+    let mut args: Vec<&str> = BASE.to_vec();
+    args.extend([
+        "--method",
+        "dense",
+        "--steps",
+        &steps,
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    args.extend(extra);
+    let o = train(&args, &[]);
+    assert!(o.status.success(), "{name}: {}", text(&o));
+    (dir, o)
+}
+
 #[test]
 fn buckets_change_the_number_of_collectives_not_the_dense_result() {
     // With 2 ranks a dense average is (a + b) / 2 whichever vector an element travels
     // in, so bucketing LeNet-5's small tensors (conv1's weight and bias share a bucket)
     // must leave every parameter bit-identical.
-    let run = |name: &str, extra: &[&str]| {
-        let dir = tmp(name);
-        let mut args: Vec<&str> = BASE.to_vec();
-        args.extend([
-            "--method",
-            "dense",
-            "--steps",
-            "8",
-            "--out",
-            dir.to_str().unwrap(),
-        ]);
-        args.extend(extra);
-        let o = train(&args, &[]);
-        assert!(o.status.success(), "{name}: {}", text(&o));
-        dir
-    };
-    let plain = run("unbucketed", &[]);
-    let bucketed = run("bucketed", &["--bucket-elems", "1000"]);
+    let plain = dense_run("unbucketed", 8, &[]).0;
+    let bucketed = dense_run("bucketed", 8, &["--bucket-elems", "1000"]).0;
     assert_eq!(params(&plain, 0), params(&bucketed, 0));
     assert_eq!(params(&bucketed, 0), params(&bucketed, 1));
     let _ = std::fs::remove_dir_all(&plain);
@@ -422,19 +426,7 @@ fn launched_workers_are_pinned_to_their_own_cpus_unless_told_not_to() {
         v
     };
     let run = |name: &str, extra: &[&str]| {
-        let dir = tmp(name);
-        let mut args: Vec<&str> = BASE.to_vec();
-        args.extend([
-            "--method",
-            "dense",
-            "--steps",
-            "2",
-            "--out",
-            dir.to_str().unwrap(),
-        ]);
-        args.extend(extra);
-        let o = train(&args, &[]);
-        assert!(o.status.success(), "{name}: {}", text(&o));
+        let (dir, o) = dense_run(name, 2, extra);
         let _ = std::fs::remove_dir_all(&dir);
         o
     };
