@@ -15,7 +15,6 @@ use comm::{CommConfig, Communicator};
 use compress::{build, Context, MethodSpec, ParamSpec, StepInfo};
 use rayon::prelude::*;
 use serde_json::{json, Value};
-use std::time::Duration;
 use tensor::Rng;
 
 #[derive(Parser)]
@@ -86,14 +85,8 @@ fn default_methods(density: f64) -> Vec<String> {
 
 fn one_rank() -> Result<Communicator> {
     Ok(Communicator::connect(&CommConfig {
-        rank: 0,
-        world: 1,
-        master_addr: "127.0.0.1".into(),
-        master_port: 0,
-        bind_addr: "127.0.0.1".into(),
-        token: b"bench".to_vec(),
-        timeout: Duration::from_secs(10),
         max_frame: 1 << 34,
+        ..CommConfig::loopback(0, 1, 0, b"bench")
     })?)
 }
 

@@ -324,14 +324,9 @@ mod tests {
     /// A one-rank job whose thread is asked to start NCCL on the CPU, which fails.
     fn nccl_on_the_cpu() -> Exchanger {
         let comm = Communicator::connect(&comm::CommConfig {
-            rank: 0,
-            world: 1,
-            master_addr: "127.0.0.1".into(),
-            master_port: 0,
-            bind_addr: "127.0.0.1".into(),
-            token: b"t".to_vec(),
             timeout: std::time::Duration::from_secs(10),
             max_frame: 1 << 20,
+            ..comm::CommConfig::loopback(0, 1, 0, b"t")
         })
         .expect("a one-rank communicator");
         let ctx = compress::Context {

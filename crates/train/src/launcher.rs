@@ -15,12 +15,6 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
-
 fn token() -> Result<String> {
     let mut b = [0u8; 16];
     getrandom::getrandom(&mut b).map_err(|e| anyhow::anyhow!("generating the job token: {e}"))?;
@@ -98,7 +92,9 @@ fn cpu_shares(workers: usize, pin: &str) -> Vec<Option<Vec<usize>>> {
 /// share of this process's CPUs.
 pub fn launch(workers: usize, pin: &str, args: &[String]) -> Result<()> {
     let exe = std::env::current_exe().context("locating the train executable")?;
-    let port = free_port()?.to_string();
+    let port = comm::free_loopback_port()
+        .context("finding a free port for the job's master")?
+        .to_string();
     let token = token()?;
     let shares = cpu_shares(workers, pin);
     let progress = Arc::new(Progress::new());

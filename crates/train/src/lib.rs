@@ -57,14 +57,8 @@ pub fn run(cfg: &Config, resume: bool, raw_args: &[String]) -> Result<Option<Sum
         comm::Communicator::from_env().context("joining the job")?
     } else {
         comm::Communicator::connect(&comm::CommConfig {
-            rank: 0,
-            world: 1,
-            master_addr: "127.0.0.1".into(),
-            master_port: 0,
-            bind_addr: "127.0.0.1".into(),
-            token: b"single".to_vec(),
-            timeout: std::time::Duration::from_secs(60),
             max_frame: 1 << 34,
+            ..comm::CommConfig::loopback(0, 1, 0, b"single")
         })?
     };
     let (rank, world) = (comm.rank(), comm.world_size());

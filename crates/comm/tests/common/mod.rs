@@ -5,22 +5,13 @@ use comm::CommConfig;
 use std::time::Duration;
 
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    comm::free_loopback_port().unwrap()
 }
 
 pub fn config(rank: usize, world: usize, port: u16, token: &str, timeout: Duration) -> CommConfig {
     CommConfig {
-        rank,
-        world,
-        master_addr: "127.0.0.1".into(),
-        master_port: port,
-        bind_addr: "127.0.0.1".into(),
-        token: token.as_bytes().to_vec(),
         timeout,
         max_frame: 1 << 30,
+        ..CommConfig::loopback(rank, world, port, token.as_bytes())
     }
 }

@@ -9,11 +9,7 @@ use std::time::Duration;
 use tensor::Rng;
 
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    comm::free_loopback_port().unwrap()
 }
 
 /// Runs `f(rank, comm)` on every rank of a loopback job (one thread each); rank order.
@@ -25,14 +21,9 @@ pub fn job<T: Send>(world: usize, f: impl Fn(usize, &mut Communicator) -> T + Sy
                 let f = &f;
                 s.spawn(move || {
                     let mut c = Communicator::connect(&CommConfig {
-                        rank,
-                        world,
-                        master_addr: "127.0.0.1".into(),
-                        master_port: port,
-                        bind_addr: "127.0.0.1".into(),
-                        token: b"test".to_vec(),
                         timeout: Duration::from_secs(30),
                         max_frame: 1 << 30,
+                        ..CommConfig::loopback(rank, world, port, b"test")
                     })
                     .unwrap();
                     f(rank, &mut c)
