@@ -6,7 +6,7 @@
 //! single-threaded: with few cores, image-level parallelism avoids gemm's per-call
 //! synchronisation. The weight gradient is summed per thread and reduced at the end.
 
-use super::matmul::gemm_raw;
+use super::matmul::{gemm_raw, parallelism_for};
 use crate::storage::Conv2dParams;
 use crate::Float;
 use gemm::Parallelism;
@@ -262,18 +262,28 @@ const MAX_COL_ELEMS: usize = 1 << 20;
 /// dW = Σ_images gy · colᵀ. Images are processed in blocks laid side by side, so each
 /// group needs one product with inner dimension `block · OH · OW` per block instead of
 /// one small product per image: per-call packing in `gemm` dominated the per-image form.
+///
+/// The blocks depend on the batch and the cache bound only, and each block's product is
+/// its own partial, summed in block order: the result is the same bits on any number of
+/// threads and however rayon splits the work. (Sizing blocks by the thread count, as an
+/// earlier version did, made a run's weights depend on its pool size.)
 pub(crate) fn conv2d_backward_weight<T: Float>(x: &[T], gy: &[T], p: &Conv2dParams) -> Vec<T> {
     let d = dims(p);
     let wlen = p.out_channels * d.kk;
-    let threads = rayon::current_num_threads().max(1);
-    let per_thread = p.batch.div_ceil(threads).max(1);
-    let block = (MAX_COL_ELEMS / (d.kk * d.hw_out).max(1)).clamp(1, per_thread);
+    let bound = (MAX_COL_ELEMS / (d.kk * d.hw_out).max(1)).clamp(1, p.batch.max(1));
+    // As few blocks as the cache bound allows, of equal size (so two threads split
+    // 32 images 16 + 16, not 28 + 4).
+    let block = p.batch.max(1).div_ceil(p.batch.max(1).div_ceil(bound));
     let starts: Vec<usize> = (0..p.batch).step_by(block).collect();
+    // Fewer blocks than threads (deep layers' small images): the spare threads go into
+    // each product, which `gemm` splits by output tiles, leaving every sum's order as is.
+    let spare = starts.len() < rayon::current_num_threads();
     let partials: Vec<Vec<T>> = starts
         .into_par_iter()
-        .fold(
-            || (vec![T::zero(); wlen], Vec::new(), Vec::new()),
-            |(mut gw, mut col, mut gyb), start| {
+        .map_init(
+            || (Vec::new(), Vec::new()),
+            |(col, gyb), start| {
+                let mut gw = vec![T::zero(); wlen];
                 let nb = block.min(p.batch - start);
                 let ld = nb * d.hw_out;
                 col.resize(d.kk * ld, T::zero());
@@ -303,14 +313,17 @@ pub(crate) fn conv2d_backward_weight<T: Float>(x: &[T], gy: &[T], p: &Conv2dPara
                             col.as_ptr(),
                             1,
                             ld as isize,
-                            Parallelism::None,
+                            if spare {
+                                parallelism_for(d.og, d.kk, ld)
+                            } else {
+                                Parallelism::None
+                            },
                         )
                     }
                 }
-                (gw, col, gyb)
+                gw
             },
         )
-        .map(|(gw, _, _)| gw)
         .collect();
     let mut it = partials.into_iter();
     let mut gw = it.next().unwrap_or_else(|| vec![T::zero(); wlen]);
@@ -402,6 +415,51 @@ mod tests {
             for (a, b) in got.iter().zip(&want) {
                 assert!((a - b).abs() < 1e-9, "{p:?}: {a} vs {b}");
             }
+        }
+    }
+
+    /// The weight gradient is the same bits on 1, 2, 3 and 8 threads, for a batch whose
+    /// cache bound makes several blocks (16 channels of 24×24: 9 images per block) and
+    /// for one that fits in a single block (64 channels of 6×6), where the threads go
+    /// into the product instead.
+    #[test]
+    fn weight_gradient_does_not_depend_on_the_thread_count() {
+        let conv = |batch, channels, side| Conv2dParams {
+            batch,
+            in_channels: channels,
+            in_h: side,
+            in_w: side,
+            out_channels: channels,
+            k_h: 3,
+            k_w: 3,
+            stride: (1, 1),
+            padding: (1, 1),
+            dilation: (1, 1),
+            groups: 1,
+        };
+        for p in [conv(40, 16, 24), conv(8, 64, 6)] {
+            check_thread_independence(&p);
+        }
+    }
+
+    fn check_thread_independence(p: &Conv2dParams) {
+        let mut rng = crate::Rng::new(5);
+        let x: Vec<f32> = (0..p.in_shape().elem_count())
+            .map(|_| rng.normal() as f32)
+            .collect();
+        let gy: Vec<f32> = (0..p.batch * p.out_channels * p.out_h() * p.out_w())
+            .map(|_| rng.normal() as f32)
+            .collect();
+        let on = |threads: usize| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap()
+                .install(|| conv2d_backward_weight(&x, &gy, p))
+        };
+        let one = on(1);
+        for threads in [2, 3, 8] {
+            assert!(one == on(threads), "{p:?}: {threads} threads differ from 1");
         }
     }
 }
