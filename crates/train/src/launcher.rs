@@ -57,15 +57,18 @@ fn cpu_shares(workers: usize, pin: &str) -> Vec<Option<Vec<usize>>> {
     if pin == "false" || workers < 2 {
         return vec![None; workers];
     }
-    match affinity::available() {
-        Ok(cpus) if pin == "auto" && workers > affinity::capacity(&cpus) => {
+    let cpus = affinity::available().map(|c| {
+        let capacity = affinity::capacity(&c);
+        (c, capacity)
+    });
+    match cpus {
+        Ok((_, capacity)) if pin == "auto" && workers > capacity => {
             eprintln!(
-                "train: {workers} workers on {} CPUs, not pinned (more workers than CPUs; --pin-cores true pins them anyway)",
-                affinity::capacity(&cpus)
+                "train: {workers} workers on {capacity} CPUs, not pinned (more workers than CPUs; --pin-cores true pins them anyway)"
             );
             vec![None; workers]
         }
-        Ok(cpus) if !cpus.is_empty() => {
+        Ok((cpus, _)) if !cpus.is_empty() => {
             let shares = affinity::plan(&cpus, workers);
             let list: Vec<String> = shares
                 .iter()
