@@ -2,13 +2,14 @@
 //! P received sparse vectors (TopKAllReduce) and the ⊤ merge that keeps the k largest
 //! magnitudes (gTopKAllReduce, once per tree level). Each is timed against the simple
 //! form of the same computation, measured in the same run, with equal results checked:
-//! the sum against a left fold of two-way merges (O(P² k)), the ⊤ truncation against a
+//! the sum against a left fold of two-way merges (O(P² k)), the sum of received messages
+//! read in place against decoding them first, the ⊤ truncation against a
 //! full sort by magnitude, and both against a plain copy of as many entries.
 
 use anyhow::{ensure, Result};
 use benchmarks::{best_of, random_sparse};
 use clap::Parser;
-use comm::{merge_sum_into, sum_all, top_merge, SparseVec};
+use comm::{merge_sum_into, sum_all, sum_encoded, top_merge, SparseVec};
 
 #[derive(Parser)]
 #[command(
@@ -88,6 +89,36 @@ fn main() -> Result<()> {
             ms(t_fold),
             ms(t_sum),
             t_fold / t_sum,
+            ms(t_copy)
+        );
+        // What TopKAllReduce does with the P messages it received: decoded into vectors,
+        // then summed, against summed as they lie in the receive buffers.
+        let wire: Vec<Vec<u8>> = parts.iter().map(SparseVec::encode).collect();
+        let decode_then_sum = || -> Result<SparseVec> {
+            let decoded = wire
+                .iter()
+                .map(|m| SparseVec::decode(m).map_err(anyhow::Error::msg))
+                .collect::<Result<Vec<_>>>()?;
+            Ok(sum_all(&decoded))
+        };
+        let in_place = || sum_encoded(&wire).map_err(|(i, e)| anyhow::anyhow!("message {i}: {e}"));
+        ensure!(
+            in_place()? == b,
+            "sum_encoded differs from sum_all at P = {p}"
+        );
+        let t_decode = best_of(1, args.repeats, || {
+            std::hint::black_box(decode_then_sum()?);
+            Ok(())
+        })?;
+        let t_wire = best_of(1, args.repeats, || {
+            std::hint::black_box(in_place()?);
+            Ok(())
+        })?;
+        println!(
+            "| sum of {p} received messages (decoded first / in place) | {total} | {:.3} | {:.3} | {:.2} | {:.3} |",
+            ms(t_decode),
+            ms(t_wire),
+            t_decode / t_wire,
             ms(t_copy)
         );
     }

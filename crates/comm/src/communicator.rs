@@ -7,7 +7,7 @@ use crate::counters::{ByteCounters, Collective};
 use crate::error::{CommError, Result};
 use crate::frame::{decode_header, encode_header, FrameHeader, HEADER_LEN};
 use crate::rendezvous::connect_mesh;
-use crate::sparse::{sum_all, top_merge, SparseVec};
+use crate::sparse::{sum_encoded, top_merge, SparseVec};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
@@ -598,14 +598,8 @@ impl Communicator {
     pub fn topk_allreduce(&mut self, local: &SparseVec) -> Result<SparseVec> {
         let tag = self.next_tag();
         let blocks = self.allgather_tagged(&local.encode(), tag, Collective::TopkAllreduce)?;
-        let parts = blocks
-            .iter()
-            .enumerate()
-            .map(|(peer, b)| SparseVec::decode(b).map_err(|msg| CommError::Protocol { peer, msg }))
-            .collect::<Result<Vec<_>>>()?;
-        // Summed in rank order, the same on every rank.
-        let acc = sum_all(&parts);
-        Ok(acc)
+        // Checked and summed in rank order (the same on every rank), read in place.
+        sum_encoded(&blocks).map_err(|(peer, msg)| CommError::Protocol { peer, msg })
     }
 
     /// gTopKAllReduce (paper 002, Alg. 3): the ⊤ merge (sum by index, keep the k largest

@@ -35,4 +35,4 @@ pub use counters::{ByteCounters, Collective, Traffic};
 pub use error::{CommError, Result};
 pub use frame::{decode_header, FrameHeader, FRAME_VERSION, HEADER_LEN};
 pub use nccl::{nccl_library_present, nccl_version, NcclCommunicator};
-pub use sparse::{merge_sum_into, sum_all, top_merge, truncate_top, SparseVec};
+pub use sparse::{merge_sum_into, sum_all, sum_encoded, top_merge, truncate_top, SparseVec};

@@ -313,6 +313,41 @@ fn sum_all_equals_the_left_fold_bit_for_bit() {
     }
 }
 
+/// Gradient-sized parts, and clustered ones (one large index puts every other entry in
+/// the first bucket, which then takes the stable-sort path) against the fold.
+#[test]
+fn sum_all_equals_the_fold_on_large_and_clustered_parts() {
+    let mut r = Rng::new(12);
+    let fold = |parts: &[SparseVec]| {
+        let mut acc = SparseVec::default();
+        for p in parts {
+            let mut next = SparseVec::default();
+            merge_sum_into(&acc, p, &mut next);
+            acc = next;
+        }
+        acc
+    };
+    let bits = |v: &SparseVec| v.values.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    let cases: [(usize, usize, bool); 3] = [(8, 16_000, false), (5, 3_000, true), (3, 50, true)];
+    for (parts_n, nnz, clustered) in cases {
+        let parts: Vec<SparseVec> = (0..parts_n)
+            .map(|_| {
+                let range = if clustered { 4_000 } else { 16 << 20 };
+                let mut pairs: Vec<(u32, f32)> = (0..nnz)
+                    .map(|_| (r.below(range) as u32, r.normal() as f32))
+                    .collect();
+                if clustered {
+                    pairs.push((u32::MAX - 1, 1.0));
+                }
+                SparseVec::new(pairs)
+            })
+            .collect();
+        let (sum, want) = (sum_all(&parts), fold(&parts));
+        assert_eq!(sum.indices, want.indices, "{parts_n} × {nnz}");
+        assert_eq!(bits(&sum), bits(&want), "{parts_n} × {nnz}");
+    }
+}
+
 #[test]
 fn byte_counters_measure_the_ring() {
     let (world, n) = (4, 1000);
