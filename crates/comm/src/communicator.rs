@@ -114,6 +114,8 @@ pub struct Communicator {
     rank: usize,
     world: usize,
     max_frame: u64,
+    /// The bound on every blocking call (from the configuration).
+    timeout: Duration,
     writers: Vec<Option<TcpStream>>,
     readers: Vec<Option<TcpStream>>,
     counters: ByteCounters,
@@ -269,6 +271,7 @@ impl Communicator {
             rank: cfg.rank,
             world: cfg.world,
             max_frame: cfg.max_frame,
+            timeout: cfg.timeout,
             writers: streams,
             readers,
             counters: ByteCounters::default(),
@@ -289,6 +292,10 @@ impl Communicator {
     }
     pub fn counters(&self) -> &ByteCounters {
         &self.counters
+    }
+    /// How long any one blocking call waits for a peer before it fails.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
     }
 
     fn next_tag(&mut self) -> u32 {

@@ -18,9 +18,9 @@
 use anyhow::Result;
 use comm::{Communicator, NcclCommunicator, ReduceOp, Traffic};
 use compress::{Method, StepInfo, Update, WireStats};
-use crossbeam_channel::{unbounded, Receiver, Sender};
+use crossbeam_channel::{bounded, unbounded, Receiver, RecvTimeoutError, Sender};
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tensor::{Device, Tensor};
 
 pub enum Job {
@@ -78,6 +78,11 @@ pub struct Exchanger {
     pub jobs: Sender<Job>,
     pub replies: Receiver<Reply>,
     handle: Option<JoinHandle<()>>,
+    /// Disconnected when the thread has ended, however it ended (its sender is dropped
+    /// with the thread's closure, panics included).
+    ended: Receiver<()>,
+    /// How long dropping the exchanger waits for the thread before leaving it behind.
+    stop_within: Duration,
     /// Every how many steps the method communicates after the optimizer step.
     pub after_step_every: Option<u64>,
     /// Whether the method's exchange reads the weights (otherwise none are copied out).
@@ -96,9 +101,14 @@ impl Exchanger {
         let (tx, replies) = unbounded::<Reply>();
         let after_step_every = method.after_step_every();
         let reads_weights = method.reads_weights();
+        // A TCP collective in flight fails within the communicator's timeout (per
+        // blocking call); twice that lets one that was mid-way give up cleanly.
+        let stop_within = comm.timeout().saturating_mul(2);
+        let (ended_tx, ended) = bounded::<()>(0);
         let handle = std::thread::Builder::new()
             .name("compression".into())
             .spawn(move || {
+                let _ended = ended_tx;
                 // Bytes of the trainer's own collectives (initial broadcast, loss and
                 // evaluation sums, NCCL's start-up), kept out of the method's traffic.
                 let mut overhead = Traffic::default();
@@ -209,6 +219,8 @@ impl Exchanger {
             jobs,
             replies,
             handle: Some(handle),
+            ended,
+            stop_within,
             after_step_every,
             reads_weights,
         })
@@ -308,11 +320,24 @@ fn nccl_average(
     Ok((g, stats))
 }
 
+/// Stops the thread and joins it, but not forever: a collective that can block without
+/// a timeout (an NCCL call, or NCCL's start-up, waiting on a rank that died) must not
+/// keep this process from exiting with its error. After `stop_within` the thread is
+/// left behind, with a warning, and dies with the process.
 impl Drop for Exchanger {
     fn drop(&mut self) {
         let _ = self.jobs.send(Job::Stop);
-        if let Some(h) = self.handle.take() {
-            let _ = h.join();
+        let Some(h) = self.handle.take() else { return };
+        match self.ended.recv_timeout(self.stop_within) {
+            Err(RecvTimeoutError::Timeout) => eprintln!(
+                "warning: the compression thread did not stop within {:.0} s (a collective \
+                 blocked on a peer); leaving it to end with the process",
+                self.stop_within.as_secs_f64()
+            ),
+            // Ended (the channel never carries a message).
+            Ok(()) | Err(RecvTimeoutError::Disconnected) => {
+                let _ = h.join();
+            }
         }
     }
 }
@@ -355,5 +380,59 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(300));
         let err = ex.send(Job::Counters).expect_err("the thread has stopped");
         assert!(err.to_string().contains("starting NCCL"), "{err}");
+    }
+
+    /// A thread stuck in a collective (here a TCP allreduce whose peer never answers,
+    /// standing in for an NCCL call that has no timeout) does not keep `drop` waiting
+    /// past `stop_within`; a thread that is idle is joined at once.
+    #[test]
+    fn dropping_the_exchanger_does_not_wait_for_a_stuck_collective() {
+        let port = comm::free_loopback_port().expect("a port");
+        let cfg = move |rank| comm::CommConfig {
+            timeout: Duration::from_secs(20),
+            ..comm::CommConfig::loopback(rank, 2, port, b"t")
+        };
+        // Rank 1 joins and then stays silent, holding its connection open.
+        let (hold_tx, hold_rx) = bounded::<()>(0);
+        let silent = std::thread::spawn(move || {
+            let c = Communicator::connect(&cfg(1)).expect("rank 1");
+            let _ = hold_rx.recv();
+            drop(c);
+        });
+        let comm = Communicator::connect(&cfg(0)).expect("rank 0");
+        let ctx = compress::Context {
+            rank: 0,
+            world: 2,
+            seed: 1,
+            momentum: 0.0,
+            nesterov: false,
+            weight_decay: 0.0,
+        };
+        let spec = compress::MethodSpec::parse("dense", &[]).expect("dense");
+        let method = compress::build(&spec, &ctx).expect("the method");
+        let mut ex = Exchanger::spawn(comm, method, None).expect("the thread");
+        assert_eq!(ex.stop_within, Duration::from_secs(40));
+        ex.stop_within = Duration::from_millis(300);
+        ex.jobs.send(Job::Allreduce(vec![1.0; 4])).expect("queued");
+        std::thread::sleep(Duration::from_millis(100));
+        let t = Instant::now();
+        drop(ex);
+        let waited = t.elapsed();
+        assert!(
+            waited >= Duration::from_millis(300) && waited < Duration::from_secs(5),
+            "drop waited {waited:?}"
+        );
+        let _ = hold_tx.send(());
+        silent.join().expect("rank 1");
+
+        // An idle thread stops and is joined well within the bound.
+        let one =
+            Communicator::connect(&comm::CommConfig::loopback(0, 1, 0, b"t")).expect("rank 0");
+        let ctx = compress::Context { world: 1, ..ctx };
+        let ex = Exchanger::spawn(one, compress::build(&spec, &ctx).expect("dense"), None)
+            .expect("the thread");
+        let t = Instant::now();
+        drop(ex);
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
     }
 }
