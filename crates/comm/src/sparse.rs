@@ -201,9 +201,9 @@ pub fn sum_encoded<B: AsRef<[u8]>>(messages: &[B]) -> Result<SparseVec, (usize, 
 /// one array, not two), stably LSD-radix-sorted by index with 12-bit digits (two passes
 /// for the 24-bit indices of a 16 M-value gradient), and each run of one index is added
 /// left to right, so every index's values are summed in part order. Parts need not be
-/// sorted. Measured (sparse_merge_bench, 32 × 16,777 pairs): 4.0-4.4 ms against 6.3-6.9 ms
-/// with 8-bit digits (three passes); at 8 ranks the two are within the run-to-run noise.
-/// Tried and dropped, in the same run against this form: scattering by the high bits
+/// sorted. 12-bit digits rather than 8 (three passes): sparse_merge_bench, 32 × 16,777
+/// pairs, 4.4 ms against 9.9 ms (benchmarks/RESULTS.md). Tried and dropped, each timed
+/// in one process against this form: scattering by the high bits
 /// into L1-sized buckets then insertion-sorting each (one read of the input less, but a
 /// misprediction per entry: 2× slower at 8 × 16,777 entries), and counting every digit's
 /// histogram while packing (no faster at 8 parts, 1.25× slower at 32).
