@@ -133,7 +133,7 @@ impl<'a> SparseBytes<'a> {
         let n = u32::from_le_bytes(*count) as usize;
         // Words: [u8; 4] chunks, so the loops below carry no bounds checks.
         let (words, rest) = body.as_chunks::<4>();
-        if !rest.is_empty() || words.len() != 2 * n {
+        if !rest.is_empty() || n.checked_mul(2) != Some(words.len()) {
             return Err(format!(
                 "sparse payload of {} bytes cannot hold {n} entries",
                 b.len()
@@ -203,10 +203,10 @@ pub fn sum_encoded<B: AsRef<[u8]>>(messages: &[B]) -> Result<SparseVec, (usize, 
 /// left to right, so every index's values are summed in part order. Parts need not be
 /// sorted. 12-bit digits rather than 8 (three passes): sparse_merge_bench, 32 × 16,777
 /// pairs, 4.4 ms against 9.9 ms (benchmarks/RESULTS.md). Tried and dropped, each timed
-/// in one process against this form: scattering by the high bits
-/// into L1-sized buckets then insertion-sorting each (one read of the input less, but a
-/// misprediction per entry: 2× slower at 8 × 16,777 entries), and counting every digit's
-/// histogram while packing (no faster at 8 parts, 1.25× slower at 32).
+/// in one process against this form: scattering by the high bits into L1-sized buckets
+/// then insertion-sorting each (one read of the input less, but a misprediction per
+/// entry: 2× slower at 8 × 16,777 entries), and counting every digit's histogram while
+/// packing (no faster at 8 parts, 1.1-1.3× slower at 32).
 pub(crate) fn sum_entries<E: Entries>(parts: &[E]) -> SparseVec {
     const BITS: u32 = 12;
     let total: usize = parts.iter().map(Entries::count).sum();
