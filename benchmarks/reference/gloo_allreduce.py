@@ -1,5 +1,7 @@
 """Reference side of `comm_bench`: PyTorch's Gloo allreduce (torch.distributed, gloo
-backend) on local processes, float32 sum, best of --repeats after a warm-up, per size.
+backend) on local processes, float32 sum, best of --repeats after a warm-up, per size;
+each repetition counts the slowest rank's time (every rank times its own call from the
+barrier), as comm_bench does.
 Prints ONE JSON object: {"world": W, "torch_version": str, "seconds": {"<bytes>": t, ...}}.
 """
 import argparse
@@ -27,7 +29,9 @@ def worker(rank, world, port, sizes, repeats, queue):
             dist.barrier()
             t = time.perf_counter()
             dist.all_reduce(x)
-            best = min(best, time.perf_counter() - t)
+            slowest = torch.tensor([time.perf_counter() - t], dtype=torch.float64)
+            dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+            best = min(best, slowest.item())
         out[str(size)] = best
     if rank == 0:
         queue.put(out)
