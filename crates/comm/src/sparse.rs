@@ -202,7 +202,8 @@ pub fn sum_encoded<B: AsRef<[u8]>>(messages: &[B]) -> Result<SparseVec, (usize, 
 /// for the 24-bit indices of a 16 M-value gradient), and each run of one index is added
 /// left to right, so every index's values are summed in part order. Parts need not be
 /// sorted. 12-bit digits rather than 8 (three passes): sparse_merge_bench, 32 × 16,777
-/// pairs, 4.4 ms against 9.9 ms (benchmarks/RESULTS.md). Tried and dropped, each timed
+/// pairs, 4.0-4.4 ms against 6.3-6.9 ms when compared in one session (RESULTS.md records
+/// a 9.9 ms and a 4.4 ms run, taken apart). Tried and dropped, each timed
 /// in one process against this form: scattering by the high bits into L1-sized buckets
 /// then insertion-sorting each (one read of the input less, but a misprediction per
 /// entry: 2× slower at 8 × 16,777 entries), and counting every digit's histogram while

@@ -313,8 +313,9 @@ fn sum_all_equals_the_left_fold_bit_for_bit() {
     }
 }
 
-/// Gradient-sized parts, and clustered ones (one large index puts every other entry in
-/// the first bucket, which then takes the stable-sort path) against the fold.
+/// Gradient-sized parts, and clustered ones (many repeated indices under one large one,
+/// so most entries share their high digit and the low digit's stable order decides)
+/// against the fold.
 #[test]
 fn sum_all_equals_the_fold_on_large_and_clustered_parts() {
     let mut r = Rng::new(12);

@@ -93,8 +93,8 @@ impl Exchanger {
     /// Starts the thread; with `nccl`, it first joins the ranks' NCCL communicator on that
     /// device (a failure there is the first reply).
     pub fn spawn(
-        mut comm: Communicator,
-        mut method: Box<dyn Method>,
+        comm: Communicator,
+        method: Box<dyn Method>,
         nccl: Option<Device>,
     ) -> Result<Exchanger> {
         let (jobs, rx) = unbounded::<Job>();
@@ -108,7 +108,11 @@ impl Exchanger {
         let handle = std::thread::Builder::new()
             .name("compression".into())
             .spawn(move || {
+                // Declared first, so dropped last: captured values are dropped after the
+                // closure's locals, so everything the thread owns is moved into locals
+                // below, and the channel disconnects only once they are gone.
                 let _ended = ended_tx;
+                let (mut comm, mut method, rx, tx) = (comm, method, rx, tx);
                 // Bytes of the trainer's own collectives (initial broadcast, loss and
                 // evaluation sums, NCCL's start-up), kept out of the method's traffic.
                 let mut overhead = Traffic::default();
