@@ -358,17 +358,21 @@ mod tests {
             ..comm::CommConfig::loopback(0, 1, 0, b"t")
         })
         .expect("a one-rank communicator");
+        Exchanger::spawn(comm, dense(1), Some(Device::Cpu)).expect("the compression thread")
+    }
+
+    /// The dense method for rank 0 of `world`.
+    fn dense(world: usize) -> Box<dyn Method> {
         let ctx = compress::Context {
             rank: 0,
-            world: 1,
+            world,
             seed: 1,
             momentum: 0.0,
             nesterov: false,
             weight_decay: 0.0,
         };
         let spec = compress::MethodSpec::parse("dense", &[]).expect("dense");
-        let method = compress::build(&spec, &ctx).expect("the method");
-        Exchanger::spawn(comm, method, Some(Device::Cpu)).expect("the compression thread")
+        compress::build(&spec, &ctx).expect("the method")
     }
 
     /// The first job, whatever it is, reports why NCCL did not start rather than "the
@@ -404,17 +408,7 @@ mod tests {
             drop(c);
         });
         let comm = Communicator::connect(&cfg(0)).expect("rank 0");
-        let ctx = compress::Context {
-            rank: 0,
-            world: 2,
-            seed: 1,
-            momentum: 0.0,
-            nesterov: false,
-            weight_decay: 0.0,
-        };
-        let spec = compress::MethodSpec::parse("dense", &[]).expect("dense");
-        let method = compress::build(&spec, &ctx).expect("the method");
-        let mut ex = Exchanger::spawn(comm, method, None).expect("the thread");
+        let mut ex = Exchanger::spawn(comm, dense(2), None).expect("the thread");
         assert_eq!(ex.stop_within, Duration::from_secs(40));
         ex.stop_within = Duration::from_millis(300);
         ex.jobs.send(Job::Allreduce(vec![1.0; 4])).expect("queued");
@@ -432,9 +426,7 @@ mod tests {
         // An idle thread stops and is joined well within the bound.
         let one =
             Communicator::connect(&comm::CommConfig::loopback(0, 1, 0, b"t")).expect("rank 0");
-        let ctx = compress::Context { world: 1, ..ctx };
-        let ex = Exchanger::spawn(one, compress::build(&spec, &ctx).expect("dense"), None)
-            .expect("the thread");
+        let ex = Exchanger::spawn(one, dense(1), None).expect("the thread");
         let t = Instant::now();
         drop(ex);
         assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
