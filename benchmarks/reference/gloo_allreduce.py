@@ -1,5 +1,5 @@
 """Reference side of `comm_bench`: PyTorch's Gloo allreduce (torch.distributed, gloo
-backend) on local processes, float32 sum, best of --repeats after a warm-up, per size;
+backend) on local processes, float32 sum, best of --repeats after --warmup untimed calls (1), per size;
 each repetition counts the slowest rank's time (every rank times its own call from the
 barrier), as comm_bench does.
 Prints ONE JSON object: {"world": W, "torch_version": str, "seconds": {"<bytes>": t, ...}}.
@@ -15,7 +15,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 
-def worker(rank, world, port, sizes, repeats, queue):
+def worker(rank, world, port, sizes, repeats, warmup, queue):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     torch.set_num_threads(1)
@@ -23,7 +23,8 @@ def worker(rank, world, port, sizes, repeats, queue):
     out = {}
     for size in sizes:
         x = torch.ones(max(1, size // 4))
-        dist.all_reduce(x)
+        for _ in range(warmup):
+            dist.all_reduce(x)
         best = float("inf")
         for _ in range(repeats):
             dist.barrier()
@@ -44,6 +45,7 @@ def main():
     p.add_argument("--world", type=int, default=4)
     p.add_argument("--sizes", default="4096,65536,1048576,16777216,67108864,134217728")
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--warmup", type=int, default=1, help="untimed calls per size first")
     a = p.parse_args()
     sizes = [int(s) for s in a.sizes.split(",") if s]
     with socket.socket() as s:
@@ -51,7 +53,7 @@ def main():
         port = s.getsockname()[1]
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    procs = [ctx.Process(target=worker, args=(r, a.world, port, sizes, a.repeats, queue)) for r in range(a.world)]
+    procs = [ctx.Process(target=worker, args=(r, a.world, port, sizes, a.repeats, a.warmup, queue)) for r in range(a.world)]
     for pr in procs:
         pr.start()
     result = queue.get(timeout=600)

@@ -6,7 +6,8 @@
 //! extrapolation to 16, 32 and 64 workers (paper 002's Figure 9 question).
 //!
 //! A collective's time is its completion time: the slowest rank's, each rank timing its
-//! own call from a barrier (best of `--repeats`). Gloo's is taken the same way.
+//! own call from a barrier (best of `--repeats`, after `--warmup` untimed calls). Gloo's
+//! is taken the same way.
 //!
 //! `comm_bench --world 4` launches 4 workers of itself on this machine; with RANK,
 //! WORLD_SIZE, MASTER_ADDR, MASTER_PORT and GRADEX_TOKEN already set (e.g. inside the
@@ -18,7 +19,6 @@ use clap::Parser;
 use comm::{ping_pong, AlphaBeta, Collective, Communicator, ReduceOp};
 use serde_json::{json, Value};
 use std::time::Instant;
-use tensor::Rng;
 
 #[derive(Parser, Clone)]
 #[command(
@@ -46,6 +46,12 @@ struct Args {
     /// Timed repetitions per point (best reported).
     #[arg(long, default_value_t = 3)]
     repeats: usize,
+    /// Untimed calls of each collective at each size before the timed ones: a TCP
+    /// connection's windows and buffers grow over its first transfers (at 100 Mbit/s, 8
+    /// workers, TopK at 64 MiB was 1.5-1.75x its model as the best of 2 cold calls and
+    /// 1.23x as the best of 5). The Gloo reference runs as many.
+    #[arg(long, default_value_t = 1)]
+    warmup: usize,
     /// Skip the Gloo reference.
     #[arg(long)]
     no_reference: bool,
@@ -61,17 +67,7 @@ fn launch(args: &Args) -> Result<()> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port();
-    let mut token = [0u8; 16];
-    Rng::new(Instant::now().elapsed().as_nanos() as u64 ^ std::process::id() as u64)
-        .shuffle(&mut token);
-    let token: String = (0..16)
-        .map(|i| {
-            format!(
-                "{:02x}",
-                (i as u8).wrapping_mul(37) ^ token[i] ^ (std::process::id() as u8)
-            )
-        })
-        .collect();
+    let token = train::launcher::token()?;
     let exe = std::env::current_exe()?;
     let children: Vec<_> = (0..args.world)
         .map(|rank| {
@@ -105,9 +101,13 @@ fn launch(args: &Args) -> Result<()> {
 /// messages are in the kernel's socket buffers, long before the leaves have them.)
 fn best<F: FnMut(&mut Communicator) -> comm::Result<()>>(
     c: &mut Communicator,
+    warmup: usize,
     reps: usize,
     mut f: F,
 ) -> Result<f64> {
+    for _ in 0..warmup {
+        f(c)?;
+    }
     let mut best = f64::INFINITY;
     for _ in 0..reps.max(1) {
         c.barrier()?;
@@ -147,7 +147,7 @@ fn worker(args: &Args) -> Result<()> {
             rows.push(json!({"collective": "socket_copy", "world": 2, "bytes": bytes, "density": null, "measured_s": t, "predicted_s": model.alpha + bytes as f64 * model.beta, "gbit_per_s": bytes as f64 * 8.0 / t / 1e9}));
         }
         let mut data = vec![1.0f32; n];
-        let t = best(&mut c, args.repeats, |c| {
+        let t = best(&mut c, args.warmup, args.repeats, |c| {
             c.allreduce(&mut data, ReduceOp::Sum)
         })?;
         let busbw = bytes as f64 / t * 2.0 * (p as f64 - 1.0) / p as f64 * 8.0 / 1e9;
@@ -164,7 +164,7 @@ fn worker(args: &Args) -> Result<()> {
                 .copied()
                 .unwrap_or_default()
                 .total_sent;
-            let t = best(&mut c, args.repeats, |c| {
+            let t = best(&mut c, args.warmup, args.repeats, |c| {
                 if kind == Collective::TopkAllreduce {
                     c.topk_allreduce(&local).map(|_| ())
                 } else {
@@ -172,7 +172,7 @@ fn worker(args: &Args) -> Result<()> {
                 }
             })?;
             let sent = (c.counters().by_kind[&kind].total_sent - before) as f64
-                / args.repeats.max(1) as f64;
+                / (args.warmup + args.repeats.max(1)) as f64;
             let predicted = if kind == Collective::TopkAllreduce {
                 model.topk_allreduce(p, k)
             } else {
@@ -204,6 +204,8 @@ fn worker(args: &Args) -> Result<()> {
                 sizes,
                 "--repeats".into(),
                 args.repeats.to_string(),
+                "--warmup".into(),
+                args.warmup.to_string(),
             ],
         ) {
             Ok(v) => Some(v),

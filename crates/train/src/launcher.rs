@@ -15,7 +15,8 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-fn token() -> Result<String> {
+/// A fresh random job token (16 bytes from the OS, hex), as the workers' shared secret.
+pub fn token() -> Result<String> {
     let mut b = [0u8; 16];
     getrandom::getrandom(&mut b).map_err(|e| anyhow::anyhow!("generating the job token: {e}"))?;
     Ok(b.iter().map(|x| format!("{x:02x}")).collect())
