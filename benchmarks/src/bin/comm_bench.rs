@@ -48,8 +48,8 @@ struct Args {
     repeats: usize,
     /// Untimed calls of each collective at each size before the timed ones: a TCP
     /// connection's windows and buffers grow over its first transfers (at 100 Mbit/s, 8
-    /// workers, TopK at 64 MiB was 1.5-1.75x its model as the best of 2 cold calls and
-    /// 1.23x as the best of 5). The Gloo reference runs as many.
+    /// workers, TopK at 64 MiB was 1.46-1.76x its model as the best of 2 cold calls, 1.23x
+    /// as the best of 5, 1.19x after one warm-up call). The Gloo reference runs as many.
     #[arg(long, default_value_t = 1)]
     warmup: usize,
     /// Skip the Gloo reference.

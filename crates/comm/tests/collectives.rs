@@ -277,6 +277,22 @@ fn top_merge_by_selection_matches_the_sort_definition() {
     }
 }
 
+/// The definition `sum_all` must equal: `((p0 + p1) + p2) + …` by two-way merges.
+fn fold(parts: &[SparseVec]) -> SparseVec {
+    let mut acc = SparseVec::default();
+    for p in parts {
+        let mut next = SparseVec::default();
+        merge_sum_into(&acc, p, &mut next);
+        acc = next;
+    }
+    acc
+}
+
+/// Values as bits, so that equality is exact (and -0.0 differs from 0.0).
+fn bits(v: &SparseVec) -> Vec<u32> {
+    v.values.iter().map(|x| x.to_bits()).collect()
+}
+
 #[test]
 fn sum_all_equals_the_left_fold_bit_for_bit() {
     let mut r = Rng::new(11);
@@ -292,12 +308,7 @@ fn sum_all_equals_the_left_fold_bit_for_bit() {
                     )
                 })
                 .collect();
-            let mut fold = SparseVec::default();
-            for p in &parts {
-                let mut next = SparseVec::default();
-                merge_sum_into(&fold, p, &mut next);
-                fold = next;
-            }
+            let fold = fold(&parts);
             let sum = sum_all(&parts);
             // An unsorted part (the fields are public) sums to the same.
             let mut shuffled = parts.clone();
@@ -307,7 +318,6 @@ fn sum_all_equals_the_left_fold_bit_for_bit() {
             }
             assert_eq!(sum_all(&shuffled), sum, "{parts_n} parts, range {range}");
             assert_eq!(sum.indices, fold.indices, "{parts_n} parts, range {range}");
-            let bits = |v: &SparseVec| v.values.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&sum), bits(&fold), "{parts_n} parts, range {range}");
         }
     }
@@ -319,16 +329,6 @@ fn sum_all_equals_the_left_fold_bit_for_bit() {
 #[test]
 fn sum_all_equals_the_fold_on_large_and_clustered_parts() {
     let mut r = Rng::new(12);
-    let fold = |parts: &[SparseVec]| {
-        let mut acc = SparseVec::default();
-        for p in parts {
-            let mut next = SparseVec::default();
-            merge_sum_into(&acc, p, &mut next);
-            acc = next;
-        }
-        acc
-    };
-    let bits = |v: &SparseVec| v.values.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     let cases: [(usize, usize, bool); 3] = [(8, 16_000, false), (5, 3_000, true), (3, 50, true)];
     for (parts_n, nnz, clustered) in cases {
         let parts: Vec<SparseVec> = (0..parts_n)
