@@ -8,11 +8,13 @@
 #   run(command="bash scripts/device-netem.sh", carry=[".gpu"])   # the device tool
 #
 # Configurations, each 1, 16 and 64 MiB gradients at density 0.001, best of 3:
-#   w8-htb16k        8 workers, --shaper htb --burst 16kb (the kernel's GSO super-packets)
-#   w8-htb16k-gso1   the same with --gso-segs 1 (packet at a time, like a NIC's wire)
-#   w8-tbf256k       netem.sh's default shaper (comparable with RESULTS.md's first tables)
-#   w4-htb16k-gso1   4 workers, for paper 002's Figure 9 at few workers
-# NETEM_CONFIGS="w8-htb16k w4-htb16k-gso1" picks a subset. Needs root (namespaces).
+#   w8-ack           8 workers, --shaper htb --burst 16kb --ack-prio (ACKs ahead of data,
+#                    the kernel's GSO super-packets)
+#   w8-ack-gso1      the same with --gso-segs 1 (packet at a time, like a NIC's wire)
+#   w8-htb16k        8 workers, htb 16kb without --ack-prio (RESULTS.md's earlier tables)
+#   w4-ack-gso1      4 workers, --ack-prio --gso-segs 1, for paper 002's Figure 9 at few workers
+#   w8-htb16k-gso1, w8-tbf256k, w4-htb16k-gso1   earlier configurations, on request
+# NETEM_CONFIGS="w8-ack w4-ack-gso1" picks a subset. Needs root (namespaces).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-netem-logs}"
@@ -37,10 +39,13 @@ command -v ip >/dev/null && command -v tc >/dev/null ||
 ip -V > "$out/machine.txt" 2>&1
 echo "cores: $(nproc), kernel: $(uname -r)" >> "$out/machine.txt"
 
-configs="${NETEM_CONFIGS:-w8-htb16k w8-htb16k-gso1 w8-tbf256k w4-htb16k-gso1}"
+configs="${NETEM_CONFIGS:-w8-ack w8-ack-gso1 w8-htb16k w4-ack-gso1}"
 status=0
 for cfg in $configs; do
   case "$cfg" in
+    w8-ack) opts=(--workers 8 --shaper htb --burst 16kb --ack-prio) ;;
+    w8-ack-gso1) opts=(--workers 8 --shaper htb --burst 16kb --ack-prio --gso-segs 1) ;;
+    w4-ack-gso1) opts=(--workers 4 --shaper htb --burst 16kb --ack-prio --gso-segs 1) ;;
     w8-htb16k) opts=(--workers 8 --shaper htb --burst 16kb) ;;
     w8-htb16k-gso1) opts=(--workers 8 --shaper htb --burst 16kb --gso-segs 1) ;;
     w8-tbf256k) opts=(--workers 8) ;;
