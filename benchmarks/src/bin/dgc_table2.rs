@@ -90,7 +90,7 @@ fn preset(args: &Args) -> Result<Preset> {
             c.dataset = "fashion-mnist".into();
             c.data_dir = args.data_dir.clone();
             c.epochs = Some(args.epochs.unwrap_or(3));
-            c.schedule = "multistep".into();
+            c.schedule = train::config::Schedule::Multistep;
             c.milestones = vec![(c.epochs.unwrap_or(3) as f64 - 1.0).max(1.0)];
             // ResNet-20's 2.2 k batch-norm and bias values, sent dense, would cap the
             // ratio near 100×; the quick preset compresses every tensor.
@@ -110,7 +110,7 @@ fn preset(args: &Args) -> Result<Preset> {
                     .context("--preset paper needs --data-dir with the CIFAR-10 binary batches")?,
             );
             c.epochs = Some(args.epochs.unwrap_or(164));
-            c.schedule = "multistep".into();
+            c.schedule = train::config::Schedule::Multistep;
             c.milestones = vec![82.0, 123.0];
             Preset {
                 base: c,
@@ -197,7 +197,7 @@ fn main() -> Result<()> {
             let started = std::time::Instant::now();
             train::launcher::launch(
                 workers,
-                &cfg.pin_cores,
+                cfg.pin_cores,
                 &["--worker-config".into(), cfg_file.display().to_string()],
             )?;
             let summary: Value =

@@ -4,9 +4,77 @@
 //! the run directory.
 
 use anyhow::{bail, Context, Result};
-use clap::Parser;
+use clap::{Parser, ValueEnum};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
+
+/// The learning-rate schedule's shape (`--warmup-epochs` adds a warm-up before any).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ValueEnum)]
+#[serde(rename_all = "lowercase")]
+#[value(rename_all = "lowercase")]
+pub enum Schedule {
+    /// The base rate throughout.
+    Constant,
+    /// × --gamma every --milestones PERIOD epochs.
+    Step,
+    /// × --gamma at each of --milestones (epochs).
+    Multistep,
+    /// Cosine decay to 0 over --epochs.
+    Cosine,
+}
+
+/// Where a worker's tensors live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ValueEnum)]
+#[serde(rename_all = "lowercase")]
+#[value(rename_all = "lowercase")]
+pub enum DeviceChoice {
+    /// The CPU.
+    Cpu,
+    /// GPU `rank mod count`; an error where there is none.
+    Cuda,
+    /// The GPU when a driver and a device are present, else the CPU.
+    Auto,
+}
+
+/// The collectives' transport.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ValueEnum)]
+#[serde(rename_all = "lowercase")]
+#[value(rename_all = "lowercase")]
+pub enum Backend {
+    /// Every method; CPU or GPU tensors, host messages.
+    Tcp,
+    /// --device cuda and --method dense: each gradient allreduced on the GPU, one GPU per
+    /// worker, as NCCL requires.
+    Nccl,
+}
+
+/// Whether the launcher pins each local worker to its own share of the CPUs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ValueEnum)]
+#[serde(rename_all = "lowercase")]
+#[value(rename_all = "lowercase")]
+pub enum PinCores {
+    /// Pin when there are no more workers than CPUs.
+    Auto,
+    /// Always pin.
+    True,
+    /// Leave placement to the scheduler.
+    False,
+}
+
+/// `--flag value` in messages: the value as it is written on the command line.
+macro_rules! display_as_value {
+    ($($t:ty),*) => {$(
+        impl std::fmt::Display for $t {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                match self.to_possible_value() {
+                    Some(v) => f.write_str(v.get_name()),
+                    None => write!(f, "{self:?}"),
+                }
+            }
+        }
+    )*};
+}
+display_as_value!(Schedule, DeviceChoice, Backend, PinCores);
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -21,7 +89,7 @@ pub struct Config {
     pub epochs: Option<usize>,
     pub steps: Option<usize>,
     pub lr: f64,
-    pub schedule: String,
+    pub schedule: Schedule,
     pub milestones: Vec<f64>,
     pub gamma: f64,
     pub warmup_epochs: f64,
@@ -30,8 +98,8 @@ pub struct Config {
     pub weight_decay: f64,
     pub clip: f64,
     pub seed: u64,
-    pub device: String,
-    pub backend: String,
+    pub device: DeviceChoice,
+    pub backend: Backend,
     pub out: PathBuf,
     pub log_every: usize,
     pub synthetic_samples: usize,
@@ -41,7 +109,7 @@ pub struct Config {
     pub dropout: Option<f64>,
     pub bptt: usize,
     pub bucket_elems: usize,
-    pub pin_cores: String,
+    pub pin_cores: PinCores,
 }
 
 impl Default for Config {
@@ -57,7 +125,7 @@ impl Default for Config {
             epochs: None,
             steps: None,
             lr: 0.1,
-            schedule: "constant".into(),
+            schedule: Schedule::Constant,
             milestones: Vec::new(),
             gamma: 0.1,
             warmup_epochs: 0.0,
@@ -66,8 +134,8 @@ impl Default for Config {
             weight_decay: 1e-4,
             clip: 0.0,
             seed: 1,
-            device: "cpu".into(),
-            backend: "tcp".into(),
+            device: DeviceChoice::Cpu,
+            backend: Backend::Tcp,
             out: PathBuf::from("runs/latest"),
             log_every: 10,
             synthetic_samples: 4096,
@@ -77,7 +145,7 @@ impl Default for Config {
             dropout: None,
             bptt: 35,
             bucket_elems: 0,
-            pin_cores: "auto".into(),
+            pin_cores: PinCores::Auto,
         }
     }
 }
@@ -128,9 +196,9 @@ pub struct Args {
     /// Base learning rate.
     #[arg(long)]
     pub lr: Option<f64>,
-    /// Learning-rate schedule: constant, step, multistep or cosine.
-    #[arg(long)]
-    pub schedule: Option<String>,
+    /// Learning-rate schedule.
+    #[arg(long, value_enum)]
+    pub schedule: Option<Schedule>,
     /// Epochs at which multistep multiplies the rate by --gamma (comma-separated); for
     /// step, the first value is the period.
     #[arg(long, value_delimiter = ',')]
@@ -147,13 +215,13 @@ pub struct Args {
     /// Nesterov momentum.
     #[arg(long)]
     pub nesterov: Option<bool>,
-    /// auto, true or false. With --workers N > 1, pinning gives each worker its own share
+    /// With --workers N > 1, pinning gives each worker its own share
     /// of the C CPUs this process may use (C/N each; with N > C, one CPU per N/C workers),
     /// and its thread pool as many threads (unless RAYON_NUM_THREADS says otherwise). auto
     /// pins when N <= C. With N > C, true halves the idle wait for peers but costs some
     /// throughput (RESULTS.md). A multi-node worker honours GRADEX_CPUS=0-3,8,...
-    #[arg(long)]
-    pub pin_cores: Option<String>,
+    #[arg(long, value_enum)]
+    pub pin_cores: Option<PinCores>,
     /// L2 weight decay.
     #[arg(long)]
     pub weight_decay: Option<f64>,
@@ -164,14 +232,12 @@ pub struct Args {
     /// Seed of initialisation, data order and the methods' random draws.
     #[arg(long)]
     pub seed: Option<u64>,
-    /// cpu, cuda or auto (the GPU when a driver and a device are present).
-    #[arg(long)]
-    pub device: Option<String>,
-    /// Collective backend: tcp (every method; CPU or GPU tensors, host messages) or nccl
-    /// (--device cuda and --method dense: each gradient allreduced on the GPU, one GPU per
-    /// worker, as NCCL requires).
-    #[arg(long)]
-    pub backend: Option<String>,
+    /// Where tensors live.
+    #[arg(long, value_enum)]
+    pub device: Option<DeviceChoice>,
+    /// Collective backend.
+    #[arg(long, value_enum)]
+    pub backend: Option<Backend>,
     /// Run directory: config, metrics.jsonl, summary.json, checkpoints.
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -220,13 +286,12 @@ impl Config {
                 .filter(|&o| tensor::cuda::is_available(o))
                 .map(tensor::Device::Cuda)
         };
-        match self.device.as_str() {
-            "cpu" => Ok(tensor::Device::Cpu),
-            "auto" => Ok(gpu().unwrap_or(tensor::Device::Cpu)),
-            "cuda" => gpu().with_context(|| {
+        match self.device {
+            DeviceChoice::Cpu => Ok(tensor::Device::Cpu),
+            DeviceChoice::Auto => Ok(gpu().unwrap_or(tensor::Device::Cpu)),
+            DeviceChoice::Cuda => gpu().with_context(|| {
                 format!("--device cuda: rank {rank} finds no usable CUDA device ({count} present)")
             }),
-            d => bail!("--device {d}: expected cpu, cuda or auto"),
         }
     }
 
@@ -313,29 +378,17 @@ impl Config {
         if self.steps == Some(0) || self.epochs == Some(0) {
             bail!("--steps and --epochs must be at least 1");
         }
-        if !["constant", "step", "multistep", "cosine"].contains(&self.schedule.as_str()) {
-            bail!(
-                "--schedule {}: expected constant, step, multistep or cosine",
-                self.schedule
-            );
-        }
-        if self.schedule == "step" && self.milestones.first().is_none_or(|&p| p <= 0.0) {
+        if self.schedule == Schedule::Step && self.milestones.first().is_none_or(|&p| p <= 0.0) {
             bail!("--schedule step needs --milestones PERIOD (epochs, > 0)");
         }
-        if !["auto", "true", "false"].contains(&self.pin_cores.as_str()) {
-            bail!(
-                "--pin-cores {}: expected auto, true or false",
-                self.pin_cores
-            );
-        }
         let spec = compress::MethodSpec::parse(&self.method, &self.method_opts)?;
-        match self.backend.as_str() {
-            "tcp" => {}
+        match self.backend {
+            Backend::Tcp => {}
             // NCCL reduces GPU buffers in place: the dense f32 allreduce maps onto it
             // directly. The compressing methods encode host byte buffers of different
             // lengths per rank, which is the TCP backend's allgather-v.
-            "nccl" => {
-                if self.device != "cuda" {
+            Backend::Nccl => {
+                if self.device != DeviceChoice::Cuda {
                     bail!("--backend nccl needs --device cuda (NCCL reduces GPU buffers; got --device {})", self.device);
                 }
                 let f16 = spec.options.get("wire").is_some_and(|w| w != "f32");
@@ -346,19 +399,17 @@ impl Config {
                     bail!("--backend nccl exchanges each parameter's gradient tensor in place; --bucket-elems is for --backend tcp");
                 }
             }
-            b => bail!("--backend {b}: expected tcp or nccl"),
         }
-        match self.device.as_str() {
-            "cpu" | "auto" => {}
+        match self.device {
+            DeviceChoice::Cpu | DeviceChoice::Auto => {}
             // Counting devices needs only the driver; the launcher must not open a context
             // (and hold GPU memory) for workers it only supervises. Each worker checks
             // its own device fully in `device_for`.
-            "cuda" => {
+            DeviceChoice::Cuda => {
                 if tensor::cuda::device_count() == 0 {
                     bail!("--device cuda: no CUDA device (no driver, or no GPU; see crates/tensor/CUDA.md); use --device cpu or auto");
                 }
             }
-            d => bail!("--device {d}: expected cpu, cuda or auto"),
         }
         if self.clip > 0.0 && spec.name == "dgc" {
             bail!("--clip with --method dgc: DGC clips locally before compression; use --method-opt clip={}", self.clip);
@@ -380,20 +431,20 @@ impl Config {
 
     pub fn schedule(&self) -> nn::optim::LrSchedule {
         use nn::optim::LrSchedule;
-        let base = match self.schedule.as_str() {
-            "step" => LrSchedule::Step {
+        let base = match self.schedule {
+            Schedule::Step => LrSchedule::Step {
                 every: self.milestones[0],
                 gamma: self.gamma,
             },
-            "multistep" => LrSchedule::MultiStep {
+            Schedule::Multistep => LrSchedule::MultiStep {
                 milestones: self.milestones.clone(),
                 gamma: self.gamma,
             },
-            "cosine" => LrSchedule::Cosine {
+            Schedule::Cosine => LrSchedule::Cosine {
                 total: self.epochs.unwrap_or(1) as f64,
                 min_lr: 0.0,
             },
-            _ => LrSchedule::Constant,
+            Schedule::Constant => LrSchedule::Constant,
         };
         if self.warmup_epochs > 0.0 {
             LrSchedule::Warmup {

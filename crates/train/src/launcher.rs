@@ -7,6 +7,7 @@
 //! worker is named before one that reported an error.
 
 use crate::affinity;
+use crate::config::PinCores;
 use crate::progress::Progress;
 use anyhow::{bail, Context, Result};
 use std::collections::VecDeque;
@@ -53,9 +54,9 @@ fn pump(
 }
 
 /// Each worker's CPU share (see [`affinity`]), or none when pinning is off (`pin`
-/// "false", or "auto" with more workers than CPUs) or unavailable.
-fn cpu_shares(workers: usize, pin: &str) -> Vec<Option<Vec<usize>>> {
-    if pin == "false" || workers < 2 {
+/// false, or auto with more workers than CPUs) or unavailable.
+fn cpu_shares(workers: usize, pin: PinCores) -> Vec<Option<Vec<usize>>> {
+    if pin == PinCores::False || workers < 2 {
         return vec![None; workers];
     }
     let cpus = affinity::available().map(|c| {
@@ -63,7 +64,7 @@ fn cpu_shares(workers: usize, pin: &str) -> Vec<Option<Vec<usize>>> {
         (c, capacity)
     });
     match cpus {
-        Ok((_, capacity)) if pin == "auto" && workers > capacity => {
+        Ok((_, capacity)) if pin == PinCores::Auto && workers > capacity => {
             eprintln!(
                 "train: {workers} workers on {capacity} CPUs, not pinned (more workers than CPUs; --pin-cores true pins them anyway)"
             );
@@ -94,7 +95,7 @@ fn cpu_shares(workers: usize, pin: &str) -> Vec<Option<Vec<usize>>> {
 /// Runs `workers` copies of this executable with `args`; returns when all have exited.
 /// `pin` (auto, true or false: `--pin-cores`) decides whether each is pinned to its own
 /// share of this process's CPUs.
-pub fn launch(workers: usize, pin: &str, args: &[String]) -> Result<()> {
+pub fn launch(workers: usize, pin: PinCores, args: &[String]) -> Result<()> {
     let exe = std::env::current_exe().context("locating the train executable")?;
     let port = comm::free_loopback_port()
         .context("finding a free port for the job's master")?

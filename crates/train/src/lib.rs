@@ -41,14 +41,14 @@ pub fn run(cfg: &Config, resume: bool, raw_args: &[String]) -> Result<Option<Sum
     }
     cfg.validate()?;
     if !in_job && cfg.workers > 1 {
-        if cfg.backend == "nccl" {
+        if cfg.backend == config::Backend::Nccl {
             // NCCL refuses two ranks on one GPU (ncclCommInitRank: duplicate GPU).
             let gpus = tensor::cuda::device_count();
             if cfg.workers > gpus {
                 anyhow::bail!("--backend nccl needs a GPU per worker: --workers {} on a machine with {gpus} GPU(s); use --backend tcp to share GPUs", cfg.workers);
             }
         }
-        launcher::launch(cfg.workers, &cfg.pin_cores, raw_args)?;
+        launcher::launch(cfg.workers, cfg.pin_cores, raw_args)?;
         let text = std::fs::read_to_string(cfg.out.join("summary.json"))
             .with_context(|| format!("reading {}", cfg.out.join("summary.json").display()))?;
         return Ok(Some(serde_json::from_str(&text)?));

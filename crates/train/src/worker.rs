@@ -119,7 +119,7 @@ impl Worker {
         method.init(&buckets.specs(&specs))?;
         let method_config = method.describe();
         let opt = Sgd::new(cfg.lr, cfg.momentum, cfg.nesterov, cfg.weight_decay)?;
-        let nccl = cfg.backend == "nccl";
+        let nccl = cfg.backend == crate::config::Backend::Nccl;
         let ex = Exchanger::spawn(comm, method, nccl.then_some(device))?;
         let collector = Arc::new(Collector::new(buckets, ex.jobs.clone(), ex.reads_weights));
         let fired: Arc<Vec<AtomicBool>> =

@@ -305,7 +305,10 @@ fn wrong_configurations_fail_before_any_worker_starts() {
             "expects [3, 32, 32]",
         ),
         (&["--method", "nope"], "unknown method"),
-        (&["--pin-cores", "yes"], "expected auto, true or false"),
+        (
+            &["--pin-cores", "yes"],
+            "[possible values: auto, true, false]",
+        ),
         (&["--backend", "nccl"], "--backend nccl needs --device cuda"),
         (
             &["--backend", "nccl", "--device", "cuda", "--method", "dgc"],
@@ -324,7 +327,7 @@ fn wrong_configurations_fail_before_any_worker_starts() {
             ],
             "--bucket-elems is for --backend tcp",
         ),
-        (&["--backend", "mpi"], "expected tcp or nccl"),
+        (&["--backend", "mpi"], "[possible values: tcp, nccl]"),
         (
             &["--model", "lstm_lm", "--dataset", "fashion-mnist"],
             "language models train on kjv, ptb or synthetic",
@@ -348,7 +351,10 @@ fn wrong_configurations_fail_before_any_worker_starts() {
             ],
             "2 LSTM layers",
         ),
-        (&["--schedule", "weird"], "expected constant"),
+        (
+            &["--schedule", "weird"],
+            "[possible values: constant, step, multistep, cosine]",
+        ),
     ];
     for (args, want) in cases {
         let o = train(args, &[]);
@@ -366,9 +372,23 @@ fn wrong_configurations_fail_before_any_worker_starts() {
     let o = train(&["--config", dir.join("c.toml").to_str().unwrap()], &[]);
     assert!(!o.status.success());
     assert!(text(&o).contains("learning_rate"), "{}", text(&o));
+    // A config key takes the same values as its flag.
+    std::fs::write(dir.join("b.toml"), "backend = \"mpi\"\n").unwrap();
+    let o = train(&["--config", dir.join("b.toml").to_str().unwrap()], &[]);
+    assert!(!o.status.success());
+    assert!(
+        text(&o).contains("expected `tcp` or `nccl`"),
+        "{}",
+        text(&o)
+    );
     let _ = std::fs::remove_dir_all(&dir);
     let o = train(&["--help"], &[]);
-    assert!(text(&o).contains("momentum_correction") && text(&o).contains("--method-opt"));
+    let help = text(&o);
+    assert!(help.contains("momentum_correction") && help.contains("--method-opt"));
+    assert!(
+        help.contains("Possible values") && help.contains("multistep"),
+        "{help}"
+    );
 }
 
 /// A 2-worker dense LeNet-5 run of `steps` steps with `extra` flags, which must succeed:
