@@ -58,12 +58,14 @@ case "$gso_segs" in ""|[1-9]|[1-9][0-9]) ;; *) echo "netem.sh: --gso-segs must b
 if [ "$ack_prio" = 1 ]; then
   # The two classes' guaranteed rates: 1/20 of RATE for small packets (ACKs are ~4 % of
   # the reverse flow's bytes), the rest for bulk; both in bit/s, which tc takes as "bit".
+  # The number is the longest leading decimal (with an optional exponent), the rest the unit.
   bits=$(awk -v r="$rate" 'BEGIN {
-    n = r + 0; u = tolower(substr(r, length(n "") + 1))
+    if (!match(r, /^[0-9]*\.?[0-9]+([eE][-+]?[0-9]+)?/)) exit 1
+    n = substr(r, 1, RLENGTH) + 0; u = tolower(substr(r, RLENGTH + 1))
     m["bit"] = 1; m["kbit"] = 1e3; m["mbit"] = 1e6; m["gbit"] = 1e9; m["tbit"] = 1e12
-    if (n <= 0 || !(u in m)) exit 1
+    if (!(u in m) || n * m[u] < 20000) exit 1
     printf "%.0f", n * m[u] }') \
-    || { echo "netem.sh: --ack-prio needs --rate in bit, kbit, mbit, gbit or tbit (got $rate)" >&2; exit 2; }
+    || { echo "netem.sh: --ack-prio needs --rate of at least 20kbit in bit, kbit, mbit, gbit or tbit (got $rate)" >&2; exit 2; }
   small_rate="$((bits / 20))bit" bulk_rate="$((bits - bits / 20))bit"
 fi
 
@@ -82,8 +84,8 @@ shape() { # namespace device
   # Rate with a token bucket: tbf, or an htb class (which holds the rate with a shallower
   # bucket on the kernel we measured); delay, if asked for, with netem above it (not every
   # kernel has sch_netem: then --delay fails with tc's message). htb's quantum only splits
-  # spare rate between sibling classes, and there is one class: it is set to keep tc from
-  # warning that rate/r2q is big.
+  # spare rate between sibling classes (there are none, or --ack-prio's two, which htb
+  # serves by prio): it is set to keep tc from warning that rate/r2q is big.
   local parent=root
   if [ -n "$delay" ]; then
     tc -n "$1" qdisc add dev "$2" root handle 1: netem delay "$delay" \
@@ -100,13 +102,16 @@ shape() { # namespace device
       fi
       # Under one class at RATE: bulk (2:10) and small packets (2:20), which htb serves
       # first (prio 0). Each is guaranteed part of RATE and may borrow up to all of it from
-      # the parent, so ACKs still spend the link's tokens and the sum never exceeds RATE.
+      # the parent, which is charged for both: ACKs spend the link's tokens, and the sum
+      # stays within RATE over time (each class has its own --burst bucket, so a moment's
+      # burst can reach the two buckets together).
       tc -n "$1" class add dev "$2" parent 2: classid 2:1 htb rate "$rate" ceil "$rate" burst "$burst" cburst "$burst" quantum 200000
       tc -n "$1" class add dev "$2" parent 2:1 classid 2:10 htb rate "$bulk_rate" ceil "$rate" burst "$burst" cburst "$burst" quantum 200000 prio 1
       tc -n "$1" class add dev "$2" parent 2:1 classid 2:20 htb rate "$small_rate" ceil "$rate" burst "$burst" cburst "$burst" quantum 200000 prio 0
       # IPv4, protocol TCP, total length < 128 bytes (the top nine bits of the 16-bit field clear).
       tc -n "$1" filter add dev "$2" parent 2: protocol ip prio 1 u32 \
-        match ip protocol 6 0xff match u16 0x0000 0xff80 at 2 flowid 2:20 ;;
+        match ip protocol 6 0xff match u16 0x0000 0xff80 at 2 flowid 2:20 \
+        || { echo "netem.sh: --ack-prio needs the kernel's u32 classifier (cls_u32)" >&2; exit 2; } ;;
   esac
 }
 
