@@ -56,6 +56,7 @@ case "$gso_segs" in ""|[1-9]|[1-9][0-9]) ;; *) echo "netem.sh: --gso-segs must b
 [ "$workers" -ge 1 ] && [ "$workers" -le 250 ] || { echo "netem.sh: --workers must be 1..250" >&2; exit 2; }
 
 if [ "$ack_prio" = 1 ]; then
+  command -v awk >/dev/null || { echo "netem.sh: --ack-prio needs awk" >&2; exit 2; }
   # The two classes' guaranteed rates: 1/20 of RATE for small packets (ACKs are ~4 % of
   # the reverse flow's bytes), the rest for bulk; both in bit/s, which tc takes as "bit".
   # The number is the longest leading decimal (with an optional exponent), the rest the unit.
