@@ -61,20 +61,15 @@ pub enum PinCores {
     False,
 }
 
-/// `--flag value` in messages: the value as it is written on the command line.
-macro_rules! display_as_value {
-    ($($t:ty),*) => {$(
-        impl std::fmt::Display for $t {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                match self.to_possible_value() {
-                    Some(v) => f.write_str(v.get_name()),
-                    None => write!(f, "{self:?}"),
-                }
-            }
+/// `--device` as written on the command line, for messages.
+impl std::fmt::Display for DeviceChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.to_possible_value() {
+            Some(v) => f.write_str(v.get_name()),
+            None => write!(f, "{self:?}"),
         }
-    )*};
+    }
 }
-display_as_value!(Schedule, DeviceChoice, Backend, PinCores);
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
