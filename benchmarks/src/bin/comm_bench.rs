@@ -64,9 +64,7 @@ struct Args {
 }
 
 fn launch(args: &Args) -> Result<()> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
+    let port = comm::free_loopback_port()?;
     let token = train::launcher::token()?;
     let exe = std::env::current_exe()?;
     let children: Vec<_> = (0..args.world)

@@ -320,16 +320,10 @@ mod tests {
     use super::*;
 
     fn sample(seed: u64, n: usize) -> SparseVec {
-        let mut x = seed;
-        let mut next = move || {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (x >> 33) as u32
-        };
+        let mut r = tensor::Rng::new(seed);
         SparseVec::new(
             (0..n)
-                .map(|_| (next() % 5000, next() as f32 / 1e9 - 2.0))
+                .map(|_| (r.below(5000) as u32, r.normal() as f32))
                 .collect(),
         )
     }
@@ -364,14 +358,9 @@ mod tests {
         dup[4..8].copy_from_slice(&4u32.to_le_bytes());
         assert!(SparseVec::decode(&dup).is_err());
         // Garbage of every small length: an error or a valid vector, never a panic.
-        let mut x = 7u64;
+        let mut r = tensor::Rng::new(7);
         for len in 0..200 {
-            let g: Vec<u8> = (0..len)
-                .map(|_| {
-                    x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
-                    (x >> 56) as u8
-                })
-                .collect();
+            let g: Vec<u8> = (0..len).map(|_| r.below(256) as u8).collect();
             let _ = SparseVec::decode(&g);
         }
     }
