@@ -48,8 +48,10 @@ pub enum Backend {
     Nccl,
 }
 
-/// Whether the launcher pins each local worker to its own share of the CPUs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ValueEnum)]
+/// Whether the launcher pins each local worker to its own share of the CPUs. A config
+/// file may write it as a word (`"auto"`, `"true"`, `"false"`, as the flag takes) or as a
+/// TOML boolean (`pin_cores = false`), which is what a TOML writer reaches for first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, ValueEnum)]
 #[serde(rename_all = "lowercase")]
 #[value(rename_all = "lowercase")]
 pub enum PinCores {
@@ -59,6 +61,30 @@ pub enum PinCores {
     True,
     /// Leave placement to the scheduler.
     False,
+}
+
+impl<'de> Deserialize<'de> for PinCores {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Words;
+        impl serde::de::Visitor<'_> for Words {
+            type Value = PinCores;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("`auto`, `true` or `false` (a word or a boolean)")
+            }
+            fn visit_bool<E: serde::de::Error>(self, b: bool) -> std::result::Result<PinCores, E> {
+                Ok(if b { PinCores::True } else { PinCores::False })
+            }
+            fn visit_str<E: serde::de::Error>(self, w: &str) -> std::result::Result<PinCores, E> {
+                match w {
+                    "auto" => Ok(PinCores::Auto),
+                    "true" => Ok(PinCores::True),
+                    "false" => Ok(PinCores::False),
+                    _ => Err(E::invalid_value(serde::de::Unexpected::Str(w), &self)),
+                }
+            }
+        }
+        d.deserialize_any(Words)
+    }
 }
 
 /// `--device` as written on the command line, for messages.
@@ -455,5 +481,33 @@ impl Config {
     pub fn write(&self, dir: &Path) -> Result<()> {
         let text = toml::to_string_pretty(self).context("serialising the configuration")?;
         crate::metrics::write_atomic(&dir.join("config.toml"), text.as_bytes())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pin_cores_reads_words_and_booleans() {
+        let read = |text: &str| toml::from_str::<Config>(text).map(|c| c.pin_cores);
+        assert_eq!(read("pin_cores = \"auto\"").unwrap(), PinCores::Auto);
+        assert_eq!(read("pin_cores = \"true\"").unwrap(), PinCores::True);
+        assert_eq!(read("pin_cores = false").unwrap(), PinCores::False);
+        assert_eq!(read("pin_cores = true").unwrap(), PinCores::True);
+        assert_eq!(read("").unwrap(), PinCores::Auto);
+        for bad in ["pin_cores = \"yes\"", "pin_cores = 1"] {
+            let e = read(bad).unwrap_err().to_string();
+            assert!(e.contains("`auto`, `true` or `false`"), "{bad}: {e}");
+        }
+        // What a run directory's config.toml holds reads back as the same value.
+        for p in [PinCores::Auto, PinCores::True, PinCores::False] {
+            let c = Config {
+                pin_cores: p,
+                ..Config::default()
+            };
+            let text = toml::to_string_pretty(&c).unwrap();
+            assert_eq!(read(&text).unwrap(), p, "{text}");
+        }
     }
 }
