@@ -2,6 +2,8 @@
 //! the union of two sparse vectors with values summed per index, truncated to its k
 //! entries of largest magnitude.
 
+use std::hint::select_unpredictable;
+
 /// Indices ascending, one value each.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct SparseVec {
@@ -55,27 +57,29 @@ impl SparseVec {
 /// so a left fold over ranks sums each index in rank order on every rank). Written into
 /// `out`, whose buffers are reused.
 pub fn merge_sum_into(a: &SparseVec, b: &SparseVec, out: &mut SparseVec) {
-    let (ai, av, bi, bv) = (&a.indices, &a.values, &b.indices, &b.values);
-    // Sized up front and written by position, choosing the side by selects rather than
-    // branches (which side comes next is random).
+    let (ai, bi) = (&a.indices[..], &b.indices[..]);
+    // Cut to the indices' lengths, so that one bounds check covers both arrays.
+    let (av, bv) = (&a.values[..ai.len()], &b.values[..bi.len()]);
+    // Sized up front and written by position.
     let cap = ai.len() + bi.len();
     out.indices.clear();
     out.values.clear();
     out.indices.resize(cap, 0);
     out.values.resize(cap, 0.0);
     let (mut i, mut j, mut w) = (0, 0, 0);
-    while i < ai.len() && j < bi.len() {
-        let (x, y) = (ai[i], bi[j]);
+    for (oi, ov) in out.indices.iter_mut().zip(out.values.iter_mut()) {
+        let (Some(&x), Some(&y)) = (ai.get(i), bi.get(j)) else {
+            break;
+        };
         let (ta, tb) = (x <= y, y <= x);
         let (va, vb) = (av[i], bv[j]);
-        out.indices[w] = if ta { x } else { y };
-        out.values[w] = if ta && tb {
-            va + vb
-        } else if ta {
-            va
-        } else {
-            vb
-        };
+        // Which side comes next is random: selects, not branches, or every other entry
+        // is a misprediction (the compiler turned plain `if`s here into jumps).
+        *oi = select_unpredictable(ta, x, y);
+        // A select of the addresses: LLVM lowers a select of two floats (even of their
+        // bits) to a jump on x86.
+        let one = *select_unpredictable(ta, &av[i], &bv[j]);
+        *ov = select_unpredictable(ta & tb, va + vb, one);
         i += ta as usize;
         j += tb as usize;
         w += 1;
@@ -269,7 +273,6 @@ fn collapse_runs(keys: &[u64]) -> SparseVec {
 /// index order keeps everything above it and the first ties, which are the smallest
 /// indices. (A full sort by magnitude was the bulk of gTopKAllReduce's time at k = 16 K.)
 pub fn truncate_top(v: &mut SparseVec, k: usize) {
-    use std::cmp::Ordering::{Equal, Greater};
     if v.len() <= k {
         return;
     }
@@ -278,30 +281,25 @@ pub fn truncate_top(v: &mut SparseVec, k: usize) {
         v.values.clear();
         return;
     }
-    let mut mags: Vec<f32> = v.values.iter().map(|x| x.abs()).collect();
-    let (_, kth, _) = mags.select_nth_unstable_by(k - 1, |x, y| y.total_cmp(x));
-    let thr = *kth;
-    let above = v
-        .values
-        .iter()
-        .filter(|x| x.abs().total_cmp(&thr) == Greater)
-        .count();
+    // A float's bits with the sign cleared order as |value| does (NaN above infinity, as
+    // `f32::total_cmp` has it), so selection and the pass below compare integers.
+    let mag = |x: f32| x.to_bits() & 0x7fff_ffff;
+    let mut mags: Vec<u32> = v.values.iter().map(|&x| mag(x)).collect();
+    let n = mags.len();
+    let thr = *mags.select_nth_unstable(n - k).1;
+    let above = v.values.iter().filter(|&&x| mag(x) > thr).count();
     let mut ties = k - above;
+    // About half the entries stay, at random: every entry is written at the cursor,
+    // which moves on only for a kept one, rather than a branch that mispredicts.
     let mut w = 0;
-    for r in 0..v.len() {
-        let keep = match v.values[r].abs().total_cmp(&thr) {
-            Greater => true,
-            Equal if ties > 0 => {
-                ties -= 1;
-                true
-            }
-            _ => false,
-        };
-        if keep {
-            v.indices[w] = v.indices[r];
-            v.values[w] = v.values[r];
-            w += 1;
-        }
+    for r in 0..n {
+        let (i, x) = (v.indices[r], v.values[r]);
+        let m = mag(x);
+        let tie = m == thr && ties > 0;
+        ties -= tie as usize;
+        v.indices[w] = i;
+        v.values[w] = x;
+        w += (m > thr || tie) as usize;
     }
     v.indices.truncate(w);
     v.values.truncate(w);
