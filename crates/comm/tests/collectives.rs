@@ -277,6 +277,66 @@ fn top_merge_by_selection_matches_the_sort_definition() {
     }
 }
 
+#[test]
+fn top_merge_orders_special_values_as_total_cmp_of_magnitudes() {
+    // NaN of either sign above infinity, -0.0 level with 0.0 (the smaller index wins),
+    // and every value's bits kept: the reference adds only where both sides have an
+    // index (a's value first), so -0.0 alone stays -0.0. The one exception is a NaN
+    // that a sum produced: Rust leaves its sign and payload unspecified (LLVM may swap
+    // the operands of an addition), so a NaN matches any NaN.
+    let specials = [
+        f32::NAN,
+        -f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        -0.0,
+        0.0,
+        1.0,
+        -1.0,
+        2.5,
+    ];
+    let mut r = Rng::new(17);
+    for trial in 0..300 {
+        let mut pick = |nnz: usize| {
+            SparseVec::new(
+                (0..nnz)
+                    .map(|_| (r.below(40) as u32, specials[r.below(specials.len())]))
+                    .collect(),
+            )
+        };
+        let (a, b) = (pick(trial % 25), pick(12));
+        let mut union: std::collections::BTreeMap<u32, f32> = std::collections::BTreeMap::new();
+        for (i, v) in a.indices.iter().zip(&a.values) {
+            union.insert(*i, *v);
+        }
+        for (i, v) in b.indices.iter().zip(&b.values) {
+            union.entry(*i).and_modify(|x| *x += *v).or_insert(*v);
+        }
+        let mut by_mag: Vec<(u32, f32)> = union.into_iter().collect();
+        by_mag.sort_by(|x, y| y.1.abs().total_cmp(&x.1.abs()).then(x.0.cmp(&y.0)));
+        for k in [0, 1, 3, 7, 20, 60] {
+            let mut want: Vec<(u32, f32)> = by_mag.iter().copied().take(k).collect();
+            want.sort_by_key(|p| p.0);
+            let got = top_merge(&a, &b, k);
+            let bits = |v: f32| {
+                if v.is_nan() {
+                    f32::NAN.to_bits()
+                } else {
+                    v.to_bits()
+                }
+            };
+            let got: Vec<(u32, u32)> = got
+                .indices
+                .iter()
+                .zip(&got.values)
+                .map(|(i, v)| (*i, bits(*v)))
+                .collect();
+            let want: Vec<(u32, u32)> = want.iter().map(|(i, v)| (*i, bits(*v))).collect();
+            assert_eq!(got, want, "trial {trial} k {k}");
+        }
+    }
+}
+
 /// The definition `sum_all` must equal: `((p0 + p1) + p2) + …` by two-way merges.
 fn fold(parts: &[SparseVec]) -> SparseVec {
     let mut acc = SparseVec::default();
