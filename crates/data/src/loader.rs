@@ -53,6 +53,10 @@ pub struct Loader {
     pub shuffle: bool,
     /// Batches prepared ahead of the consumer.
     pub prefetch: usize,
+    /// Also yield the shard's last, smaller batch. Off for training (every step the same
+    /// size, every rank the same number of steps); on for evaluation, so that every test
+    /// sample is counted.
+    pub keep_last: bool,
 }
 
 impl Loader {
@@ -80,6 +84,7 @@ impl Loader {
             seed,
             shuffle: true,
             prefetch: 4,
+            keep_last: false,
         })
     }
     pub fn batches_per_epoch(&self) -> usize {
@@ -97,13 +102,19 @@ impl Loader {
     /// The batches of `epoch`, produced on a background thread.
     pub fn epoch(&self, epoch: usize) -> Epoch {
         let shard = self.shard(epoch);
-        let (bs, count) = (self.batch_size, self.batches_per_epoch());
+        let bs = self.batch_size;
+        let count = if self.keep_last {
+            shard.len().div_ceil(bs)
+        } else {
+            self.batches_per_epoch()
+        };
         let dataset = self.dataset.clone();
         let mut rng = Rng::for_rank(self.seed.wrapping_add(epoch as u64), self.rank);
         let (tx, rx) = sync_channel(self.prefetch.max(1));
         let handle = std::thread::spawn(move || {
             for b in 0..count {
-                let batch = dataset.batch(&shard[b * bs..(b + 1) * bs], &mut rng);
+                let batch =
+                    dataset.batch(&shard[b * bs..((b + 1) * bs).min(shard.len())], &mut rng);
                 let failed = batch.is_err();
                 if tx.send(batch).is_err() || failed {
                     return; // consumer gone, or an error was handed over

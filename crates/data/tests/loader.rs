@@ -37,6 +37,32 @@ fn an_epoch_yields_every_batch_of_the_shard() {
 }
 
 #[test]
+fn keep_last_adds_the_shards_smaller_last_batch() {
+    let ds: Arc<dyn Dataset> = Arc::new(SyntheticImages {
+        n: 103,
+        shape: [1, 2, 2],
+        classes: 10,
+        seed: 3,
+    });
+    // Shards of 35, 34 and 34 samples: batches of 8, then the 3 or 2 left over.
+    let mut seen = Vec::new();
+    for rank in 0..3 {
+        let mut l = Loader::new(ds.clone(), 8, rank, 3, 0).unwrap();
+        l.shuffle = false;
+        assert_eq!(l.epoch(0).count(), 4, "training drops the rest");
+        l.keep_last = true;
+        let shard = l.shard(0);
+        let batches: Vec<_> = l.epoch(0).collect::<Result<_, _>>().unwrap();
+        assert_eq!(batches.len(), 5);
+        let sizes: Vec<usize> = batches.iter().map(|b| b.inputs.dims()[0]).collect();
+        assert_eq!(sizes, [8, 8, 8, 8, shard.len() - 32]);
+        seen.extend(shard);
+    }
+    seen.sort_unstable();
+    assert_eq!(seen, (0..103).collect::<Vec<_>>(), "every sample, once");
+}
+
+#[test]
 fn cifar_augmentation_crops_and_flips() {
     let pixels: Vec<u8> = (0..2 * 4 * 4).map(|i| (i * 8) as u8).collect();
     let ds = ImageDataset::new(pixels, vec![0], [2, 4, 4], 1)

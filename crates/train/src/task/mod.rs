@@ -389,6 +389,7 @@ impl Task {
                         0,
                     )?;
                     loader.shuffle = false;
+                    loader.keep_last = true;
                     for batch in loader.epoch(0) {
                         let batch = batch?;
                         let inputs = batch.inputs.to_device(self.device)?;
