@@ -92,17 +92,41 @@ fn cpu_shares(workers: usize, pin: PinCores) -> Vec<Option<Vec<usize>>> {
     }
 }
 
+/// Where the launcher copies its workers' standard output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WorkerLogs {
+    /// Standard output, with rank 0's step lines driving a progress bar on a terminal
+    /// (`train`).
+    Stdout,
+    /// Standard error, leaving standard output to the caller's own results (the paper
+    /// tables, whose `--json` output must parse).
+    Stderr,
+}
+
 /// Runs `workers` copies of this executable with `args`; returns when all have exited.
 /// `pin` (auto, true or false: `--pin-cores`) decides whether each is pinned to its own
-/// share of this process's CPUs.
+/// share of this process's CPUs. The workers' output goes to standard output.
 pub fn launch(workers: usize, pin: PinCores, args: &[String]) -> Result<()> {
+    launch_logging(workers, pin, args, WorkerLogs::Stdout)
+}
+
+/// [`launch`], with the workers' standard output copied to `logs`.
+pub fn launch_logging(
+    workers: usize,
+    pin: PinCores,
+    args: &[String],
+    logs: WorkerLogs,
+) -> Result<()> {
     let exe = std::env::current_exe().context("locating the train executable")?;
     let port = comm::free_loopback_port()
         .context("finding a free port for the job's master")?
         .to_string();
     let token = token()?;
     let shares = cpu_shares(workers, pin);
-    let progress = Arc::new(Progress::new());
+    let progress = Arc::new(match logs {
+        WorkerLogs::Stdout => Progress::new(),
+        WorkerLogs::Stderr => Progress::off(),
+    });
     let mut children: Vec<(Child, Arc<Mutex<VecDeque<String>>>)> = Vec::new();
     for (rank, share) in shares.iter().enumerate() {
         let mut command = Command::new(&exe);
@@ -131,8 +155,9 @@ pub fn launch(workers: usize, pin: PinCores, args: &[String]) -> Result<()> {
             String::new()
         };
         if let Some(out) = child.stdout.take() {
-            let p = (rank == 0).then(|| progress.clone());
-            pump(out, prefix.clone(), tail.clone(), false, p);
+            let to_stderr = logs == WorkerLogs::Stderr;
+            let p = (rank == 0 && !to_stderr).then(|| progress.clone());
+            pump(out, prefix.clone(), tail.clone(), to_stderr, p);
         }
         if let Some(err) = child.stderr.take() {
             pump(err, prefix, tail.clone(), true, None);

@@ -23,6 +23,10 @@ impl Progress {
         bar.set_style(style);
         Progress { bar: Some(bar) }
     }
+    /// No bar: lines are printed as they come.
+    pub fn off() -> Progress {
+        Progress { bar: None }
+    }
     /// Prints a line (above the bar on a terminal).
     pub fn line(&self, s: &str) {
         match &self.bar {

@@ -13,7 +13,7 @@ use tensor::Rng;
 /// `[C, H, W]` and the number of classes of an image dataset, without loading it.
 pub(super) fn image_shape(c: &Config) -> Result<([usize; 3], usize)> {
     Ok(match c.dataset.as_str() {
-        "fashion-mnist" => ([1, 28, 28], 10),
+        "fashion-mnist" | "mnist" => ([1, 28, 28], 10),
         "cifar10" => ([3, 32, 32], 10),
         "synthetic" => {
             let s = nn::models::input_shape(&c.model)
@@ -27,7 +27,9 @@ pub(super) fn image_shape(c: &Config) -> Result<([usize; 3], usize)> {
                 },
             )
         }
-        d => bail!("--dataset {d}: image models train on fashion-mnist, cifar10 or synthetic"),
+        d => {
+            bail!("--dataset {d}: image models train on fashion-mnist, mnist, cifar10 or synthetic")
+        }
     })
 }
 
@@ -124,24 +126,41 @@ pub(super) fn image_data(
                 seed: c.seed ^ 0x5EED,
             })),
         ),
-        "fashion-mnist" => {
-            let dir = c
-                .data_dir
-                .clone()
-                .unwrap_or_else(|| PathBuf::from(data::prepare::FASHION_MNIST_SYSTEM_DIR));
-            let file = |n: &str| dir.join(n);
+        // MNIST and Fashion-MNIST share the IDX layout and file names; only Fashion-MNIST
+        // has a Debian package to default to.
+        "fashion-mnist" | "mnist" => {
+            let fashion = c.dataset == "fashion-mnist";
+            let dir = match (&c.data_dir, fashion) {
+                (Some(d), _) => d.clone(),
+                (None, true) => PathBuf::from(data::prepare::FASHION_MNIST_SYSTEM_DIR),
+                (None, false) => bail!("--dataset mnist needs --data-dir (the directory of train-images-idx3-ubyte[.gz] ... t10k-labels-idx1-ubyte[.gz])"),
+            };
+            // Gzipped as distributed, or unpacked (the reader takes either).
+            let file = |n: &str| {
+                let gz = dir.join(format!("{n}.gz"));
+                let plain = dir.join(n);
+                if !gz.exists() && plain.exists() {
+                    plain
+                } else {
+                    gz
+                }
+            };
             let missing = || {
-                format!("Fashion-MNIST not found in {}: `apt-get install dataset-fashion-mnist`, or --data-dir DIR with the four IDX files", dir.display())
+                if fashion {
+                    format!("Fashion-MNIST not found in {}: `apt-get install dataset-fashion-mnist`, or --data-dir DIR with the four IDX files", dir.display())
+                } else {
+                    format!("MNIST not found in {}: --data-dir DIR with the four IDX files (train-images-idx3-ubyte[.gz] and the others)", dir.display())
+                }
             };
             let train = data::read_mnist(
-                &file("train-images-idx3-ubyte.gz"),
-                &file("train-labels-idx1-ubyte.gz"),
+                &file("train-images-idx3-ubyte"),
+                &file("train-labels-idx1-ubyte"),
                 10,
             )
             .with_context(missing)?;
             let test = data::read_mnist(
-                &file("t10k-images-idx3-ubyte.gz"),
-                &file("t10k-labels-idx1-ubyte.gz"),
+                &file("t10k-images-idx3-ubyte"),
+                &file("t10k-labels-idx1-ubyte"),
                 10,
             )
             .with_context(missing)?
