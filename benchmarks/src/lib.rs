@@ -4,6 +4,8 @@
 
 use anyhow::{bail, Context, Result};
 
+pub mod table;
+
 /// A caching allocator for every benchmark binary. Training allocates and frees tensors
 /// of the same few sizes at every step; with glibc's malloc, large blocks go back to the
 /// kernel and come back as fresh pages that fault on first touch, which cost as much as

@@ -13,9 +13,10 @@
 //! (`--worker-config`), exactly as `train --workers N` does.
 
 use anyhow::{bail, Context, Result};
+use benchmarks::table;
 use clap::Parser;
 use serde_json::{json, Value};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use train::Config;
 
 #[derive(Parser)]
@@ -123,40 +124,9 @@ fn preset(args: &Args) -> Result<Preset> {
     })
 }
 
-fn read_jsonl(path: &Path) -> Result<Vec<Value>> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    text.lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| Ok(serde_json::from_str(l)?))
-        .collect()
-}
-
-/// dense / sent over the steps after `from_epoch` (DGC's ratio at full sparsity).
-fn ratio_after(records: &[Value], from_epoch: f64) -> Option<f64> {
-    let steps: Vec<&Value> = records.iter().filter(|r| r["kind"] == "step").collect();
-    let first = steps
-        .iter()
-        .rev()
-        .find(|r| r["epoch"].as_f64().unwrap_or(0.0) <= from_epoch + 1e-9)
-        .copied();
-    let last = steps.last()?;
-    let (d0, s0) = first.map_or((0.0, 0.0), |r| {
-        (
-            r["dense_bytes"].as_f64().unwrap_or(0.0),
-            r["bytes_sent"].as_f64().unwrap_or(0.0),
-        )
-    });
-    let (d1, s1) = (last["dense_bytes"].as_f64()?, last["bytes_sent"].as_f64()?);
-    (s1 > s0).then(|| (d1 - d0) / (s1 - s0))
-}
-
 fn main() -> Result<()> {
     let args = Args::parse();
-    if let Some(cfg_path) = &args.worker_config {
-        let text = std::fs::read_to_string(cfg_path)?;
-        let cfg: Config = toml::from_str(&text)?;
-        train::run(&cfg, false, &[])?;
+    if table::run_worker_if_asked(args.worker_config.as_deref())? {
         return Ok(());
     }
     let p = preset(&args)?;
@@ -179,31 +149,17 @@ fn main() -> Result<()> {
     for &workers in &p.workers {
         let mut baseline = None;
         for (label, method, opts) in &methods {
-            let dir = args.out.join(format!("{}-{workers}", method));
             let cfg = Config {
                 method: method.to_string(),
                 method_opts: opts.clone(),
                 workers,
-                out: dir.clone(),
+                out: args.out.join(format!("{}-{workers}", method)),
                 steps: args.max_steps,
                 eval_samples: args.eval_samples,
                 ..p.base.clone()
             };
-            cfg.validate()?;
-            std::fs::create_dir_all(&dir)?;
-            let cfg_file = dir.join("job.toml");
-            std::fs::write(&cfg_file, toml::to_string_pretty(&cfg)?)?;
-            eprintln!("== {label}, {workers} workers -> {}", dir.display());
-            let started = std::time::Instant::now();
-            train::launcher::launch(
-                workers,
-                cfg.pin_cores,
-                &["--worker-config".into(), cfg_file.display().to_string()],
-            )?;
-            let summary: Value =
-                serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json"))?)?;
-            let records = read_jsonl(&dir.join("metrics.jsonl"))?;
-            let acc = summary["final_metric"].as_f64().unwrap_or(f64::NAN) * 100.0;
+            let job = table::run_job(&cfg, label)?;
+            let acc = job.final_metric().unwrap_or(f64::NAN) * 100.0;
             let base = *baseline.get_or_insert(acc);
             let after = if *method == "dgc" {
                 p.dgc_warmup_epochs
@@ -224,56 +180,33 @@ fn main() -> Result<()> {
                 "total_batch": workers * cfg.batch_size,
                 "top1": acc,
                 "delta": acc - base,
-                "compression_ratio": summary["compression_ratio"],
-                "compression_ratio_after_warmup": ratio_after(&records, after),
+                "compression_ratio": job.compression_ratio(),
+                "compression_ratio_after_warmup": job.ratio_after(after),
                 "paper_top1": paper,
                 "paper_delta": paper.zip(paper_base).map(|(a, b)| a - b),
-                "wall_seconds": started.elapsed().as_secs_f64(),
+                "wall_seconds": job.wall_seconds,
             }));
-            let pts: Vec<(f64, f64)> = records
-                .iter()
-                .filter(|r| r["kind"] == "eval")
-                .map(|r| {
-                    (
-                        r["epoch"].as_f64().unwrap_or(0.0),
-                        r["metric"].as_f64().unwrap_or(0.0),
-                    )
-                })
-                .collect();
-            curves.push((format!("{label} ({workers})"), pts));
+            curves.push((format!("{label} ({workers})"), job.eval_curve()));
         }
     }
-    std::fs::write(
-        args.out.join("table2.json"),
-        serde_json::to_string_pretty(&rows)?,
-    )?;
-    let mut csv = String::from("method,workers,total_batch,top1,delta,compression_ratio,compression_ratio_after_warmup,paper_top1,paper_delta,wall_seconds\n");
-    for r in &rows {
-        csv += &format!(
-            "{},{},{},{:.2},{:.2},{},{},{},{},{:.0}\n",
-            r["method"].as_str().unwrap_or(""),
-            r["workers"],
-            r["total_batch"],
-            r["top1"].as_f64().unwrap_or(f64::NAN),
-            r["delta"].as_f64().unwrap_or(f64::NAN),
-            r["compression_ratio"],
-            r["compression_ratio_after_warmup"],
-            r["paper_top1"],
-            r["paper_delta"],
-            r["wall_seconds"].as_f64().unwrap_or(0.0)
-        );
-    }
-    std::fs::write(args.out.join("table2.csv"), &csv)?;
-    let series: Vec<train::plot::Series> = curves
-        .into_iter()
-        .map(|(name, points)| train::plot::Series { name, points })
-        .collect();
-    train::plot::line_chart(
-        &args.out.join("curves"),
+    table::write_table(
+        &args.out,
+        &rows,
+        &[
+            "method",
+            "workers",
+            "total_batch",
+            "top1",
+            "delta",
+            "compression_ratio",
+            "compression_ratio_after_warmup",
+            "paper_top1",
+            "paper_delta",
+            "wall_seconds",
+        ],
+        curves,
         "DGC Table 2: test accuracy",
-        "epoch",
         "top-1 accuracy",
-        &series,
     )?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
@@ -295,7 +228,7 @@ fn main() -> Result<()> {
         "paper %",
         "paper Δ"
     );
-    let f = |v: &Value, d: usize| v.as_f64().map_or("-".to_string(), |x| format!("{x:.d$}"));
+    let f = |v: &Value, d: usize| table::cell(v.as_f64(), d);
     for r in &rows {
         println!(
             "{:<8} {:<12} {:<20} {:>9} {:>+8.2} {:>12} {:>16} {:>10} {:>8}",

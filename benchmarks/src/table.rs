@@ -1,0 +1,178 @@
+//! What the paper-table binaries (`dgc_table2`, `sbc_table2`) share: running one training
+//! job per table cell as real worker processes (the binary re-executes itself with
+//! `--worker-config`, as `train --workers N` does), and reading back what the job wrote
+//! (summary, metrics records, the evaluation curve). The tables' layouts, presets and the
+//! papers' numbers stay in each binary.
+
+use anyhow::{Context, Result};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+use train::Config;
+
+/// The hidden flag a table binary passes to its own worker processes.
+pub const WORKER_FLAG: &str = "--worker-config";
+
+/// When this process was started as a worker (`--worker-config FILE`), runs that worker
+/// and returns true; the binary then exits.
+pub fn run_worker_if_asked(worker_config: Option<&Path>) -> Result<bool> {
+    let Some(path) = worker_config else {
+        return Ok(false);
+    };
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the job file {}", path.display()))?;
+    let cfg: Config = toml::from_str(&text)
+        .with_context(|| format!("parsing the job file {}", path.display()))?;
+    train::run(&cfg, false, &[])?;
+    Ok(true)
+}
+
+/// What one finished job left in its run directory.
+pub struct Job {
+    pub dir: PathBuf,
+    pub summary: Value,
+    /// `metrics.jsonl`, one value per line (step and eval records).
+    pub records: Vec<Value>,
+    pub wall_seconds: f64,
+}
+
+impl Job {
+    /// The final evaluation metric (accuracy as a fraction, perplexity, word error rate).
+    pub fn final_metric(&self) -> Option<f64> {
+        self.summary["final_metric"].as_f64()
+    }
+
+    /// Dense bytes over bytes sent for the whole run (null where nothing was sent).
+    pub fn compression_ratio(&self) -> Option<f64> {
+        self.summary["compression_ratio"].as_f64()
+    }
+
+    /// Dense bytes over bytes sent for the steps after epoch `from_epoch` (DGC's ratio
+    /// once its sparsity warm-up is over); None when nothing was sent in that span.
+    pub fn ratio_after(&self, from_epoch: f64) -> Option<f64> {
+        let steps: Vec<&Value> = self
+            .records
+            .iter()
+            .filter(|r| r["kind"] == "step")
+            .collect();
+        let first = steps
+            .iter()
+            .rev()
+            .find(|r| r["epoch"].as_f64().unwrap_or(0.0) <= from_epoch + 1e-9)
+            .copied();
+        let last = steps.last()?;
+        let (d0, s0) = first.map_or((0.0, 0.0), |r| {
+            (
+                r["dense_bytes"].as_f64().unwrap_or(0.0),
+                r["bytes_sent"].as_f64().unwrap_or(0.0),
+            )
+        });
+        let (d1, s1) = (last["dense_bytes"].as_f64()?, last["bytes_sent"].as_f64()?);
+        (s1 > s0).then(|| (d1 - d0) / (s1 - s0))
+    }
+
+    /// The evaluation metric against epoch, one point per evaluation.
+    pub fn eval_curve(&self) -> Vec<(f64, f64)> {
+        self.records
+            .iter()
+            .filter(|r| r["kind"] == "eval")
+            .map(|r| {
+                (
+                    r["epoch"].as_f64().unwrap_or(0.0),
+                    r["metric"].as_f64().unwrap_or(0.0),
+                )
+            })
+            .collect()
+    }
+}
+
+/// Runs `cfg` (its `out` is the run directory) as `cfg.workers` local processes of the
+/// current binary, which must call [`run_worker_if_asked`] first thing in `main`; their
+/// logs go to standard error. Fails with the first failing worker's error.
+pub fn run_job(cfg: &Config, label: &str) -> Result<Job> {
+    cfg.validate()
+        .with_context(|| format!("the configuration of '{label}'"))?;
+    let dir = cfg.out.clone();
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let job_file = dir.join("job.toml");
+    std::fs::write(&job_file, toml::to_string_pretty(cfg)?)
+        .with_context(|| format!("writing {}", job_file.display()))?;
+    eprintln!("== {label}, {} workers -> {}", cfg.workers, dir.display());
+    let started = Instant::now();
+    // The workers' logs go to standard error: standard output is the table (or JSON).
+    train::launcher::launch_logging(
+        cfg.workers,
+        cfg.pin_cores,
+        &[WORKER_FLAG.into(), job_file.display().to_string()],
+        train::launcher::WorkerLogs::Stderr,
+    )
+    .with_context(|| format!("the job '{label}'"))?;
+    let summary_path = dir.join("summary.json");
+    let summary: Value = serde_json::from_str(
+        &std::fs::read_to_string(&summary_path)
+            .with_context(|| format!("reading {}", summary_path.display()))?,
+    )
+    .with_context(|| format!("parsing {}", summary_path.display()))?;
+    let records = read_jsonl(&dir.join("metrics.jsonl"))?;
+    Ok(Job {
+        dir,
+        summary,
+        records,
+        wall_seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+fn read_jsonl(path: &Path) -> Result<Vec<Value>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| {
+            serde_json::from_str(l)
+                .with_context(|| format!("{} line {}: not JSON", path.display(), i + 1))
+        })
+        .collect()
+}
+
+/// Writes a table's files into `out`: `table2.json` (the rows), `table2.csv` (the rows'
+/// `columns` in that order: numbers in full, strings as they are, nothing for null) and
+/// the learning curves (`curves.png`, `curves.svg`; metric against epoch, one series per
+/// job).
+pub fn write_table(
+    out: &Path,
+    rows: &[Value],
+    columns: &[&str],
+    curves: Vec<(String, Vec<(f64, f64)>)>,
+    title: &str,
+    metric: &str,
+) -> Result<()> {
+    let write = |name: &str, text: &str| {
+        let path = out.join(name);
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))
+    };
+    write("table2.json", &serde_json::to_string_pretty(rows)?)?;
+    let mut csv = columns.join(",") + "\n";
+    for row in rows {
+        let cells: Vec<String> = columns
+            .iter()
+            .map(|&c| match &row[c] {
+                Value::Null => String::new(),
+                Value::String(s) => s.clone(),
+                v => v.to_string(),
+            })
+            .collect();
+        csv += &(cells.join(",") + "\n");
+    }
+    write("table2.csv", &csv)?;
+    let series: Vec<train::plot::Series> = curves
+        .into_iter()
+        .map(|(name, points)| train::plot::Series { name, points })
+        .collect();
+    train::plot::line_chart(&out.join("curves"), title, "epoch", metric, &series)
+}
+
+/// A number for a table cell: `decimals` places, or "-" where there is none.
+pub fn cell(v: Option<f64>, decimals: usize) -> String {
+    v.map_or("-".to_string(), |x| format!("{x:.decimals$}"))
+}

@@ -1,0 +1,125 @@
+//! `sbc_table2` end to end on synthetic data: six real 4-worker jobs of 100 iterations,
+//! the table's files, and compression ratios in the order the methods promise. Also its
+//! argument errors, which must come before any job starts.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn sbc_table2(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sbc_table2"))
+        .args(args)
+        .output()
+        .expect("starting sbc_table2")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+#[test]
+fn wrong_arguments_fail_before_any_job() {
+    for (args, want) in [
+        (&["--row", "cifar10"][..], "--row is for --preset paper"),
+        (
+            &["--preset", "paper", "--row", "imagenet"],
+            "--row imagenet",
+        ),
+        (
+            &["--preset", "paper"],
+            "needs --data-dir with MNIST's IDX files",
+        ),
+        (&["--preset", "fast"], "--preset fast"),
+    ] {
+        let dir = std::env::temp_dir().join(format!("sbc-table2-bad-{}", std::process::id()));
+        let mut all = args.to_vec();
+        let out = dir.to_string_lossy().to_string();
+        all.extend(["--out", &out]);
+        let o = sbc_table2(&all);
+        assert!(!o.status.success(), "{args:?} succeeded");
+        assert!(
+            text(&o).contains(want),
+            "{args:?}: expected '{want}' in:\n{}",
+            text(&o)
+        );
+        assert!(!dir.exists(), "{args:?} created {}", dir.display());
+    }
+}
+
+#[test]
+fn six_jobs_write_the_table_and_ratios_follow_the_methods() {
+    let dir: PathBuf = std::env::temp_dir().join(format!("sbc-table2-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = dir.to_string_lossy().to_string();
+    let o = sbc_table2(&[
+        "--synthetic",
+        "--steps",
+        "100",
+        "--eval-samples",
+        "64",
+        "--json",
+        "--out",
+        &out,
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let rows: Vec<serde_json::Value> =
+        serde_json::from_slice(&o.stdout).expect("--json prints the rows");
+    let names: Vec<&str> = rows.iter().filter_map(|r| r["method"].as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "Baseline",
+            "Gradient Dropping",
+            "Federated Averaging",
+            "SBC (1)",
+            "SBC (2)",
+            "SBC (3)"
+        ]
+    );
+    let msg = |i: usize| rows[i]["message_compression_ratio"].as_f64().unwrap_or(0.0);
+    for r in &rows {
+        let acc = r["accuracy"].as_f64().unwrap_or(-1.0);
+        assert!((0.0..=1.0).contains(&acc), "{r}");
+        assert_eq!(r["steps"].as_u64(), Some(100), "{r}");
+    }
+    assert!(
+        (msg(0) - 1.0).abs() < 1e-9,
+        "dense sends everything: {}",
+        msg(0)
+    );
+    // 32-bit values and 16-bit run lengths at 0.1 %: at most ~667x.
+    assert!(
+        (300.0..700.0).contains(&msg(1)),
+        "gradient dropping {}",
+        msg(1)
+    );
+    // One dense averaging per 100 steps.
+    assert!(
+        (90.0..=110.0).contains(&msg(2)),
+        "federated averaging {}",
+        msg(2)
+    );
+    // No value bits, Golomb-coded positions: beyond gradient dropping at the same density;
+    // SBC (3) sends what SBC (2) sends, ten times less often.
+    assert!(msg(3) > 3.0 * msg(1), "SBC (1) {} vs {}", msg(3), msg(1));
+    assert!(
+        msg(5) > 5.0 * msg(4),
+        "SBC (3) {} vs SBC (2) {}",
+        msg(5),
+        msg(4)
+    );
+    let csv = std::fs::read_to_string(dir.join("table2.csv")).expect("table2.csv");
+    assert_eq!(csv.lines().count(), 7, "{csv}");
+    for f in [
+        "table2.json",
+        "curves.png",
+        "curves.svg",
+        "sbc3/summary.json",
+    ] {
+        assert!(dir.join(f).is_file(), "{f} missing");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
