@@ -56,6 +56,9 @@ pub struct EvalRecord {
     pub metric_name: &'static str,
     pub metric: f64,
     pub test_loss: f64,
+    /// What the metric averages over, summed over the ranks: test images (accuracy),
+    /// tokens (perplexity) or reference words (word error rate).
+    pub eval_count: u64,
     pub bytes_sent: u64,
 }
 

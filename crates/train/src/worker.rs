@@ -466,7 +466,7 @@ impl Worker {
                     )?;
                 }
             }
-            let (metric, test_loss) = self.evaluate()?;
+            let (metric, test_loss, eval_count) = self.evaluate()?;
             last_metric = metric;
             self.pos.epoch = epoch + 1;
             self.pos.wall_seconds = wall_before + started.elapsed().as_secs_f64();
@@ -480,6 +480,7 @@ impl Worker {
                 metric_name: self.task.metric_name,
                 metric,
                 test_loss,
+                eval_count,
                 bytes_sent: traffic.payload_sent,
             })?;
             if lead {
@@ -670,8 +671,9 @@ impl Worker {
         Ok(())
     }
 
-    /// Test metric and loss: each rank evaluates its shard; the sums are added up.
-    fn evaluate(&mut self) -> Result<(f64, f64)> {
+    /// Test metric, loss and what the metric averages over (see [`EvalRecord`]): each
+    /// rank evaluates its shard; the sums are added up.
+    fn evaluate(&mut self) -> Result<(f64, f64, u64)> {
         let mine = self
             .task
             .evaluate(self.cfg.batch_size, self.rank, self.world)?;
@@ -681,11 +683,13 @@ impl Worker {
             mine.loss_sum as f32,
             mine.loss_count as f32,
         ])?;
-        Ok(self.task.finish(&crate::task::EvalSums {
+        let count = r[1].round() as u64;
+        let (metric, loss) = self.task.finish(&crate::task::EvalSums {
             numerator: r[0] as f64,
             denominator: r[1] as f64,
             loss_sum: r[2] as f64,
             loss_count: r[3] as f64,
-        }))
+        });
+        Ok((metric, loss, count))
     }
 }

@@ -306,6 +306,14 @@ fn wrong_configurations_fail_before_any_worker_starts() {
         ),
         (&["--method", "nope"], "unknown method"),
         (
+            &["--dataset", "mnist", "--model", "lenet5"],
+            "--dataset mnist needs --data-dir",
+        ),
+        (
+            &["--dataset", "cifar10"],
+            "--dataset cifar10 needs --data-dir",
+        ),
+        (
             &["--pin-cores", "yes"],
             "[possible values: auto, true, false]",
         ),
@@ -389,6 +397,63 @@ fn wrong_configurations_fail_before_any_worker_starts() {
         help.contains("Possible values") && help.contains("multistep"),
         "{help}"
     );
+}
+
+#[test]
+fn mnist_from_unpacked_idx_files_evaluates_every_test_image() {
+    // MNIST's layout, uncompressed: 70 training and 37 test images. With 2 workers and
+    // batches of 16, each rank's test shard (18 and 19 images) ends in a smaller batch,
+    // which evaluation must count.
+    let dir = tmp("mnist");
+    std::fs::create_dir_all(&dir).unwrap();
+    let idx = |name: &str, n: usize, images: bool| {
+        let mut b = vec![0u8, 0, 8, if images { 3 } else { 1 }];
+        b.extend((n as u32).to_be_bytes());
+        if images {
+            b.extend(28u32.to_be_bytes());
+            b.extend(28u32.to_be_bytes());
+            b.extend((0..n * 28 * 28).map(|i| (i * 7 % 251) as u8));
+        } else {
+            b.extend((0..n).map(|i| (i % 10) as u8));
+        }
+        std::fs::write(dir.join(name), b).unwrap();
+    };
+    idx("train-images-idx3-ubyte", 70, true);
+    idx("train-labels-idx1-ubyte", 70, false);
+    idx("t10k-images-idx3-ubyte", 37, true);
+    idx("t10k-labels-idx1-ubyte", 37, false);
+    let out = dir.join("run");
+    let o = train(
+        &[
+            "--model",
+            "lenet5",
+            "--dataset",
+            "mnist",
+            "--data-dir",
+            dir.to_str().unwrap(),
+            "--workers",
+            "2",
+            "--batch-size",
+            "16",
+            "--steps",
+            "4",
+            "--method",
+            "dense",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let evals: Vec<Value> = records(&out)
+        .into_iter()
+        .filter(|r| r["kind"] == "eval")
+        .collect();
+    assert!(!evals.is_empty());
+    for e in &evals {
+        assert_eq!(e["eval_count"], 37, "{e}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A 2-worker dense LeNet-5 run of `steps` steps with `extra` flags, which must succeed:

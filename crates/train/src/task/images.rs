@@ -57,6 +57,18 @@ pub(super) fn check_image(c: &Config) -> Result<()> {
         ),
         _ => {}
     }
+    // Only Fashion-MNIST has a default directory (its Debian package's).
+    if matches!(c.dataset.as_str(), "mnist" | "cifar10") && c.data_dir.is_none() {
+        bail!(
+            "--dataset {} needs --data-dir (the directory of its {})",
+            c.dataset,
+            if c.dataset == "mnist" {
+                "four IDX files, train-images-idx3-ubyte[.gz] ..."
+            } else {
+                "binary batches, data_batch_1.bin ... test_batch.bin"
+            }
+        );
+    }
     Ok(())
 }
 
