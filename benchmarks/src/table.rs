@@ -6,12 +6,12 @@
 
 use anyhow::{Context, Result};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 use train::Config;
 
 /// The hidden flag a table binary passes to its own worker processes.
-pub const WORKER_FLAG: &str = "--worker-config";
+const WORKER_FLAG: &str = "--worker-config";
 
 /// When this process was started as a worker (`--worker-config FILE`), runs that worker
 /// and returns true; the binary then exits.
@@ -29,7 +29,6 @@ pub fn run_worker_if_asked(worker_config: Option<&Path>) -> Result<bool> {
 
 /// What one finished job left in its run directory.
 pub struct Job {
-    pub dir: PathBuf,
     pub summary: Value,
     /// `metrics.jsonl`, one value per line (step and eval records).
     pub records: Vec<Value>,
@@ -92,8 +91,8 @@ impl Job {
 pub fn run_job(cfg: &Config, label: &str) -> Result<Job> {
     cfg.validate()
         .with_context(|| format!("the configuration of '{label}'"))?;
-    let dir = cfg.out.clone();
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let dir = &cfg.out;
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let job_file = dir.join("job.toml");
     std::fs::write(&job_file, toml::to_string_pretty(cfg)?)
         .with_context(|| format!("writing {}", job_file.display()))?;
@@ -115,7 +114,6 @@ pub fn run_job(cfg: &Config, label: &str) -> Result<Job> {
     .with_context(|| format!("parsing {}", summary_path.display()))?;
     let records = read_jsonl(&dir.join("metrics.jsonl"))?;
     Ok(Job {
-        dir,
         summary,
         records,
         wall_seconds: started.elapsed().as_secs_f64(),
