@@ -91,6 +91,18 @@ impl WireStats {
         self.decompress_seconds += o.decompress_seconds;
         self.comm_seconds += o.comm_seconds;
     }
+    /// Adds what [`Method::after_step`] sent for a parameter whose step this already holds
+    /// (the synchronisation of a method with communication delay or periodic averaging):
+    /// its values, bytes and seconds count, but not its elements or dense bytes again, so
+    /// that the dense equivalent stays one dense message per parameter and step, and the
+    /// density the fraction of a step's elements sent.
+    pub fn add_sync(&mut self, o: &WireStats) {
+        self.add(&WireStats {
+            elements: 0,
+            dense_bytes: 0,
+            ..*o
+        });
+    }
 }
 
 /// The result of [`Method::exchange`] for one parameter.

@@ -601,7 +601,7 @@ impl Worker {
                         })?;
                     }
                     if let Some(s) = stats {
-                        wire.add(&s);
+                        wire.add_sync(&s);
                     }
                 }
                 _ => bail!("compression thread: unexpected reply during synchronisation"),

@@ -83,6 +83,7 @@ fn every_method_trains_with_identical_parameters_and_its_compression_ratio() {
         ("sbc", &["preset=2", "delay=4"], 500.0, 3000.0),
         ("qsgd", &["preset=4bit"], 8.0, 20.0),
         ("local", &["density=0.01", "sync_every=8"], 5.0, 9.0),
+        ("fedavg", &["delay=4"], 3.99, 4.01),
     ];
     for (method, opts, lo, hi) in cases {
         let dir = tmp(method);
@@ -175,6 +176,19 @@ fn every_method_trains_with_identical_parameters_and_its_compression_ratio() {
             ratio >= *lo && ratio <= *hi,
             "{method}: compression ratio {ratio} outside [{lo}, {hi}]"
         );
+        if *method == "fedavg" {
+            // One dense average per 4 steps: a quarter of a dense method's messages and of
+            // its values, however the synchronisation's own statistics are added in.
+            let m = s["message_compression_ratio"].as_f64().unwrap();
+            assert!((m - 4.0).abs() < 1e-9, "fedavg: message ratio {m}, not 4");
+            for r in &steps {
+                let d = r["density"].as_f64().unwrap();
+                assert!(
+                    (d - 0.25).abs() < 1e-9,
+                    "fedavg: density {d}, not 0.25: {r}"
+                );
+            }
+        }
         if *method == "dgc" {
             // Communication overlaps backprop: the first exchange of a step starts before
             // backward has finished (LeNet's last layers are ready long before conv1).
