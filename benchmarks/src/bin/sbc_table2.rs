@@ -15,7 +15,7 @@
 //! - SBC (1): no delay, p = 0.1 %; SBC (2): 10 steps, p = 1 %; SBC (3): 100 steps, p = 1 %.
 //!
 //! `--preset quick`: the paper's MNIST row (LeNet5-Caffe, 2000 iterations, a batch of
-//! 128 over the 4 clients) on Fashion-MNIST, which has MNIST's shape; 22 minutes
+//! 128 over the 4 clients) on Fashion-MNIST, which has MNIST's shape; 17 minutes
 //! on 2 cores (RESULTS.md). `--preset paper --row mnist|cifar10`: that row on the real data
 //! (`--data-dir`: MNIST's IDX files, or CIFAR-10's binary batches for ResNet32 with 60,000
 //! iterations and the rate ×0.1 at 30,000 and 50,000). Both use momentum SGD: the paper
