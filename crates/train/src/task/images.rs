@@ -57,19 +57,24 @@ pub(super) fn check_image(c: &Config) -> Result<()> {
         ),
         _ => {}
     }
-    // Only Fashion-MNIST has a default directory (its Debian package's).
-    if matches!(c.dataset.as_str(), "mnist" | "cifar10") && c.data_dir.is_none() {
-        bail!(
-            "--dataset {} needs --data-dir (the directory of its {})",
-            c.dataset,
-            if c.dataset == "mnist" {
-                "four IDX files, train-images-idx3-ubyte[.gz] ..."
-            } else {
-                "binary batches, data_batch_1.bin ... test_batch.bin"
-            }
-        );
+    if c.dataset != "synthetic" {
+        image_dir(c)?;
     }
     Ok(())
+}
+
+/// Where an image dataset's files are: `--data-dir`, else for Fashion-MNIST its Debian
+/// package's directory; MNIST and CIFAR-10 have no default. Checked by `check_image`
+/// before any worker starts, and used by the loader.
+fn image_dir(c: &Config) -> Result<PathBuf> {
+    if let Some(d) = &c.data_dir {
+        return Ok(d.clone());
+    }
+    match c.dataset.as_str() {
+        "fashion-mnist" => Ok(PathBuf::from(data::prepare::FASHION_MNIST_SYSTEM_DIR)),
+        "mnist" => bail!("--dataset mnist needs --data-dir (the directory of its four IDX files, train-images-idx3-ubyte[.gz] ...)"),
+        d => bail!("--dataset {d} needs --data-dir (the directory of its binary batches, data_batch_1.bin ... test_batch.bin)"),
+    }
 }
 
 pub(super) fn build_image_model(
@@ -138,15 +143,10 @@ pub(super) fn image_data(
                 seed: c.seed ^ 0x5EED,
             })),
         ),
-        // MNIST and Fashion-MNIST share the IDX layout and file names; only Fashion-MNIST
-        // has a Debian package to default to.
+        // MNIST and Fashion-MNIST share the IDX layout and file names.
         "fashion-mnist" | "mnist" => {
             let fashion = c.dataset == "fashion-mnist";
-            let dir = match (&c.data_dir, fashion) {
-                (Some(d), _) => d.clone(),
-                (None, true) => PathBuf::from(data::prepare::FASHION_MNIST_SYSTEM_DIR),
-                (None, false) => bail!("--dataset mnist needs --data-dir (the directory of train-images-idx3-ubyte[.gz] ... t10k-labels-idx1-ubyte[.gz])"),
-            };
+            let dir = image_dir(c)?;
             // Gzipped as distributed, or unpacked (the reader takes either).
             let file = |n: &str| {
                 let gz = dir.join(format!("{n}.gz"));
@@ -183,7 +183,7 @@ pub(super) fn image_data(
             )
         }
         "cifar10" => {
-            let dir = c.data_dir.clone().context("--dataset cifar10 needs --data-dir (the directory of data_batch_1.bin ... test_batch.bin)")?;
+            let dir = image_dir(c)?;
             let names: Vec<PathBuf> = (1..=5)
                 .map(|i| dir.join(format!("data_batch_{i}.bin")))
                 .collect();
