@@ -66,11 +66,7 @@ pub fn build(spec: &MethodSpec, ctx: &Context) -> Result<Box<dyn Method>> {
                 } else {
                     0
                 },
-                warmup_steps: if local {
-                    o.usize("warmup_steps")?.unwrap_or(0)
-                } else {
-                    0
-                },
+                warmup_steps: o.usize("warmup_steps")?.unwrap_or(0),
             };
             Box::new(GradientDropping::new(cfg, ctx.world))
         }

@@ -26,6 +26,13 @@ const SPARSE_COMMON: [(&str, &str, &str); 2] = [
     ),
 ];
 
+/// Paper 001's drop-ratio warm-up, which both gradient-dropping methods take.
+const DROP_WARMUP: (&str, &str, &str) = (
+    "warmup_steps",
+    "0",
+    "T of the drop-ratio warm-up R_t = R^max(1, T/t) (0: off)",
+);
+
 pub const METHODS: &[MethodInfo] = &[
     MethodInfo {
         name: "dense",
@@ -35,7 +42,7 @@ pub const METHODS: &[MethodInfo] = &[
     MethodInfo {
         name: "topk",
         summary: "gradient dropping (paper 001 Alg. 1): residual, top-k, TopKAllReduce",
-        options: &[SPARSE_COMMON[0], SPARSE_COMMON[1]],
+        options: &[SPARSE_COMMON[0], SPARSE_COMMON[1], DROP_WARMUP],
     },
     MethodInfo {
         name: "local",
@@ -53,11 +60,7 @@ pub const METHODS: &[MethodInfo] = &[
                 "500",
                 "average the parameters every N steps (0: never)",
             ),
-            (
-                "warmup_steps",
-                "0",
-                "T of the drop-ratio warm-up R_t = R^max(1, T/t) (0: off)",
-            ),
+            DROP_WARMUP,
         ],
     },
     MethodInfo {

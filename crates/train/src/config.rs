@@ -125,6 +125,8 @@ pub struct Config {
     pub log_every: usize,
     pub synthetic_samples: usize,
     pub eval_samples: Option<usize>,
+    /// Also evaluate every this many steps (0: only at the end of each epoch).
+    pub eval_every: usize,
     pub hidden: Option<usize>,
     pub layers: Option<usize>,
     pub dropout: Option<f64>,
@@ -161,6 +163,7 @@ impl Default for Config {
             log_every: 10,
             synthetic_samples: 4096,
             eval_samples: None,
+            eval_every: 0,
             hidden: None,
             layers: None,
             dropout: None,
@@ -274,6 +277,10 @@ pub struct Args {
     /// Evaluate on at most this many test samples (tokens for language models; default: all).
     #[arg(long)]
     pub eval_samples: Option<usize>,
+    /// Also evaluate every N steps, not only at the end of each epoch (a finer learning
+    /// curve, and the time to reach a metric; no checkpoint is written there).
+    #[arg(long)]
+    pub eval_every: Option<usize>,
     /// Hidden units of the language or speech model's recurrent layers (default: the paper's).
     #[arg(long)]
     pub hidden: Option<usize>,
@@ -352,6 +359,7 @@ impl Config {
             out,
             log_every,
             synthetic_samples,
+            eval_every,
             bptt,
             bucket_elems
         );

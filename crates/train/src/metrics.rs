@@ -52,7 +52,8 @@ pub struct StepRecord {
 pub struct EvalRecord {
     pub kind: &'static str,
     pub step: usize,
-    pub epoch: usize,
+    /// Whole at the end of an epoch; a fraction for `eval_every`'s evaluations.
+    pub epoch: f64,
     pub metric_name: &'static str,
     pub metric: f64,
     pub test_loss: f64,
@@ -60,6 +61,9 @@ pub struct EvalRecord {
     /// tokens (perplexity) or reference words (word error rate).
     pub eval_count: u64,
     pub bytes_sent: u64,
+    /// Training wall time so far, this evaluation included (carried over a resume), so
+    /// a run's time to reach a metric can be read off.
+    pub wall_seconds: f64,
 }
 
 #[derive(Clone, Debug, Default, Serialize, serde::Deserialize)]

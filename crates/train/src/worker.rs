@@ -16,8 +16,8 @@
 //! host.
 //!
 //! Every `log_every` steps rank 0 appends a line to `metrics.jsonl`; at the end of each
-//! epoch the test set is evaluated (each rank its shard, counts summed) and every rank
-//! writes its checkpoint.
+//! epoch (and every `eval_every` steps, if set) the test set is evaluated (each rank its
+//! shard, counts summed); at the end of each epoch every rank writes its checkpoint.
 
 use crate::bucket::{Buckets, Collector};
 use crate::checkpoint::{self, Position};
@@ -465,32 +465,25 @@ impl Worker {
                         &dense_ring,
                     )?;
                 }
+                if cfg.eval_every > 0
+                    && step.is_multiple_of(cfg.eval_every)
+                    && !step.is_multiple_of(per_epoch)
+                    && step < total_steps
+                {
+                    // Mid-epoch: the epoch's end evaluates anyway.
+                    let wall = wall_before + started.elapsed().as_secs_f64();
+                    let epoch_f = step as f64 / per_epoch as f64;
+                    self.evaluate_and_record(&mut metrics, step, epoch_f, wall)?;
+                }
             }
-            let (metric, test_loss, eval_count) = self.evaluate()?;
-            last_metric = metric;
             self.pos.epoch = epoch + 1;
+            let wall = wall_before + started.elapsed().as_secs_f64();
+            last_metric = self.evaluate_and_record(&mut metrics, step, (epoch + 1) as f64, wall)?;
+            // The evaluation's time counts towards the run's.
             self.pos.wall_seconds = wall_before + started.elapsed().as_secs_f64();
             let traffic = self.ex.counters()?;
             self.pos.bytes_sent = traffic.payload_sent;
             self.pos.bytes_received = traffic.payload_received;
-            metrics.write(&EvalRecord {
-                kind: "eval",
-                step,
-                epoch: epoch + 1,
-                metric_name: self.task.metric_name,
-                metric,
-                test_loss,
-                eval_count,
-                bytes_sent: traffic.payload_sent,
-            })?;
-            if lead {
-                self.progress.line(&format!(
-                    "epoch {} step {step}: test {} {:.4}, test loss {test_loss:.4}",
-                    epoch + 1,
-                    self.task.metric_name,
-                    metric
-                ));
-            }
             self.save_checkpoint()?;
             if step >= total_steps {
                 break;
@@ -673,6 +666,43 @@ impl Worker {
 
     /// Test metric, loss and what the metric averages over (see [`EvalRecord`]): each
     /// rank evaluates its shard; the sums are added up.
+    /// Evaluates, appends the evaluation's record (`wall_seconds`: training time so far,
+    /// this evaluation included) and prints its line on rank 0; returns the metric.
+    fn evaluate_and_record(
+        &mut self,
+        metrics: &mut MetricsWriter,
+        step: usize,
+        epoch: f64,
+        wall_before_eval: f64,
+    ) -> Result<f64> {
+        let t = Instant::now();
+        let (metric, test_loss, eval_count) = self.evaluate()?;
+        let traffic = self.ex.counters()?;
+        metrics.write(&EvalRecord {
+            kind: "eval",
+            step,
+            epoch,
+            metric_name: self.task.metric_name,
+            metric,
+            test_loss,
+            eval_count,
+            bytes_sent: traffic.payload_sent,
+            wall_seconds: wall_before_eval + t.elapsed().as_secs_f64(),
+        })?;
+        if self.rank == 0 {
+            self.progress.line(&format!(
+                "epoch {} step {step}: test {} {metric:.4}, test loss {test_loss:.4}",
+                if epoch.fract() == 0.0 {
+                    format!("{epoch}")
+                } else {
+                    format!("{epoch:.2}")
+                },
+                self.task.metric_name,
+            ));
+        }
+        Ok(metric)
+    }
+
     fn evaluate(&mut self) -> Result<(f64, f64, u64)> {
         let mine = self
             .task

@@ -544,3 +544,31 @@ fn launched_workers_are_pinned_to_their_own_cpus_unless_told_not_to() {
     let off = pinned(&run("unpinned", &["--pin-cores", "false"]));
     assert!(off.is_empty(), "--pin-cores false still pinned: {off:?}");
 }
+
+#[test]
+fn eval_every_adds_mid_epoch_evaluations_without_changing_training() {
+    // 512 samples over 2 ranks in batches of 16: 16 steps an epoch.
+    // (At the default rate of 0.1 these synthetic images diverge by step 29.)
+    let (plain, _) = dense_run("eval-at-epochs", 40, &["--lr", "0.02"]);
+    let (fine, o) = dense_run("eval-every-6", 40, &["--lr", "0.02", "--eval-every", "6"]);
+    let evals: Vec<Value> = records(&fine)
+        .into_iter()
+        .filter(|r| r["kind"] == "eval")
+        .collect();
+    let steps: Vec<u64> = evals.iter().filter_map(|r| r["step"].as_u64()).collect();
+    // Every 6th step, the epochs' ends (16, 32) and the last step, each once.
+    assert_eq!(steps, [6, 12, 16, 18, 24, 30, 32, 36, 40], "{}", text(&o));
+    let epochs: Vec<f64> = evals.iter().filter_map(|r| r["epoch"].as_f64()).collect();
+    assert_eq!(epochs[0], 6.0 / 16.0);
+    assert_eq!(epochs[2], 1.0);
+    let walls: Vec<f64> = evals
+        .iter()
+        .filter_map(|r| r["wall_seconds"].as_f64())
+        .collect();
+    assert_eq!(walls.len(), evals.len(), "every eval record has wall_seconds");
+    assert!(walls.windows(2).all(|w| w[0] <= w[1]), "{walls:?}");
+    // Evaluating reads the weights and nothing else: the same training, bit for bit.
+    assert_eq!(params(&plain, 0), params(&fine, 0));
+    let _ = std::fs::remove_dir_all(&plain);
+    let _ = std::fs::remove_dir_all(&fine);
+}

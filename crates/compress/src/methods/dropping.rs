@@ -95,7 +95,10 @@ impl Method for GradientDropping {
     fn describe(&self) -> String {
         let c = &self.cfg;
         match c.local {
-            None => format!("topk(density={}, dense_below={})", c.density, c.dense_below),
+            None => format!(
+                "topk(density={}, dense_below={}, warmup_steps={})",
+                c.density, c.dense_below, c.warmup_steps
+            ),
             Some(mode) => format!(
                 "local(density={}, dense_below={}, mode={:?}, sync_every={}, warmup_steps={})",
                 c.density, c.dense_below, mode, c.sync_every, c.warmup_steps
@@ -210,5 +213,77 @@ impl Method for GradientDropping {
     }
     fn load_state(&mut self, state: &StateTensors) -> Result<()> {
         crate::methods::load_named(self.label(), state, &mut [("residual", &mut self.residual)])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::method::StepInfo;
+    use crate::options::MethodSpec;
+    use crate::{build, Context};
+
+    fn dropping(density: f64, warmup_steps: usize) -> GradientDropping {
+        GradientDropping::new(
+            DroppingConfig {
+                density,
+                dense_below: 0,
+                local: None,
+                sync_every: 0,
+                warmup_steps,
+            },
+            4,
+        )
+    }
+
+    #[test]
+    fn drop_ratio_warms_up_as_r_to_the_power_t_over_step() {
+        let mut m = dropping(0.01, 1000);
+        let mut at = |step_from_1: u64| {
+            m.begin_step(StepInfo {
+                step: step_from_1 - 1,
+                epoch: 0.0,
+            });
+            m.density_now()
+        };
+        // R_1 = 0.99^1000: almost everything is sent on the first step.
+        assert!((at(1) - (1.0 - 0.99f64.powi(1000))).abs() < 1e-12);
+        assert!((at(500) - (1.0 - 0.99f64.powi(2))).abs() < 1e-12);
+        // From t = T on, the target drop ratio.
+        assert!((at(1000) - 0.01).abs() < 1e-12);
+        assert!((at(5000) - 0.01).abs() < 1e-12);
+        let mut off = dropping(0.01, 0);
+        off.begin_step(StepInfo {
+            step: 0,
+            epoch: 0.0,
+        });
+        assert_eq!(off.density_now(), 0.01);
+    }
+
+    #[test]
+    fn topk_and_local_both_take_the_warm_up_option() {
+        let ctx = Context {
+            rank: 0,
+            world: 2,
+            seed: 1,
+            momentum: 0.9,
+            nesterov: false,
+            weight_decay: 0.0,
+        };
+        for (name, want) in [
+            (
+                "topk",
+                "topk(density=0.01, dense_below=0, warmup_steps=1000)",
+            ),
+            (
+                "local",
+                "local(density=0.01, dense_below=0, mode=Partial, sync_every=500, warmup_steps=1000)",
+            ),
+        ] {
+            let spec = MethodSpec::parse(name, &["density=0.01".into(), "warmup_steps=1000".into()])
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            let m = build(&spec, &ctx).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(m.describe(), want);
+        }
     }
 }
