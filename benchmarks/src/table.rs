@@ -1,12 +1,13 @@
-//! What the paper-table binaries (`dgc_table2`, `sbc_table2`) share: running one training
-//! job per table cell as real worker processes (the binary re-executes itself with
-//! `--worker-config`, as `train --workers N` does), and reading back what the job wrote
-//! (summary, metrics records, the evaluation curve). The tables' layouts, presets and the
+//! What the paper-table binaries (`dgc_table2`, `sbc_table2`, `localgrad_table1`,
+//! `qsgd_table1`) share: running one training job per table cell as real worker
+//! processes (the binary re-executes itself with `--worker-config`, as `train --workers
+//! N` does), and reading back what the job wrote (summary, metrics records, the
+//! evaluation curve, the ranks' checkpoints). The tables' layouts, presets and the
 //! papers' numbers stay in each binary.
 
 use anyhow::{Context, Result};
 use serde_json::Value;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 use train::Config;
 
@@ -29,6 +30,8 @@ pub fn run_worker_if_asked(worker_config: Option<&Path>) -> Result<bool> {
 
 /// What one finished job left in its run directory.
 pub struct Job {
+    pub dir: PathBuf,
+    pub workers: usize,
     pub summary: Value,
     /// `metrics.jsonl`, one value per line (step and eval records).
     pub records: Vec<Value>,
@@ -68,6 +71,68 @@ impl Job {
         });
         let (d1, s1) = (last["dense_bytes"].as_f64()?, last["bytes_sent"].as_f64()?);
         (s1 > s0).then(|| (d1 - d0) / (s1 - s0))
+    }
+
+    /// Whether a smaller metric is better (perplexity, word error rate).
+    pub fn lower_is_better(&self) -> bool {
+        self.summary["metric_name"] != "accuracy"
+    }
+
+    /// The first evaluation at least as good as `target`: its record (step, epoch,
+    /// `wall_seconds`, metric, `test_loss`), or None if no evaluation got there.
+    pub fn first_reaching(&self, target: f64) -> Option<&Value> {
+        let lower = self.lower_is_better();
+        self.records
+            .iter()
+            .filter(|r| r["kind"] == "eval")
+            .find(|r| {
+                r["metric"]
+                    .as_f64()
+                    .is_some_and(|m| if lower { m <= target } else { m >= target })
+            })
+    }
+
+    /// The last evaluation's record.
+    pub fn last_eval(&self) -> Option<&Value> {
+        self.records.iter().rev().find(|r| r["kind"] == "eval")
+    }
+
+    /// How far the ranks' final parameters are apart: the largest ‖w_r − w_0‖ / ‖w_0‖
+    /// over the ranks r, from their last checkpoints (0 where every rank holds the same
+    /// weights, as after a synchronisation).
+    pub fn rank_drift(&self) -> Result<f64> {
+        let params = |rank: usize| -> Result<Vec<f32>> {
+            let file = train::checkpoint::path(&self.dir, rank);
+            let saved = train::checkpoint::load(&file)
+                .with_context(|| format!("reading {}", file.display()))?;
+            Ok(saved
+                .tensors
+                .into_iter()
+                .filter(|(name, _, _)| name.starts_with("param/"))
+                .flat_map(|(_, v, _)| v)
+                .collect())
+        };
+        let w0 = params(0)?;
+        let norm0 = w0.iter().map(|&x| (x as f64).powi(2)).sum::<f64>().sqrt();
+        let mut worst = 0.0f64;
+        for rank in 1..self.workers {
+            let w = params(rank)?;
+            anyhow::ensure!(
+                w.len() == w0.len(),
+                "rank {rank}'s checkpoint in {} holds {} parameters, rank 0's {}",
+                self.dir.display(),
+                w.len(),
+                w0.len()
+            );
+            let d = w
+                .iter()
+                .zip(&w0)
+                .map(|(&a, &b)| (a as f64 - b as f64).powi(2))
+                .sum::<f64>()
+                .sqrt();
+            worst = worst.max(d / norm0.max(f64::MIN_POSITIVE));
+        }
+        Ok(worst)
     }
 
     /// The evaluation metric against epoch, one point per evaluation.
@@ -114,6 +179,8 @@ pub fn run_job(cfg: &Config, label: &str) -> Result<Job> {
     .with_context(|| format!("parsing {}", summary_path.display()))?;
     let records = read_jsonl(&dir.join("metrics.jsonl"))?;
     Ok(Job {
+        dir: dir.clone(),
+        workers: cfg.workers,
         summary,
         records,
         wall_seconds: started.elapsed().as_secs_f64(),
@@ -133,12 +200,13 @@ fn read_jsonl(path: &Path) -> Result<Vec<Value>> {
         .collect()
 }
 
-/// Writes a table's files into `out`: `table2.json` (the rows), `table2.csv` (the rows'
+/// Writes a table's files into `out`: `{stem}.json` (the rows), `{stem}.csv` (the rows'
 /// `columns` in that order: numbers in full, strings as they are, nothing for null) and
 /// the learning curves (`curves.png`, `curves.svg`; metric against epoch, one series per
 /// job).
 pub fn write_table(
     out: &Path,
+    stem: &str,
     rows: &[Value],
     columns: &[&str],
     curves: Vec<(String, Vec<(f64, f64)>)>,
@@ -149,7 +217,10 @@ pub fn write_table(
         let path = out.join(name);
         std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))
     };
-    write("table2.json", &serde_json::to_string_pretty(rows)?)?;
+    write(
+        &format!("{stem}.json"),
+        &serde_json::to_string_pretty(rows)?,
+    )?;
     let mut csv = columns.join(",") + "\n";
     for row in rows {
         let cells: Vec<String> = columns
@@ -162,7 +233,7 @@ pub fn write_table(
             .collect();
         csv += &(cells.join(",") + "\n");
     }
-    write("table2.csv", &csv)?;
+    write(&format!("{stem}.csv"), &csv)?;
     let series: Vec<train::plot::Series> = curves
         .into_iter()
         .map(|(name, points)| train::plot::Series { name, points })

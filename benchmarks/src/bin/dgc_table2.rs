@@ -191,6 +191,7 @@ fn main() -> Result<()> {
     }
     table::write_table(
         &args.out,
+        "table2",
         &rows,
         &[
             "method",

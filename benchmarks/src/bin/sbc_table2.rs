@@ -235,6 +235,7 @@ fn main() -> Result<()> {
     }
     table::write_table(
         &args.out,
+        "table2",
         &rows,
         &[
             "method",

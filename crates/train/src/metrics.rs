@@ -52,7 +52,8 @@ pub struct StepRecord {
 pub struct EvalRecord {
     pub kind: &'static str,
     pub step: usize,
-    /// Whole at the end of an epoch; a fraction for `eval_every`'s evaluations.
+    /// Steps done over steps per epoch: whole at the end of an epoch, a fraction for
+    /// `eval_every`'s evaluations and where `--steps` ends within an epoch.
     pub epoch: f64,
     pub metric_name: &'static str,
     pub metric: f64,
@@ -88,6 +89,9 @@ pub struct Summary {
     /// The method with every option resolved, e.g. `dgc(density=0.001, ...)`.
     pub method_config: String,
     pub model: String,
+    /// Trainable values in the model.
+    #[serde(default)]
+    pub parameters: usize,
     pub dataset: String,
     pub mean_step_seconds: f64,
     pub mean_idle_fraction: f64,

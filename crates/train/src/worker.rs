@@ -478,7 +478,13 @@ impl Worker {
             }
             self.pos.epoch = epoch + 1;
             let wall = wall_before + started.elapsed().as_secs_f64();
-            last_metric = self.evaluate_and_record(&mut metrics, step, (epoch + 1) as f64, wall)?;
+            // Whole at an epoch's end; a fraction where --steps stopped within one.
+            let epoch_at = if per_epoch > 0 {
+                step as f64 / per_epoch as f64
+            } else {
+                (epoch + 1) as f64
+            };
+            last_metric = self.evaluate_and_record(&mut metrics, step, epoch_at, wall)?;
             // The evaluation's time counts towards the run's.
             self.pos.wall_seconds = wall_before + started.elapsed().as_secs_f64();
             let traffic = self.ex.counters()?;
@@ -519,6 +525,7 @@ impl Worker {
             method: cfg.method.clone(),
             method_config: self.method_config.clone(),
             model: cfg.model.clone(),
+            parameters: n_params,
             dataset: cfg.dataset.clone(),
             mean_step_seconds: self.step_times.iter().sum::<f64>() / n,
             mean_idle_fraction: self.idle_fractions.iter().sum::<f64>() / n,
@@ -664,8 +671,6 @@ impl Worker {
         Ok(())
     }
 
-    /// Test metric, loss and what the metric averages over (see [`EvalRecord`]): each
-    /// rank evaluates its shard; the sums are added up.
     /// Evaluates, appends the evaluation's record (`wall_seconds`: training time so far,
     /// this evaluation included) and prints its line on rank 0; returns the metric.
     fn evaluate_and_record(
@@ -703,6 +708,8 @@ impl Worker {
         Ok(metric)
     }
 
+    /// Test metric, loss and what the metric averages over (see [`EvalRecord`]): each
+    /// rank evaluates its shard; the sums are added up.
     fn evaluate(&mut self) -> Result<(f64, f64, u64)> {
         let mine = self
             .task

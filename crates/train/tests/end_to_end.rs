@@ -561,11 +561,17 @@ fn eval_every_adds_mid_epoch_evaluations_without_changing_training() {
     let epochs: Vec<f64> = evals.iter().filter_map(|r| r["epoch"].as_f64()).collect();
     assert_eq!(epochs[0], 6.0 / 16.0);
     assert_eq!(epochs[2], 1.0);
+    // The run stops half-way through its third epoch.
+    assert_eq!(epochs.last(), Some(&2.5));
     let walls: Vec<f64> = evals
         .iter()
         .filter_map(|r| r["wall_seconds"].as_f64())
         .collect();
-    assert_eq!(walls.len(), evals.len(), "every eval record has wall_seconds");
+    assert_eq!(
+        walls.len(),
+        evals.len(),
+        "every eval record has wall_seconds"
+    );
     assert!(walls.windows(2).all(|w| w[0] <= w[1]), "{walls:?}");
     // Evaluating reads the weights and nothing else: the same training, bit for bit.
     assert_eq!(params(&plain, 0), params(&fine, 0));
