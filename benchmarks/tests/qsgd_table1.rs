@@ -1,0 +1,99 @@
+//! `qsgd_table1` end to end on synthetic data: four real 4-worker jobs of 40 steps (32-bit
+//! and QSGD at 2, 4 and 8 bits), the table's files, and wire compression in the order the
+//! bit widths imply. Also its argument errors, which must come before any job starts.
+
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn qsgd_table1(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_qsgd_table1"))
+        .args(args)
+        .output()
+        .expect("starting qsgd_table1")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+#[test]
+fn wrong_arguments_fail_before_any_job() {
+    for (args, want) in [
+        (&["--preset", "fast"][..], "--preset fast"),
+        (
+            &["--preset", "paper"],
+            "--preset paper needs --data-dir with CIFAR-10's binary batches",
+        ),
+        (&["--workers", "1"], "--workers must be at least 2"),
+    ] {
+        let dir = std::env::temp_dir().join(format!("qsgd-table1-bad-{}", std::process::id()));
+        let mut all = args.to_vec();
+        let out = dir.to_string_lossy().to_string();
+        all.extend(["--out", &out]);
+        let o = qsgd_table1(&all);
+        assert!(!o.status.success(), "{args:?} succeeded");
+        assert!(
+            text(&o).contains(want),
+            "{args:?}: expected '{want}' in:\n{}",
+            text(&o)
+        );
+        assert!(!dir.exists(), "{args:?} created {}", dir.display());
+    }
+}
+
+#[test]
+fn four_jobs_write_the_table_and_fewer_bits_send_fewer_bytes() {
+    let dir: PathBuf = std::env::temp_dir().join(format!("qsgd-table1-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = dir.to_string_lossy().to_string();
+    let o = qsgd_table1(&[
+        "--synthetic",
+        "--steps",
+        "40",
+        "--eval-samples",
+        "64",
+        "--json",
+        "--out",
+        &out,
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let rows: Vec<Value> = serde_json::from_slice(&o.stdout).expect("--json prints the rows");
+    let runs: Vec<&str> = rows.iter().filter_map(|r| r["run"].as_str()).collect();
+    assert_eq!(runs, ["32bit", "QSGD 2bit", "QSGD 4bit", "QSGD 8bit"]);
+    // LeNet-5 (Caffe): 20 5x5 filters, 50 5x5x20, 800 -> 500 -> 10, with biases.
+    let lenet = 20 * 25 + 20 + 50 * 20 * 25 + 50 + 800 * 500 + 500 + 500 * 10 + 10;
+    for r in &rows {
+        assert_eq!(r["steps"].as_u64(), Some(40), "{r}");
+        assert_eq!(r["params"].as_u64(), Some(lenet as u64), "{r}");
+        let acc = r["top1"].as_f64().unwrap_or(-1.0);
+        assert!((0.0..=1.0).contains(&acc), "{r}");
+        assert!(r["speedup"].as_f64().is_some_and(|s| s > 0.0), "{r}");
+    }
+    assert_eq!(rows[0]["speedup"].as_f64(), Some(1.0));
+    let ratio = |i: usize| rows[i]["compression_ratio"].as_f64().unwrap_or(0.0);
+    assert!((ratio(0) - 1.0).abs() < 1e-9, "32-bit: {}", ratio(0));
+    // 2 bits in buckets of 128 < 4 bits in 512 < 8 bits in 512 < 32 bits.
+    assert!(
+        ratio(1) > ratio(2) && ratio(2) > ratio(3) && ratio(3) > 1.5,
+        "{} {} {}",
+        ratio(1),
+        ratio(2),
+        ratio(3)
+    );
+    let csv = std::fs::read_to_string(dir.join("table1.csv")).expect("table1.csv");
+    assert_eq!(csv.lines().count(), 5, "{csv}");
+    for f in [
+        "table1.json",
+        "curves.png",
+        "curves.svg",
+        "qsgd-4bit/summary.json",
+    ] {
+        assert!(dir.join(f).is_file(), "{f} missing");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
