@@ -5,44 +5,26 @@
 
 use serde_json::Value;
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
+
+mod common;
+use common::text;
 
 fn localgrad_table1(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_localgrad_table1"))
-        .args(args)
-        .output()
-        .expect("starting localgrad_table1")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
+    common::run(env!("CARGO_BIN_EXE_localgrad_table1"), args)
 }
 
 #[test]
 fn wrong_arguments_fail_before_any_job() {
-    for (args, want) in [
-        (&["--preset", "fast"][..], "--preset fast"),
-        (&["--preset", "paper"], "--preset paper needs --data-dir"),
-        (&["--sync-every", "0"], "--sync-every must be at least 1"),
-        (&["--target", "0"], "--target must be a positive number"),
-    ] {
-        let dir = std::env::temp_dir().join(format!("localgrad-bad-{}", std::process::id()));
-        let mut all = args.to_vec();
-        let out = dir.to_string_lossy().to_string();
-        all.extend(["--out", &out]);
-        let o = localgrad_table1(&all);
-        assert!(!o.status.success(), "{args:?} succeeded");
-        assert!(
-            text(&o).contains(want),
-            "{args:?}: expected '{want}' in:\n{}",
-            text(&o)
-        );
-        assert!(!dir.exists(), "{args:?} created {}", dir.display());
-    }
+    common::fails_before_any_job(
+        env!("CARGO_BIN_EXE_localgrad_table1"),
+        &[
+            (&["--preset", "fast"][..], "--preset fast"),
+            (&["--preset", "paper"], "--preset paper needs --data-dir"),
+            (&["--sync-every", "0"], "--sync-every must be at least 1"),
+            (&["--target", "0"], "--target must be a positive number"),
+        ],
+    );
 }
 
 #[test]

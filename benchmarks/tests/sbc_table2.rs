@@ -3,50 +3,32 @@
 //! argument errors, which must come before any job starts.
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
+
+mod common;
+use common::text;
 
 fn sbc_table2(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_sbc_table2"))
-        .args(args)
-        .output()
-        .expect("starting sbc_table2")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
+    common::run(env!("CARGO_BIN_EXE_sbc_table2"), args)
 }
 
 #[test]
 fn wrong_arguments_fail_before_any_job() {
-    for (args, want) in [
-        (&["--row", "cifar10"][..], "--row is for --preset paper"),
-        (
-            &["--preset", "paper", "--row", "imagenet"],
-            "--row imagenet",
-        ),
-        (
-            &["--preset", "paper"],
-            "needs --data-dir with MNIST's IDX files",
-        ),
-        (&["--preset", "fast"], "--preset fast"),
-    ] {
-        let dir = std::env::temp_dir().join(format!("sbc-table2-bad-{}", std::process::id()));
-        let mut all = args.to_vec();
-        let out = dir.to_string_lossy().to_string();
-        all.extend(["--out", &out]);
-        let o = sbc_table2(&all);
-        assert!(!o.status.success(), "{args:?} succeeded");
-        assert!(
-            text(&o).contains(want),
-            "{args:?}: expected '{want}' in:\n{}",
-            text(&o)
-        );
-        assert!(!dir.exists(), "{args:?} created {}", dir.display());
-    }
+    common::fails_before_any_job(
+        env!("CARGO_BIN_EXE_sbc_table2"),
+        &[
+            (&["--row", "cifar10"][..], "--row is for --preset paper"),
+            (
+                &["--preset", "paper", "--row", "imagenet"],
+                "--row imagenet",
+            ),
+            (
+                &["--preset", "paper"],
+                "needs --data-dir with MNIST's IDX files",
+            ),
+            (&["--preset", "fast"], "--preset fast"),
+        ],
+    );
 }
 
 #[test]

@@ -1,0 +1,40 @@
+//! What the paper-table binaries' tests share: running a binary, its output as text, and
+//! the check that wrong arguments fail before any job starts (nothing created in --out).
+
+use std::process::{Command, Output};
+
+/// Runs the binary at `bin` with `args` to completion.
+pub fn run(bin: &str, args: &[&str]) -> Output {
+    Command::new(bin)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("starting {bin}: {e}"))
+}
+
+/// Standard output then standard error.
+pub fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Each `(arguments, expected message)` must fail with that message and leave its
+/// `--out` directory uncreated.
+pub fn fails_before_any_job(bin: &str, cases: &[(&[&str], &str)]) {
+    for (i, (args, want)) in cases.iter().enumerate() {
+        let dir = std::env::temp_dir().join(format!("table-bad-{}-{i}", std::process::id()));
+        let out = dir.to_string_lossy().to_string();
+        let mut all = args.to_vec();
+        all.extend(["--out", &out]);
+        let o = run(bin, &all);
+        assert!(!o.status.success(), "{args:?} succeeded");
+        assert!(
+            text(&o).contains(want),
+            "{args:?}: expected '{want}' in:\n{}",
+            text(&o)
+        );
+        assert!(!dir.exists(), "{args:?} created {}", dir.display());
+    }
+}
