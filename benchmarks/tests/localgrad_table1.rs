@@ -4,15 +4,8 @@
 //! Also its argument errors, which must come before any job starts.
 
 use serde_json::Value;
-use std::path::PathBuf;
-use std::process::Output;
 
 mod common;
-use common::text;
-
-fn localgrad_table1(args: &[&str]) -> Output {
-    common::run(env!("CARGO_BIN_EXE_localgrad_table1"), args)
-}
 
 #[test]
 fn wrong_arguments_fail_before_any_job() {
@@ -29,27 +22,22 @@ fn wrong_arguments_fail_before_any_job() {
 
 #[test]
 fn eight_jobs_write_the_table_and_only_unsynchronised_local_modes_drift() {
-    let dir: PathBuf = std::env::temp_dir().join(format!("localgrad-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let out = dir.to_string_lossy().to_string();
-    let o = localgrad_table1(&[
-        "--synthetic",
-        "--steps",
-        "40",
-        "--warmup-steps",
-        "10",
-        "--sync-every",
-        "20",
-        "--eval-every",
-        "10",
-        "--eval-samples",
-        "64",
-        "--json",
-        "--out",
-        &out,
-    ]);
-    assert!(o.status.success(), "{}", text(&o));
-    let rows: Vec<Value> = serde_json::from_slice(&o.stdout).expect("--json prints the rows");
+    let (dir, rows) = common::synthetic_rows(
+        env!("CARGO_BIN_EXE_localgrad_table1"),
+        "localgrad",
+        &[
+            "--steps",
+            "40",
+            "--warmup-steps",
+            "10",
+            "--sync-every",
+            "20",
+            "--eval-every",
+            "10",
+            "--eval-samples",
+            "64",
+        ],
+    );
     let names: Vec<&str> = rows.iter().filter_map(|r| r["model"].as_str()).collect();
     assert_eq!(
         names,

@@ -2,16 +2,7 @@
 //! and QSGD at 2, 4 and 8 bits), the table's files, and wire compression in the order the
 //! bit widths imply. Also its argument errors, which must come before any job starts.
 
-use serde_json::Value;
-use std::path::PathBuf;
-use std::process::Output;
-
 mod common;
-use common::text;
-
-fn qsgd_table1(args: &[&str]) -> Output {
-    common::run(env!("CARGO_BIN_EXE_qsgd_table1"), args)
-}
 
 #[test]
 fn wrong_arguments_fail_before_any_job() {
@@ -30,21 +21,11 @@ fn wrong_arguments_fail_before_any_job() {
 
 #[test]
 fn four_jobs_write_the_table_and_fewer_bits_send_fewer_bytes() {
-    let dir: PathBuf = std::env::temp_dir().join(format!("qsgd-table1-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let out = dir.to_string_lossy().to_string();
-    let o = qsgd_table1(&[
-        "--synthetic",
-        "--steps",
-        "40",
-        "--eval-samples",
-        "64",
-        "--json",
-        "--out",
-        &out,
-    ]);
-    assert!(o.status.success(), "{}", text(&o));
-    let rows: Vec<Value> = serde_json::from_slice(&o.stdout).expect("--json prints the rows");
+    let (dir, rows) = common::synthetic_rows(
+        env!("CARGO_BIN_EXE_qsgd_table1"),
+        "qsgd-table1",
+        &["--steps", "40", "--eval-samples", "64"],
+    );
     let runs: Vec<&str> = rows.iter().filter_map(|r| r["run"].as_str()).collect();
     assert_eq!(runs, ["32bit", "QSGD 2bit", "QSGD 4bit", "QSGD 8bit"]);
     // LeNet-5 (Caffe): 20 5x5 filters, 50 5x5x20, 800 -> 500 -> 10, with biases.

@@ -2,15 +2,7 @@
 //! the table's files, and compression ratios in the order the methods promise. Also its
 //! argument errors, which must come before any job starts.
 
-use std::path::PathBuf;
-use std::process::Output;
-
 mod common;
-use common::text;
-
-fn sbc_table2(args: &[&str]) -> Output {
-    common::run(env!("CARGO_BIN_EXE_sbc_table2"), args)
-}
 
 #[test]
 fn wrong_arguments_fail_before_any_job() {
@@ -33,22 +25,11 @@ fn wrong_arguments_fail_before_any_job() {
 
 #[test]
 fn six_jobs_write_the_table_and_ratios_follow_the_methods() {
-    let dir: PathBuf = std::env::temp_dir().join(format!("sbc-table2-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let out = dir.to_string_lossy().to_string();
-    let o = sbc_table2(&[
-        "--synthetic",
-        "--steps",
-        "100",
-        "--eval-samples",
-        "64",
-        "--json",
-        "--out",
-        &out,
-    ]);
-    assert!(o.status.success(), "{}", text(&o));
-    let rows: Vec<serde_json::Value> =
-        serde_json::from_slice(&o.stdout).expect("--json prints the rows");
+    let (dir, rows) = common::synthetic_rows(
+        env!("CARGO_BIN_EXE_sbc_table2"),
+        "sbc-table2",
+        &["--steps", "100", "--eval-samples", "64"],
+    );
     let names: Vec<&str> = rows.iter().filter_map(|r| r["method"].as_str()).collect();
     assert_eq!(
         names,

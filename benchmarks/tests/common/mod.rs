@@ -1,6 +1,8 @@
 //! What the paper-table binaries' tests share: running a binary, its output as text, and
 //! the check that wrong arguments fail before any job starts (nothing created in --out).
 
+use serde_json::Value;
+use std::path::PathBuf;
 use std::process::{Command, Output};
 
 /// Runs the binary at `bin` with `args` to completion.
@@ -37,4 +39,20 @@ pub fn fails_before_any_job(bin: &str, cases: &[(&[&str], &str)]) {
         );
         assert!(!dir.exists(), "{args:?} created {}", dir.display());
     }
+}
+
+/// Runs the binary at `bin` on synthetic data with `args`, `--json` and a fresh `--out`
+/// under the temporary directory named after `name`; it must succeed. Returns that
+/// directory and the printed rows.
+pub fn synthetic_rows(bin: &str, name: &str, args: &[&str]) -> (PathBuf, Vec<Value>) {
+    let dir = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = dir.to_string_lossy().to_string();
+    let mut all = vec!["--synthetic"];
+    all.extend(args);
+    all.extend(["--json", "--out", &out]);
+    let o = run(bin, &all);
+    assert!(o.status.success(), "{}", text(&o));
+    let rows = serde_json::from_slice(&o.stdout).expect("--json prints the rows");
+    (dir, rows)
 }
