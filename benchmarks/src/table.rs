@@ -200,10 +200,8 @@ fn read_jsonl(path: &Path) -> Result<Vec<Value>> {
         .collect()
 }
 
-/// Writes a table's files into `out`: `{stem}.json` (the rows), `{stem}.csv` (the rows'
-/// `columns` in that order: numbers in full, strings as they are, nothing for null) and
-/// the learning curves (`curves.png`, `curves.svg`; metric against epoch, one series per
-/// job).
+/// Writes a table's files into `out`: its rows (see [`write_rows`]) and the learning
+/// curves (`curves.png`, `curves.svg`; metric against epoch, one series per job).
 pub fn write_table(
     out: &Path,
     stem: &str,
@@ -213,6 +211,17 @@ pub fn write_table(
     title: &str,
     metric: &str,
 ) -> Result<()> {
+    write_rows(out, stem, rows, columns)?;
+    let series: Vec<train::plot::Series> = curves
+        .into_iter()
+        .map(|(name, points)| train::plot::Series { name, points })
+        .collect();
+    train::plot::line_chart(&out.join("curves"), title, "epoch", metric, &series)
+}
+
+/// Writes `{stem}.json` (the rows) and `{stem}.csv` (the rows' `columns` in that order:
+/// numbers in full, strings as they are, nothing for null) into `out`.
+pub fn write_rows(out: &Path, stem: &str, rows: &[Value], columns: &[&str]) -> Result<()> {
     let write = |name: &str, text: &str| {
         let path = out.join(name);
         std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))
@@ -233,12 +242,7 @@ pub fn write_table(
             .collect();
         csv += &(cells.join(",") + "\n");
     }
-    write(&format!("{stem}.csv"), &csv)?;
-    let series: Vec<train::plot::Series> = curves
-        .into_iter()
-        .map(|(name, points)| train::plot::Series { name, points })
-        .collect();
-    train::plot::line_chart(&out.join("curves"), title, "epoch", metric, &series)
+    write(&format!("{stem}.csv"), &csv)
 }
 
 /// A number for a table cell: `decimals` places, or "-" where there is none.

@@ -14,11 +14,11 @@
 //! emulated network) it runs as one worker of that job.
 
 use anyhow::{bail, Context, Result};
+use benchmarks::collective::{launch_local, slowest_best};
 use benchmarks::{random_sparse, run_reference};
 use clap::Parser;
 use comm::{ping_pong, AlphaBeta, Collective, Communicator, ReduceOp};
 use serde_json::{json, Value};
-use std::time::Instant;
 
 #[derive(Parser, Clone)]
 #[command(
@@ -63,68 +63,6 @@ struct Args {
     csv: Option<std::path::PathBuf>,
 }
 
-fn launch(args: &Args) -> Result<()> {
-    let port = comm::free_loopback_port()?;
-    let token = train::launcher::token()?;
-    let exe = std::env::current_exe()?;
-    let children: Vec<_> = (0..args.world)
-        .map(|rank| {
-            std::process::Command::new(&exe)
-                .args(std::env::args().skip(1))
-                .env("RANK", rank.to_string())
-                .env("WORLD_SIZE", args.world.to_string())
-                .env("MASTER_ADDR", "127.0.0.1")
-                .env("MASTER_PORT", port.to_string())
-                .env("GRADEX_TOKEN", &token)
-                .env("GRADEX_BIND_ADDR", "127.0.0.1")
-                .spawn()
-                .with_context(|| format!("starting worker {rank}"))
-        })
-        .collect::<Result<_>>()?;
-    let mut failed = None;
-    for (rank, mut c) in children.into_iter().enumerate() {
-        if !c.wait()?.success() && failed.is_none() {
-            failed = Some(rank);
-        }
-    }
-    if let Some(rank) = failed {
-        bail!("worker {rank} failed");
-    }
-    Ok(())
-}
-
-/// The best over `reps` of a collective's completion time: every rank times its own call
-/// from the barrier, and the slowest rank's time counts. (Rank 0's own time is not the
-/// collective's: gTopKAllReduce ends with a broadcast from rank 0, which returns once its
-/// messages are in the kernel's socket buffers, long before the leaves have them.)
-fn best<F: FnMut(&mut Communicator) -> comm::Result<()>>(
-    c: &mut Communicator,
-    warmup: usize,
-    reps: usize,
-    mut f: F,
-) -> Result<f64> {
-    for _ in 0..warmup {
-        f(c)?;
-    }
-    let mut best = f64::INFINITY;
-    for _ in 0..reps.max(1) {
-        c.barrier()?;
-        let t = Instant::now();
-        f(c)?;
-        let mine = t.elapsed().as_secs_f64();
-        let mut slowest = 0f64;
-        for (rank, b) in c.allgather_v(&mine.to_le_bytes())?.iter().enumerate() {
-            let bytes: [u8; 8] = b
-                .as_slice()
-                .try_into()
-                .map_err(|_| anyhow::anyhow!("rank {rank} sent a {}-byte time", b.len()))?;
-            slowest = slowest.max(f64::from_le_bytes(bytes));
-        }
-        best = best.min(slowest);
-    }
-    Ok(best)
-}
-
 fn worker(args: &Args) -> Result<()> {
     let mut c = Communicator::from_env()?;
     let (rank, p) = (c.rank(), c.world_size());
@@ -145,7 +83,7 @@ fn worker(args: &Args) -> Result<()> {
             rows.push(json!({"collective": "socket_copy", "world": 2, "bytes": bytes, "density": null, "measured_s": t, "predicted_s": model.alpha + bytes as f64 * model.beta, "gbit_per_s": bytes as f64 * 8.0 / t / 1e9}));
         }
         let mut data = vec![1.0f32; n];
-        let t = best(&mut c, args.warmup, args.repeats, |c| {
+        let t = slowest_best(&mut c, args.warmup, args.repeats, |c| {
             c.allreduce(&mut data, ReduceOp::Sum)
         })?;
         let busbw = bytes as f64 / t * 2.0 * (p as f64 - 1.0) / p as f64 * 8.0 / 1e9;
@@ -162,7 +100,7 @@ fn worker(args: &Args) -> Result<()> {
                 .copied()
                 .unwrap_or_default()
                 .total_sent;
-            let t = best(&mut c, args.warmup, args.repeats, |c| {
+            let t = slowest_best(&mut c, args.warmup, args.repeats, |c| {
                 if kind == Collective::TopkAllreduce {
                     c.topk_allreduce(&local).map(|_| ())
                 } else {
@@ -301,6 +239,6 @@ fn main() -> Result<()> {
     if std::env::var("RANK").is_ok() {
         worker(&args)
     } else {
-        launch(&args)
+        launch_local(args.world, &std::env::args().skip(1).collect::<Vec<_>>())
     }
 }

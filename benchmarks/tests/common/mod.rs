@@ -1,6 +1,8 @@
 //! What the paper-table binaries' tests share: running a binary, its output as text, and
 //! the check that wrong arguments fail before any job starts (nothing created in --out).
 
+#![allow(dead_code)] // each test binary uses some of these helpers
+
 use serde_json::Value;
 use std::path::PathBuf;
 use std::process::{Command, Output};

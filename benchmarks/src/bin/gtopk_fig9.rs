@@ -1,0 +1,630 @@
+//! Figure 9 of paper 002 (gTop-k): the time of TopKAllReduce against gTopKAllReduce as
+//! the number of workers grows (left panel: m = 100 MB of gradient at density 0.001, so
+//! k = 25,000 (index, value) pairs per worker) and as the message grows (right panel: 32
+//! workers, as the caption says; the text says 64, `--right-world`). The paper draws both
+//! panels from its α-β model (Table I) with the α = 0.436 ms and β = 9·10⁻⁶ ms per byte it
+//! fitted on its 1 GbE cluster. This binary prints, for each point:
+//!
+//! - that model with the paper's α and β: the figure itself;
+//! - the same model with α and β fitted on this machine, in the same run, by a ping-pong
+//!   of every rank pair at once in the largest measured job;
+//! - the collectives measured with 2, 4 and 8 local workers (`--worlds`), each beside the
+//!   model with the α and β fitted in that job (measured / model says how well the model
+//!   holds here).
+//!
+//! The model is comm's `AlphaBeta` (the algorithms as comm implements them: Bruck's
+//! allgather for TopK, a binomial tree up and down for gTopK; for powers of two these are
+//! exactly Table I's forms). A time is the collective's completion time on the slowest
+//! rank, best of `--repeats` after `--warmup` untimed calls. Writes `fig9.csv`,
+//! `fig9.json` and four charts (`fig9_left_paper`, `fig9_left_here`, `fig9_right_paper`,
+//! `fig9_right_here`, PNG and SVG) into `--out`.
+//!
+//! Inside the emulated network (`scripts/netem.sh --workers 8 -- gtopk_fig9 …`), where
+//! RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and GRADEX_TOKEN are already set, it runs as
+//! one worker of that job: the measured column is that job's world, and rank 0 prints the
+//! table and writes the files.
+
+use anyhow::{bail, ensure, Context, Result};
+use benchmarks::collective::{launch_local, slowest_best};
+use benchmarks::{random_sparse, table};
+use clap::Parser;
+use comm::{ping_pong, AlphaBeta, Communicator, ReduceOp};
+use serde_json::{json, Value};
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(
+    about = "Paper 002's Figure 9: TopKAllReduce against gTopKAllReduce as workers and message size grow, from the paper's alpha-beta model, this machine's fitted model, and local measurements"
+)]
+struct Args {
+    /// Local worker counts to measure (one job each; the largest also measures the right
+    /// panel and gives the fitted model).
+    #[arg(long, value_delimiter = ',', default_value = "2,4,8")]
+    worlds: Vec<usize>,
+    /// Worker counts of the left panel's model rows (the measured ones are added).
+    #[arg(long, value_delimiter = ',', default_value = "2,4,8,16,32,64")]
+    model_worlds: Vec<usize>,
+    /// The left panel's gradient size in bytes (the paper: 100 MB, ResNet-50's size).
+    #[arg(long, default_value_t = 100_000_000)]
+    size: usize,
+    /// The right panel's gradient sizes in bytes.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "1000000,10000000,50000000,100000000,200000000,400000000"
+    )]
+    sizes: Vec<usize>,
+    /// Workers of the right panel's model rows (the caption's 32).
+    #[arg(long, default_value_t = 32)]
+    right_world: usize,
+    /// Density: each worker contributes k = density × size / 4 (index, value) pairs.
+    #[arg(long, default_value_t = 0.001)]
+    density: f64,
+    /// Timed calls per point (the best counts).
+    #[arg(long, default_value_t = 3)]
+    repeats: usize,
+    /// Untimed calls per point before the timed ones (TCP windows grow on first use).
+    #[arg(long, default_value_t = 1)]
+    warmup: usize,
+    /// Do not measure the dense allreduce of the left panel (its model rows stay).
+    #[arg(long)]
+    no_dense: bool,
+    /// The paper's α in seconds (0.436 ms on its 1 GbE cluster).
+    #[arg(long, default_value_t = 0.436e-3)]
+    paper_alpha: f64,
+    /// The paper's β in seconds per byte (9·10⁻⁶ ms).
+    #[arg(long, default_value_t = 9e-9)]
+    paper_beta: f64,
+    /// Where the table and the charts go.
+    #[arg(long, default_value = "runs/gtopk_fig9")]
+    out: PathBuf,
+    /// Print the rows as JSON instead of the tables.
+    #[arg(long)]
+    json: bool,
+    /// Internal: rank 0 of a measuring job writes its rows here.
+    #[arg(long, hide = true)]
+    rows_out: Option<PathBuf>,
+    /// Internal: this job also measures the right panel.
+    #[arg(long, hide = true)]
+    measure_right: bool,
+}
+
+/// One measuring job's results: its world, the α-β fitted in it, and its rows
+/// (`panel`, `collective`, `bytes`, `k`, `measured_s`, `model_s`).
+struct Measured {
+    world: usize,
+    fit: AlphaBeta,
+    rows: Vec<Value>,
+}
+
+const SPARSE: [&str; 2] = ["topk_allreduce", "gtopk_allreduce"];
+
+fn pairs(bytes: usize, density: f64) -> usize {
+    (((bytes / 4) as f64 * density).round() as usize).max(1)
+}
+
+fn predict(m: &AlphaBeta, collective: &str, p: usize, bytes: usize, k: usize) -> f64 {
+    match collective {
+        "allreduce" => m.allreduce(p, bytes),
+        "topk_allreduce" => m.topk_allreduce(p, k),
+        _ => m.gtopk_allreduce(p, k),
+    }
+}
+
+fn validate(args: &Args) -> Result<()> {
+    ensure!(!args.worlds.is_empty(), "--worlds needs at least one world");
+    if let Some(w) = args.worlds.iter().find(|&&w| w < 2) {
+        bail!("--worlds {w}: every measured world needs at least 2 workers");
+    }
+    if let Some(w) = args.model_worlds.iter().find(|&&w| w < 2) {
+        bail!("--model-worlds {w}: the model needs at least 2 workers");
+    }
+    ensure!(
+        args.right_world >= 2,
+        "--right-world {}: at least 2 workers",
+        args.right_world
+    );
+    ensure!(
+        args.density > 0.0 && args.density <= 1.0,
+        "--density {} must be in (0, 1]",
+        args.density
+    );
+    ensure!(
+        args.size >= 4 && args.sizes.iter().all(|&s| s >= 4),
+        "--size and --sizes are in bytes, at least 4 (one f32)"
+    );
+    ensure!(
+        args.paper_alpha >= 0.0 && args.paper_beta > 0.0,
+        "--paper-alpha must be >= 0 and --paper-beta > 0"
+    );
+    Ok(())
+}
+
+/// One worker of a measuring job: fit α-β, then time the collectives.
+fn worker(args: &Args) -> Result<()> {
+    let mut c = Communicator::from_env()?;
+    let (rank, p) = (c.rank(), c.world_size());
+    ensure!(p >= 2, "gtopk_fig9 needs at least 2 workers, got {p}");
+    let pp_sizes: Vec<usize> = (0..=12).map(|i| 1usize << (2 * i)).collect();
+    let fit = AlphaBeta::fit(&ping_pong(&mut c, &pp_sizes, 5)?);
+    let (warmup, reps) = (args.warmup, args.repeats);
+    let mut rows = Vec::new();
+    let mut sparse = |c: &mut Communicator, panel: &str, bytes: usize| -> Result<()> {
+        let (n, k) = (bytes / 4, pairs(bytes, args.density));
+        let local = random_sparse(rank, n, k);
+        for name in SPARSE {
+            let t = slowest_best(c, warmup, reps, |c| {
+                if name == "topk_allreduce" {
+                    c.topk_allreduce(&local).map(|_| ())
+                } else {
+                    c.gtopk_allreduce(&local, k).map(|_| ())
+                }
+            })?;
+            rows.push(
+                json!({"panel": panel, "collective": name, "bytes": bytes, "k": k,
+                "measured_s": t, "model_s": predict(&fit, name, p, bytes, k)}),
+            );
+        }
+        Ok(())
+    };
+    sparse(&mut c, "left", args.size)?;
+    let netem_job = args.rows_out.is_none();
+    if args.measure_right || netem_job {
+        for &bytes in &args.sizes {
+            sparse(&mut c, "right", bytes)?;
+        }
+    }
+    if !args.no_dense {
+        let mut data = vec![1.0f32; args.size / 4];
+        let t = slowest_best(&mut c, warmup, reps, |c| {
+            c.allreduce(&mut data, ReduceOp::Sum)
+        })?;
+        rows.push(
+            json!({"panel": "left", "collective": "allreduce", "bytes": args.size,
+            "k": null, "measured_s": t, "model_s": fit.allreduce(p, args.size)}),
+        );
+    }
+    c.barrier()?;
+    if rank != 0 {
+        return Ok(());
+    }
+    let job = json!({"world": p, "alpha": fit.alpha, "beta": fit.beta, "rows": rows});
+    match &args.rows_out {
+        Some(path) => std::fs::write(path, job.to_string())
+            .with_context(|| format!("writing {}", path.display())),
+        None => {
+            std::fs::create_dir_all(&args.out)
+                .with_context(|| format!("creating {}", args.out.display()))?;
+            report(args, &[parse_job(&job)?])
+        }
+    }
+}
+
+fn parse_job(v: &Value) -> Result<Measured> {
+    let num = |key: &str| {
+        v[key]
+            .as_f64()
+            .with_context(|| format!("a measuring job's output lacks '{key}'"))
+    };
+    Ok(Measured {
+        world: num("world")? as usize,
+        fit: AlphaBeta {
+            alpha: num("alpha")?,
+            beta: num("beta")?,
+        },
+        rows: v["rows"].as_array().cloned().unwrap_or_default(),
+    })
+}
+
+/// Runs one local job per `--worlds` entry and reports.
+fn launch(args: &Args) -> Result<()> {
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("creating {}", args.out.display()))?;
+    let mut worlds = args.worlds.clone();
+    worlds.sort_unstable();
+    worlds.dedup();
+    let largest = *worlds.last().context("no world to measure")?;
+    let join = |v: &[usize]| {
+        v.iter()
+            .map(|x| x.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let mut measured = Vec::new();
+    for &w in &worlds {
+        let path = args.out.join(format!("world-{w}.json"));
+        let mut forward: Vec<String> = vec![
+            "--size".into(),
+            args.size.to_string(),
+            "--sizes".into(),
+            join(&args.sizes),
+            "--density".into(),
+            args.density.to_string(),
+            "--repeats".into(),
+            args.repeats.to_string(),
+            "--warmup".into(),
+            args.warmup.to_string(),
+            "--rows-out".into(),
+            path.display().to_string(),
+        ];
+        if args.no_dense {
+            forward.push("--no-dense".into());
+        }
+        if w == largest {
+            forward.push("--measure-right".into());
+        }
+        eprintln!("gtopk_fig9: measuring with {w} local workers");
+        launch_local(w, &forward).with_context(|| format!("the {w}-worker job"))?;
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        let v: Value =
+            serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+        measured.push(parse_job(&v)?);
+    }
+    report(args, &measured)
+}
+
+/// The measured time (and that job's model) of `collective` at (`panel`, `bytes`) in the
+/// job of `world` workers, if one ran.
+fn lookup<'a>(
+    measured: &'a [Measured],
+    world: usize,
+    panel: &str,
+    collective: &str,
+    bytes: usize,
+) -> Option<&'a Value> {
+    measured
+        .iter()
+        .find(|m| m.world == world)?
+        .rows
+        .iter()
+        .find(|r| r["panel"] == panel && r["collective"] == collective && r["bytes"] == bytes)
+}
+
+/// `key` of the report row at (`panel`, `world`, `bytes`, `collective`).
+fn point_value(
+    rows: &[Value],
+    panel: &str,
+    world: usize,
+    bytes: usize,
+    collective: &str,
+    key: &str,
+) -> Option<f64> {
+    rows.iter()
+        .find(|r| {
+            r["panel"] == panel
+                && r["world"] == world
+                && r["bytes"] == bytes
+                && r["collective"] == collective
+        })
+        .and_then(|r| r[key].as_f64())
+}
+
+fn ms(v: Option<f64>) -> String {
+    table::cell(v.map(|s| s * 1e3), 2)
+}
+
+fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    Some(a? / b?)
+}
+
+fn report(args: &Args, measured: &[Measured]) -> Result<()> {
+    let paper = AlphaBeta {
+        alpha: args.paper_alpha,
+        beta: args.paper_beta,
+    };
+    let here = measured
+        .iter()
+        .max_by_key(|m| m.world)
+        .context("nothing was measured")?;
+    let (ours, fit_world) = (here.fit, here.world);
+    let mut worlds: Vec<usize> = args
+        .model_worlds
+        .iter()
+        .chain(measured.iter().map(|m| &m.world))
+        .copied()
+        .collect();
+    worlds.sort_unstable();
+    worlds.dedup();
+
+    // The rows: every (panel, world, size, collective) point with both models and, where a
+    // job ran, its measurement.
+    let mut rows: Vec<Value> = Vec::new();
+    let mut point = |panel: &str, world: usize, bytes: usize, collective: &str| {
+        let k = pairs(bytes, args.density);
+        let m = lookup(measured, world, panel, collective, bytes);
+        rows.push(json!({
+            "panel": panel, "world": world, "bytes": bytes,
+            "k": if collective == "allreduce" { None } else { Some(k) },
+            "collective": collective,
+            "paper_model_s": predict(&paper, collective, world, bytes, k),
+            "our_model_s": predict(&ours, collective, world, bytes, k),
+            "measured_s": m.map(|r| r["measured_s"].clone()),
+            "measured_job_model_s": m.map(|r| r["model_s"].clone()),
+        }));
+    };
+    for &w in &worlds {
+        for c in ["allreduce", SPARSE[0], SPARSE[1]] {
+            point("left", w, args.size, c);
+        }
+    }
+    let mut right_worlds = vec![args.right_world, fit_world];
+    right_worlds.dedup();
+    for &w in &right_worlds {
+        for &bytes in &args.sizes {
+            for c in SPARSE {
+                point("right", w, bytes, c);
+            }
+        }
+    }
+    table::write_rows(
+        &args.out,
+        "fig9",
+        &rows,
+        &[
+            "panel",
+            "world",
+            "bytes",
+            "k",
+            "collective",
+            "paper_model_s",
+            "our_model_s",
+            "measured_s",
+            "measured_job_model_s",
+        ],
+    )?;
+    let get = |panel: &str, w: usize, bytes: usize, c: &str, key: &str| {
+        point_value(&rows, panel, w, bytes, c, key)
+    };
+    write_charts(args, &worlds, fit_world, &rows)?;
+    if args.json {
+        println!("{}", Value::Array(rows));
+        return Ok(());
+    }
+
+    let m = args.size;
+    println!(
+        "gTop-k, Figure 9 (left): {:.1} MB of gradient, density {} (k = {} pairs per worker); times in ms",
+        m as f64 / 1e6,
+        args.density,
+        pairs(m, args.density)
+    );
+    let describe = |ab: &AlphaBeta| {
+        format!(
+            "alpha = {:.3} ms, beta = {:.3} ns/byte ({:.2} Gbit/s)",
+            ab.alpha * 1e3,
+            ab.beta * 1e9,
+            8.0 / ab.beta.max(f64::MIN_POSITIVE) / 1e9
+        )
+    };
+    println!("the paper's 1 GbE model: {}", describe(&paper));
+    println!(
+        "fitted here ({fit_world} workers, all pairs at once): {}",
+        describe(&ours)
+    );
+    println!(
+        "\n{:>7} | {:^33} | {:^33} | {:^33} | {:^13}",
+        "", "the paper's model", "this machine's model", "measured here", "meas./model"
+    );
+    println!(
+        "{:>7} | {:>9} {:>8} {:>8} {:>5} | {:>9} {:>8} {:>8} {:>5} | {:>9} {:>8} {:>8} {:>5} | {:>6} {:>6}",
+        "workers", "dense", "TopK", "gTopK", "T/g", "dense", "TopK", "gTopK", "T/g", "dense", "TopK", "gTopK", "T/g", "TopK", "gTopK"
+    );
+    for &w in &worlds {
+        let g = |c: &str, key: &str| get("left", w, m, c, key);
+        let trio = |key: &str| {
+            let (t, gt) = (g(SPARSE[0], key), g(SPARSE[1], key));
+            format!(
+                "{:>9} {:>8} {:>8} {:>5}",
+                ms(g("allreduce", key)),
+                ms(t),
+                ms(gt),
+                table::cell(ratio(t, gt), 2)
+            )
+        };
+        let vs = |c: &str| table::cell(ratio(g(c, "measured_s"), g(c, "measured_job_model_s")), 2);
+        println!(
+            "{w:>7} | {} | {} | {} | {:>6} {:>6}",
+            trio("paper_model_s"),
+            trio("our_model_s"),
+            trio("measured_s"),
+            vs(SPARSE[0]),
+            vs(SPARSE[1])
+        );
+    }
+    for (name, key) in [
+        ("the paper's model", "paper_model_s"),
+        ("this machine's model", "our_model_s"),
+    ] {
+        let t_over_g = |w: usize| {
+            ratio(
+                get("left", w, m, SPARSE[0], key),
+                get("left", w, m, SPARSE[1], key),
+            )
+        };
+        let crossover = worlds
+            .iter()
+            .find(|&&w| t_over_g(w).is_some_and(|r| r > 1.0))
+            .map_or("never, up to these worlds".to_string(), |w| {
+                format!("from {w} workers")
+            });
+        println!(
+            "{name}: gTopK faster than TopK {crossover}; TopK / gTopK at 32 workers = {}",
+            table::cell(t_over_g(32), 2)
+        );
+    }
+    println!(
+        "(paper 002: 'when the number of workers is small, TopKAllReduce is slightly faster than gTopKAllReduce; when the number of workers scales to 32, TopKAllReduce becomes much worse')"
+    );
+
+    println!(
+        "\ngTop-k, Figure 9 (right): the message size; the model with {} workers, measured with {fit_world}; times in ms",
+        args.right_world
+    );
+    let rw = args.right_world;
+    println!(
+        "{:>9} {:>8} | {:^23} | {:^23} | {:^23} | {:^17}",
+        "",
+        "",
+        format!("paper's model, {rw}"),
+        format!("our model, {rw}"),
+        format!("measured, {fit_world}"),
+        format!("our model, {fit_world}")
+    );
+    println!(
+        "{:>9} {:>8} | {:>8} {:>8} {:>5} | {:>8} {:>8} {:>5} | {:>8} {:>8} {:>5} | {:>8} {:>8}",
+        "MB",
+        "k",
+        "TopK",
+        "gTopK",
+        "T/g",
+        "TopK",
+        "gTopK",
+        "T/g",
+        "TopK",
+        "gTopK",
+        "T/g",
+        "TopK",
+        "gTopK"
+    );
+    for &bytes in &args.sizes {
+        let g = |w: usize, c: &str, key: &str| get("right", w, bytes, c, key);
+        let pair = |w: usize, key: &str| {
+            let (t, gt) = (g(w, SPARSE[0], key), g(w, SPARSE[1], key));
+            format!(
+                "{:>8} {:>8} {:>5}",
+                ms(t),
+                ms(gt),
+                table::cell(ratio(t, gt), 2)
+            )
+        };
+        println!(
+            "{:>9.1} {:>8} | {} | {} | {} | {:>8} {:>8}",
+            bytes as f64 / 1e6,
+            pairs(bytes, args.density),
+            pair(rw, "paper_model_s"),
+            pair(rw, "our_model_s"),
+            pair(fit_world, "measured_s"),
+            ms(g(fit_world, SPARSE[0], "measured_job_model_s")),
+            ms(g(fit_world, SPARSE[1], "measured_job_model_s")),
+        );
+    }
+    println!(
+        "\nwrote {} (fig9.csv, fig9.json, fig9_{{left,right}}_{{paper,here}}.png/.svg)",
+        args.out.display()
+    );
+    Ok(())
+}
+
+/// The four charts: each panel once from the paper's model (the figure as published) and
+/// once from this machine (its fitted model and the measurements), in milliseconds.
+fn write_charts(args: &Args, worlds: &[usize], fit_world: usize, rows: &[Value]) -> Result<()> {
+    let get = |panel: &str, w: usize, bytes: usize, c: &str, key: &str| {
+        point_value(rows, panel, w, bytes, c, key)
+    };
+    use train::plot::{line_chart, Series};
+    let series = |name: String, points: Vec<(f64, Option<f64>)>| Series {
+        name,
+        points: points
+            .into_iter()
+            .filter_map(|(x, y)| Some((x, y? * 1e3)))
+            .collect(),
+    };
+    let left = |c: &str, key: &str| {
+        series(
+            format!(
+                "{} ({})",
+                if c == SPARSE[0] { "TopK" } else { "gTopK" },
+                match key {
+                    "paper_model_s" => "paper's model",
+                    "our_model_s" => "fitted model",
+                    _ => "measured",
+                }
+            ),
+            worlds
+                .iter()
+                .map(|&w| (w as f64, get("left", w, args.size, c, key)))
+                .collect(),
+        )
+    };
+    let right = |w: usize, c: &str, key: &str| {
+        series(
+            format!(
+                "{} ({}, {w} workers)",
+                if c == SPARSE[0] { "TopK" } else { "gTopK" },
+                match key {
+                    "paper_model_s" => "paper's model",
+                    "our_model_s" => "fitted model",
+                    _ => "measured",
+                }
+            ),
+            args.sizes
+                .iter()
+                .map(|&b| (b as f64 / 1e6, get("right", w, b, c, key)))
+                .collect(),
+        )
+    };
+    let out = &args.out;
+    let mb = args.size as f64 / 1e6;
+    line_chart(
+        &out.join("fig9_left_paper"),
+        &format!(
+            "Fig. 9 left, paper's alpha-beta: {mb:.0} MB, density {}",
+            args.density
+        ),
+        "workers",
+        "ms",
+        &[
+            left(SPARSE[0], "paper_model_s"),
+            left(SPARSE[1], "paper_model_s"),
+        ],
+    )?;
+    line_chart(
+        &out.join("fig9_left_here"),
+        &format!(
+            "Fig. 9 left, this machine: {mb:.0} MB, density {}",
+            args.density
+        ),
+        "workers",
+        "ms",
+        &[
+            left(SPARSE[0], "our_model_s"),
+            left(SPARSE[1], "our_model_s"),
+            left(SPARSE[0], "measured_s"),
+            left(SPARSE[1], "measured_s"),
+        ],
+    )?;
+    let rw = args.right_world;
+    line_chart(
+        &out.join("fig9_right_paper"),
+        &format!("Fig. 9 right, paper's alpha-beta: {rw} workers"),
+        "MB",
+        "ms",
+        &[
+            right(rw, SPARSE[0], "paper_model_s"),
+            right(rw, SPARSE[1], "paper_model_s"),
+        ],
+    )?;
+    line_chart(
+        &out.join("fig9_right_here"),
+        &format!("Fig. 9 right, this machine: {fit_world} workers"),
+        "MB",
+        "ms",
+        &[
+            right(fit_world, SPARSE[0], "our_model_s"),
+            right(fit_world, SPARSE[1], "our_model_s"),
+            right(fit_world, SPARSE[0], "measured_s"),
+            right(fit_world, SPARSE[1], "measured_s"),
+        ],
+    )
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    validate(&args)?;
+    if std::env::var("RANK").is_ok() {
+        worker(&args)
+    } else {
+        launch(&args)
+    }
+}

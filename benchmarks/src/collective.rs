@@ -1,0 +1,79 @@
+//! What the collective benchmarks (`comm_bench`, `gtopk_fig9`) share: starting W local
+//! worker processes of the current binary as one communicator job, and timing a
+//! collective the way nccl-tests and the papers do, by its completion time on the
+//! slowest rank.
+
+use anyhow::{bail, Context, Result};
+use comm::Communicator;
+use std::time::Instant;
+
+/// Runs `world` copies of the current executable with `args`, as ranks of one job on the
+/// loopback interface (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, a fresh GRADEX_TOKEN),
+/// and waits for all of them. A worker that fails makes the others fail too, within the
+/// communicator's timeout; the error names the first failed rank.
+pub fn launch_local(world: usize, args: &[String]) -> Result<()> {
+    let port = comm::free_loopback_port().context("finding a free loopback port")?;
+    let token = train::launcher::token()?;
+    let exe = std::env::current_exe().context("locating this benchmark's executable")?;
+    let children: Vec<_> = (0..world)
+        .map(|rank| {
+            std::process::Command::new(&exe)
+                .args(args)
+                .env("RANK", rank.to_string())
+                .env("WORLD_SIZE", world.to_string())
+                .env("MASTER_ADDR", "127.0.0.1")
+                .env("MASTER_PORT", port.to_string())
+                .env("GRADEX_TOKEN", &token)
+                .env("GRADEX_BIND_ADDR", "127.0.0.1")
+                .spawn()
+                .with_context(|| format!("starting worker {rank}"))
+        })
+        .collect::<Result<_>>()?;
+    let mut failed = None;
+    for (rank, mut c) in children.into_iter().enumerate() {
+        let ok = c
+            .wait()
+            .with_context(|| format!("waiting for worker {rank}"))?
+            .success();
+        if !ok && failed.is_none() {
+            failed = Some(rank);
+        }
+    }
+    if let Some(rank) = failed {
+        bail!("worker {rank} of {world} failed (its error is above)");
+    }
+    Ok(())
+}
+
+/// The best over `reps` of a collective's completion time, after `warmup` untimed calls:
+/// every rank times its own call from a barrier, and the slowest rank's time counts.
+/// (Rank 0's own time is not the collective's: gTopKAllReduce ends with a broadcast from
+/// rank 0, which returns once its messages are in the kernel's socket buffers, long
+/// before the leaves have them.) Every rank must call it and gets the same answer.
+pub fn slowest_best<F: FnMut(&mut Communicator) -> comm::Result<()>>(
+    c: &mut Communicator,
+    warmup: usize,
+    reps: usize,
+    mut f: F,
+) -> Result<f64> {
+    for _ in 0..warmup {
+        f(c)?;
+    }
+    let mut best = f64::INFINITY;
+    for _ in 0..reps.max(1) {
+        c.barrier()?;
+        let t = Instant::now();
+        f(c)?;
+        let mine = t.elapsed().as_secs_f64();
+        let mut slowest = 0f64;
+        for (rank, b) in c.allgather_v(&mine.to_le_bytes())?.iter().enumerate() {
+            let bytes: [u8; 8] = b
+                .as_slice()
+                .try_into()
+                .map_err(|_| anyhow::anyhow!("rank {rank} sent a {}-byte time", b.len()))?;
+            slowest = slowest.max(f64::from_le_bytes(bytes));
+        }
+        best = best.min(slowest);
+    }
+    Ok(best)
+}
