@@ -73,6 +73,47 @@ impl Job {
         (s1 > s0).then(|| (d1 - d0) / (s1 - s0))
     }
 
+    /// The mean of `key` (`step_seconds`, `compute_seconds`, `compression_seconds`, …)
+    /// over rank 0's step records after the first `skip` steps; with `log_every` 1 that
+    /// is the mean over those steps.
+    pub fn mean_step(&self, key: &str, skip: usize) -> Option<f64> {
+        let v: Vec<f64> = self
+            .step_records_after(skip)
+            .filter_map(|r| r[key].as_f64())
+            .collect();
+        (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+    }
+
+    /// The method's message bytes per step (what it hands to the collective, before
+    /// headers) over the steps after the first `skip`, from the cumulative
+    /// `message_bytes` of the step records (with `log_every` 1).
+    pub fn message_bytes_per_step(&self, skip: usize) -> Option<f64> {
+        let records: Vec<&Value> = self
+            .records
+            .iter()
+            .filter(|r| r["kind"] == "step")
+            .collect();
+        let at = |step: usize| {
+            records
+                .iter()
+                .find(|r| r["step"].as_u64() == Some(step as u64))
+                .and_then(|r| r["message_bytes"].as_f64())
+        };
+        let last = records.last()?;
+        let end = last["step"].as_u64()? as usize;
+        if end <= skip {
+            return None;
+        }
+        let start = if skip == 0 { 0.0 } else { at(skip)? };
+        Some((last["message_bytes"].as_f64()? - start) / (end - skip) as f64)
+    }
+
+    fn step_records_after(&self, skip: usize) -> impl Iterator<Item = &Value> {
+        self.records.iter().filter(move |r| {
+            r["kind"] == "step" && r["step"].as_u64().is_some_and(|s| s as usize > skip)
+        })
+    }
+
     /// Whether a smaller metric is better (perplexity, word error rate).
     pub fn lower_is_better(&self) -> bool {
         self.summary["metric_name"] != "accuracy"

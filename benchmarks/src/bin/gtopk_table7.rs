@@ -203,17 +203,6 @@ fn steps(args: &Args) -> usize {
         .unwrap_or(if args.preset == "quick" { 10 } else { 20 })
 }
 
-/// The mean of `key` over rank 0's step records after the first `skip` steps.
-fn mean_after(job: &Job, key: &str, skip: usize) -> Option<f64> {
-    let v: Vec<f64> = job
-        .records
-        .iter()
-        .filter(|r| r["kind"] == "step" && r["step"].as_u64().is_some_and(|s| s as usize > skip))
-        .filter_map(|r| r[key].as_f64())
-        .collect();
-    (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
-}
-
 fn main() -> Result<()> {
     let args = Args::parse();
     if table::run_worker_if_asked(args.worker_config.as_deref())? {
@@ -266,18 +255,18 @@ fn main() -> Result<()> {
             let one = run(method, 1)?;
             let params = one.summary["parameters"].as_u64().unwrap_or(0) as usize;
             row["params"] = json!(params);
-            let step = mean_after(&one, "step_seconds", args.skip);
+            let step = one.mean_step("step_seconds", args.skip);
             if method == "dense" {
                 row["iteration_s"] = json!(step);
-                row["compute_s"] = json!(mean_after(&one, "compute_seconds", args.skip));
+                row["compute_s"] = json!(one.mean_step("compute_seconds", args.skip));
                 row["throughput"] = json!(step.map(|s| batch as f64 / s));
             } else {
                 row[format!("step_{method}_s")] = json!(step);
                 row[format!("compress_{method}_s")] =
-                    json!(mean_after(&one, "compression_seconds", args.skip));
+                    json!(one.mean_step("compression_seconds", args.skip));
             }
             let many = run(method, args.workers)?;
-            let step_many = mean_after(&many, "step_seconds", args.skip);
+            let step_many = many.mean_step("step_seconds", args.skip);
             row[format!("measured_{method}")] =
                 json!(step_many.map(|s| (args.workers * batch) as f64 / s));
             let k = ((params as f64 * args.density).round() as usize).max(1);

@@ -70,8 +70,14 @@ impl AlphaBeta {
         let p_f = p as f64;
         2.0 * (p_f - 1.0) * self.alpha + 2.0 * (p_f - 1.0) / p_f * bytes as f64 * self.beta
     }
+    /// Bruck's allgather of one `bytes`-long message from every rank: ⌈log₂P⌉ rounds,
+    /// each rank receiving the other P−1 messages once.
+    pub fn allgather(&self, p: usize, bytes: usize) -> f64 {
+        log2_ceil(p) * self.alpha + (p.max(1) - 1) as f64 * bytes as f64 * self.beta
+    }
+    /// TopKAllReduce: the allgather of k (index, value) pairs of 8 bytes.
     pub fn topk_allreduce(&self, p: usize, k: usize) -> f64 {
-        log2_ceil(p) * self.alpha + (p.max(1) - 1) as f64 * 8.0 * k as f64 * self.beta
+        self.allgather(p, 8 * k)
     }
     pub fn gtopk_allreduce(&self, p: usize, k: usize) -> f64 {
         2.0 * log2_ceil(p) * (self.alpha + 8.0 * k as f64 * self.beta)
@@ -151,6 +157,8 @@ mod tests {
         for p in [2, 4, 32] {
             assert!((m.topk_allreduce(p, k) - m.paper_topk(p, k)).abs() < 1e-12);
         }
+        assert!((m.allgather(8, 1000) - (3.0 * 0.436e-3 + 7.0 * 1000.0 * 9e-9)).abs() < 1e-15);
+        assert!((m.allgather(5, 1000) - (3.0 * 0.436e-3 + 4.0 * 1000.0 * 9e-9)).abs() < 1e-15);
         // Figure 9's finding (100 MB, density 0.001, so k = 25,000): TopKAllReduce
         // slightly faster with 4 workers, much slower with 32.
         assert!(m.topk_allreduce(4, k) < m.gtopk_allreduce(4, k));
