@@ -52,6 +52,19 @@ impl Job {
     /// Dense bytes over bytes sent for the steps after epoch `from_epoch` (DGC's ratio
     /// once its sparsity warm-up is over); None when nothing was sent in that span.
     pub fn ratio_after(&self, from_epoch: f64) -> Option<f64> {
+        self.cumulative_ratio_after(from_epoch, "dense_bytes", "bytes_sent")
+    }
+
+    /// The method's dense message bytes over its message bytes (the papers' measure:
+    /// the gradient against what encodes it, before headers) for the steps after epoch
+    /// `from_epoch`.
+    pub fn message_ratio_after(&self, from_epoch: f64) -> Option<f64> {
+        self.cumulative_ratio_after(from_epoch, "dense_message_bytes", "message_bytes")
+    }
+
+    /// The growth of the cumulative `num` over that of `den` between the last step
+    /// record at or before `from_epoch` (or the start) and the last record.
+    fn cumulative_ratio_after(&self, from_epoch: f64, num: &str, den: &str) -> Option<f64> {
         let steps: Vec<&Value> = self
             .records
             .iter()
@@ -63,14 +76,14 @@ impl Job {
             .find(|r| r["epoch"].as_f64().unwrap_or(0.0) <= from_epoch + 1e-9)
             .copied();
         let last = steps.last()?;
-        let (d0, s0) = first.map_or((0.0, 0.0), |r| {
+        let (n0, d0) = first.map_or((0.0, 0.0), |r| {
             (
-                r["dense_bytes"].as_f64().unwrap_or(0.0),
-                r["bytes_sent"].as_f64().unwrap_or(0.0),
+                r[num].as_f64().unwrap_or(0.0),
+                r[den].as_f64().unwrap_or(0.0),
             )
         });
-        let (d1, s1) = (last["dense_bytes"].as_f64()?, last["bytes_sent"].as_f64()?);
-        (s1 > s0).then(|| (d1 - d0) / (s1 - s0))
+        let (n1, d1) = (last[num].as_f64()?, last[den].as_f64()?);
+        (d1 > d0).then(|| (n1 - n0) / (d1 - d0))
     }
 
     /// The mean of `key` (`step_seconds`, `compute_seconds`, `compression_seconds`, …)

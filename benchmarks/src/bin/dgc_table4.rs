@@ -1,0 +1,407 @@
+//! Table 4 of the DGC paper: language modelling (perplexity) and speech recognition (word
+//! error rate) with 4 nodes, the dense baseline against Deep Gradient Compression at
+//! 99.9 % sparsity, each with its gradient size and compression ratio, printed beside the
+//! paper's numbers; writes `table4.csv`, `table4.json` and the learning curves
+//! (`curves.png`, `curves.svg`) into `--out`.
+//!
+//! The paper's recipes (§4.1): the 2-layer LSTM language model (`lstm_lm`, 2 × 1500, tied)
+//! on Penn Treebank, SGD without momentum, gradient clipping, DGC's warm-up 1 epoch of 40;
+//! speech, DeepSpeech (`deepspeech`, 7 GRU layers of 1200) on LibriSpeech with Nesterov
+//! momentum, gradient clipping, the rate annealed every epoch. DGC clips locally (its
+//! `clip` option, the threshold scaled by N^-1/2) where the baseline clips globally.
+//!
+//! - `--preset quick`: the language-model row only, on the King James Bible corpus in PTB
+//!   layout (`datasets prepare kjv`, the default `--data-dir data/kjv`), a 2 × 200 LSTM,
+//!   4 workers × 20 windows of 35 tokens, 2 epochs, DGC warmed up over 0.3 epoch;
+//!   perplexity on the first 20,000 test tokens. Speech does not fit 2 cores (DeepSpeech
+//!   takes seconds a step at 2 utterances), so its row shows the paper's numbers only.
+//! - `--preset paper`: `lstm_lm` on `--data-dir` (PTB layout), 40 epochs, rate 20 ÷ 4 at
+//!   epochs 20 and 30 (the usual PTB recipe; the paper gives none), and, with
+//!   `--speech-dir` (a manifest directory as `datasets prepare speech` writes, e.g. a
+//!   LibriSpeech conversion), DeepSpeech for `--speech-epochs` epochs (80, the paper's
+//!   AN4 schedule, the one it states) at rate 3·10⁻⁴ annealed ÷ 1.1 every epoch, Nesterov
+//!   0.9, clipping at 400 (deepspeech.pytorch's defaults, which the paper's recipe
+//!   matches), DGC warmed up over 1 epoch.
+//!
+//! The compression ratio is the paper's: the gradient's bytes over the bytes of the
+//! method's encoding (32-bit values and 16-bit run lengths), counted over the steps after
+//! DGC's warm-up; the compressed "gradient size" is the dense size over it. The wire ratio
+//! (a dense ring's bytes over the bytes this rank sent, from the communicator's counters)
+//! is printed beside it.
+
+use anyhow::{bail, Context, Result};
+use benchmarks::table::{self, Job};
+use clap::Parser;
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use train::config::Schedule;
+use train::Config;
+
+#[derive(Parser)]
+#[command(
+    about = "The DGC paper's Table 4: language modelling (perplexity) and speech recognition (WER), dense against DGC with 4 nodes, beside the paper's numbers"
+)]
+struct Args {
+    /// quick (a 2 x 200 LSTM on the King James Bible corpus) or paper (lstm_lm on
+    /// --data-dir, and DeepSpeech on --speech-dir when given).
+    #[arg(long, default_value = "quick")]
+    preset: String,
+    /// PTB-layout text (ptb.{train,valid,test}.txt); quick: default data/kjv.
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Speech manifest directory for the paper preset's speech rows.
+    #[arg(long)]
+    speech_dir: Option<PathBuf>,
+    /// Train on synthetic data of the models' input shapes instead (a smoke test).
+    #[arg(long)]
+    synthetic: bool,
+    /// Where the runs and the table go.
+    #[arg(long, default_value = "runs/dgc_table4")]
+    out: PathBuf,
+    /// Epochs of the language model (quick: 2; paper: 40).
+    #[arg(long)]
+    epochs: Option<usize>,
+    /// Stop each run after this many steps instead (smoke tests).
+    #[arg(long)]
+    steps: Option<usize>,
+    /// Epochs of DGC's sparsity warm-up for the language model (quick: 0.3; paper: 1).
+    #[arg(long)]
+    warmup_epochs: Option<f64>,
+    /// Epochs of the speech model.
+    #[arg(long, default_value_t = 80)]
+    speech_epochs: usize,
+    /// Evaluate on at most this many test tokens (quick: 20,000) or utterances.
+    #[arg(long)]
+    eval_samples: Option<usize>,
+    /// Print the rows as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Internal: run as one worker of the job described by this config file.
+    #[arg(long, hide = true)]
+    worker_config: Option<PathBuf>,
+}
+
+/// Nodes in the paper's Table 4.
+const WORKERS: usize = 4;
+/// DGC's density after warm-up.
+const DENSITY: f64 = 0.001;
+/// The paper's local clipping threshold for the LSTM (the usual PTB clip).
+const LM_CLIP: f64 = 0.25;
+/// deepspeech.pytorch's clipping threshold.
+const SPEECH_CLIP: f64 = 400.0;
+
+/// One task of the table: its label, its two jobs' base config and DGC's warm-up.
+struct Task {
+    name: &'static str,
+    base: Config,
+    warmup_epochs: f64,
+}
+
+fn lm_task(args: &Args) -> Result<Task> {
+    let quick = args.preset == "quick";
+    let mut c = Config {
+        model: "lstm_lm".into(),
+        dataset: if args.synthetic { "synthetic" } else { "ptb" }.into(),
+        workers: WORKERS,
+        batch_size: 20,
+        bptt: 35,
+        lr: 20.0,
+        momentum: 0.0,
+        weight_decay: 0.0,
+        clip: LM_CLIP,
+        log_every: 50,
+        eval_samples: args.eval_samples.or(quick.then_some(20_000)),
+        ..Config::default()
+    };
+    if quick {
+        c.hidden = Some(200);
+        if !args.synthetic {
+            c.dataset = "kjv".into();
+            c.data_dir = args.data_dir.clone();
+            let dir = c.data_dir.clone().unwrap_or_else(|| "data/kjv".into());
+            if !dir.join("ptb.train.txt").is_file() {
+                bail!(
+                    "--preset quick needs the King James Bible corpus in {} (apt-get install \
+                     bible-kjv; cargo run --release -p data --bin datasets -- prepare kjv --out \
+                     data/kjv), or --data-dir with ptb.{{train,valid,test}}.txt",
+                    dir.display()
+                );
+            }
+        }
+    } else {
+        c.schedule = Schedule::Multistep;
+        c.milestones = vec![20.0, 30.0];
+        c.gamma = 0.25;
+        if !args.synthetic {
+            c.data_dir = Some(args.data_dir.clone().context(
+                "--preset paper needs --data-dir with ptb.train.txt, ptb.valid.txt and ptb.test.txt",
+            )?);
+        }
+    }
+    match args.steps {
+        Some(s) => c.steps = Some(s),
+        None => c.epochs = Some(args.epochs.unwrap_or(if quick { 2 } else { 40 })),
+    }
+    Ok(Task {
+        name: "Language Modeling",
+        base: c,
+        warmup_epochs: args.warmup_epochs.unwrap_or(if quick { 0.3 } else { 1.0 }),
+    })
+}
+
+fn speech_task(args: &Args, dir: PathBuf) -> Task {
+    let mut c = Config {
+        model: "deepspeech".into(),
+        dataset: if args.synthetic {
+            "synthetic"
+        } else {
+            "speech"
+        }
+        .into(),
+        data_dir: (!args.synthetic).then_some(dir),
+        workers: WORKERS,
+        batch_size: 8,
+        lr: 3e-4,
+        schedule: Schedule::Step,
+        milestones: vec![1.0],
+        gamma: 1.0 / 1.1,
+        momentum: 0.9,
+        nesterov: true,
+        weight_decay: 0.0,
+        clip: SPEECH_CLIP,
+        log_every: 10,
+        eval_samples: args.eval_samples,
+        ..Config::default()
+    };
+    match args.steps {
+        Some(s) => c.steps = Some(s),
+        None => c.epochs = Some(args.speech_epochs),
+    }
+    Task {
+        name: "Speech Recognition",
+        base: c,
+        warmup_epochs: 1.0,
+    }
+}
+
+/// The paper's Table 4: (task, method, metric, gradient size in MB, compression ratio).
+const PAPER: [(&str, &str, &str, f64, f64); 4] = [
+    ("Language Modeling", "Baseline", "72.30", 194.68, 1.0),
+    (
+        "Language Modeling",
+        "Deep Gradient Compression",
+        "72.24 (-0.06)",
+        0.42,
+        462.0,
+    ),
+    (
+        "Speech Recognition",
+        "Baseline",
+        "test-clean 9.45 %, test-other 27.07 %",
+        488.08,
+        1.0,
+    ),
+    (
+        "Speech Recognition",
+        "Deep Gradient Compression",
+        "test-clean 9.06 % (-0.39), test-other 27.04 % (-0.03)",
+        0.74,
+        608.0,
+    ),
+];
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    if table::run_worker_if_asked(args.worker_config.as_deref())? {
+        return Ok(());
+    }
+    if !matches!(args.preset.as_str(), "quick" | "paper") {
+        bail!("--preset {}: expected quick or paper", args.preset);
+    }
+    if args.speech_dir.is_some() && args.preset != "paper" {
+        bail!("--speech-dir is for --preset paper (speech does not fit the quick preset)");
+    }
+    let mut tasks = vec![lm_task(&args)?];
+    if let Some(dir) = &args.speech_dir {
+        tasks.push(speech_task(&args, dir.clone()));
+    }
+    // Every job's configuration, checked before the first one starts.
+    let mut planned = Vec::new();
+    for (i, task) in tasks.iter().enumerate() {
+        let slug = if task.name.starts_with("Language") {
+            "lm"
+        } else {
+            "speech"
+        };
+        let dense = Config {
+            method: "dense".into(),
+            out: args.out.join(format!("{slug}-dense")),
+            ..task.base.clone()
+        };
+        // DGC clips locally (scaled by N^-1/2) instead of the trainer's global clip.
+        let dgc = Config {
+            method: "dgc".into(),
+            method_opts: vec![
+                format!("density={DENSITY}"),
+                format!("warmup_epochs={}", task.warmup_epochs),
+                format!("clip={}", task.base.clip),
+            ],
+            clip: 0.0,
+            out: args.out.join(format!("{slug}-dgc")),
+            ..task.base.clone()
+        };
+        for (cfg, method) in [(dense, "Baseline"), (dgc, "Deep Gradient Compression")] {
+            cfg.validate()
+                .with_context(|| format!("the {} {method} run's configuration", task.name))?;
+            planned.push((i, method, cfg));
+        }
+    }
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("creating {}", args.out.display()))?;
+    let mut rows = Vec::new();
+    let mut curves = Vec::new();
+    let mut baseline = None;
+    for (i, method, cfg) in &planned {
+        let task = &tasks[*i];
+        let job = table::run_job(cfg, &format!("{} {method}", task.name))?;
+        if *method == "Baseline" {
+            baseline = job.final_metric();
+        }
+        rows.push(row(task, method, &job, baseline));
+        curves.push((format!("{} {method}", task.name), job.eval_curve()));
+    }
+    table::write_table(
+        &args.out,
+        "table4",
+        &rows,
+        &[
+            "task",
+            "method",
+            "model",
+            "params",
+            "metric_name",
+            "metric",
+            "delta",
+            "gradient_mb",
+            "compressed_mb",
+            "compression_ratio",
+            "wire_ratio",
+            "compression_ratio_whole_run",
+            "steps",
+            "wall_seconds",
+        ],
+        curves,
+        "DGC Table 4: test metric",
+        "perplexity / WER",
+    )?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(());
+    }
+    print_table(&args, &tasks, &rows);
+    Ok(())
+}
+
+fn row(task: &Task, method: &str, job: &Job, baseline: Option<f64>) -> Value {
+    let params = job.summary["parameters"].as_u64().unwrap_or(0);
+    let dense_mb = params as f64 * 4.0 / 1e6;
+    // The paper's ratio is the gradient over what encodes it, at DGC's final sparsity:
+    // after the warm-up (the baseline's is 1 throughout).
+    let from = if method == "Baseline" {
+        0.0
+    } else {
+        task.warmup_epochs
+    };
+    let ratio = job.message_ratio_after(from);
+    let metric = job.final_metric();
+    json!({
+        "task": task.name,
+        "method": method,
+        "model": job.summary["model"],
+        "params": params,
+        "metric_name": job.summary["metric_name"],
+        "metric": metric,
+        "delta": metric.zip(baseline).map(|(m, b)| m - b),
+        "gradient_mb": dense_mb,
+        "compressed_mb": ratio.map(|r| dense_mb / r),
+        "compression_ratio": ratio,
+        "wire_ratio": job.ratio_after(from),
+        "compression_ratio_whole_run": job.summary["message_compression_ratio"],
+        "steps": job.summary["steps"],
+        "wall_seconds": job.wall_seconds,
+    })
+}
+
+fn print_table(args: &Args, tasks: &[Task], rows: &[Value]) {
+    for t in tasks {
+        let b = &t.base;
+        let length = b.steps.map_or_else(
+            || format!("{} epochs", b.epochs.unwrap_or(0)),
+            |s| format!("{s} steps"),
+        );
+        println!(
+            "{}: {} ({}) on {}, {} workers x {}, {length}; DGC at {} % after a {}-epoch warm-up",
+            t.name,
+            b.model,
+            b.hidden
+                .map_or("the paper's size".into(), |h| format!("hidden {h}")),
+            b.dataset,
+            b.workers,
+            b.batch_size,
+            DENSITY * 100.0,
+            t.warmup_epochs
+        );
+    }
+    println!(
+        "\nDGC, Table 4 ({} preset; ours, with the paper's numbers below)",
+        args.preset
+    );
+    println!(
+        "{:<19} {:<26} {:>16} {:>9} {:>14} {:>14} {:>10} {:>10} {:>10}",
+        "Task",
+        "Training Method",
+        "metric",
+        "diff",
+        "gradient size",
+        "compressed",
+        "ratio",
+        "whole run",
+        "wire"
+    );
+    let num = |r: &Value, k: &str, d: usize| table::cell(r[k].as_f64(), d);
+    for r in rows {
+        let pct = r["metric_name"] == "wer";
+        let scale = |v: Option<f64>| v.map(|x| if pct { x * 100.0 } else { x });
+        println!(
+            "{:<19} {:<26} {:>16} {:>9} {:>11} MB {:>11} MB {:>9}x {:>9}x {:>9}x",
+            r["task"].as_str().unwrap_or(""),
+            r["method"].as_str().unwrap_or(""),
+            format!(
+                "{} {}",
+                r["metric_name"].as_str().unwrap_or(""),
+                table::cell(scale(r["metric"].as_f64()), 2)
+            ),
+            table::cell(scale(r["delta"].as_f64()), 2),
+            num(r, "gradient_mb", 2),
+            num(r, "compressed_mb", 3),
+            num(r, "compression_ratio", 1),
+            num(r, "compression_ratio_whole_run", 1),
+            num(r, "wire_ratio", 1),
+        );
+    }
+    println!("\nThe paper (4 nodes; PTB perplexity, LibriSpeech WER)");
+    for (task, method, metric, mb, ratio) in PAPER {
+        println!("{task:<19} {method:<26} {metric:<52} {mb:>8.2} MB {ratio:>6.0}x");
+    }
+    if args.preset == "quick" {
+        println!("(speech: the paper's rows only; ours with --preset paper --speech-dir DIR)");
+    }
+    println!(
+        "(metric: perplexity, or WER in %, after the last epoch; gradient size: the dense \
+         gradient; compressed: gradient size / ratio; ratio: the gradient's bytes over the \
+         bytes of its encoding after DGC's warm-up, the paper's measure; whole run: the same \
+         over every step; wire: dense ring bytes / bytes this rank sent after the warm-up. \
+         Runs, table4.csv, table4.json and curves.png in {})",
+        args.out.display()
+    );
+}
