@@ -175,7 +175,9 @@ fn main() -> Result<()> {
                 alpha: args.alpha,
                 beta: 8e-9 / gbps,
             };
-            for (&(method, step, params, message), (_, _, label)) in profiles.iter().zip(METHODS) {
+            for (&(method, step, params, message), (_, _, paper_label)) in
+                profiles.iter().zip(METHODS)
+            {
                 for &n in &args.nodes {
                     let comm = if method == "dense" {
                         net.allreduce(n, 4 * params)
@@ -183,7 +185,7 @@ fn main() -> Result<()> {
                         net.allgather(n, message.round() as usize)
                     };
                     rows.push(json!({
-                        "model": model, "method": method, "label": label, "gbps": gbps,
+                        "model": model, "method": method, "label": paper_label, "gbps": gbps,
                         "nodes": n, "batch": b, "params": params, "step_s": step,
                         "message_bytes": message, "comm_s": comm,
                         "speedup": n as f64 * t1 / (step + comm),

@@ -212,7 +212,7 @@ fn main() -> Result<()> {
     let models = selected(&args)?;
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
-    let model = AlphaBeta {
+    let net = AlphaBeta {
         alpha: args.alpha,
         beta: args.beta,
     };
@@ -271,9 +271,9 @@ fn main() -> Result<()> {
                 json!(step_many.map(|s| (args.workers * batch) as f64 / s));
             let k = ((params as f64 * args.density).round() as usize).max(1);
             let comm = match method {
-                "dense" => model.allreduce(p, 4 * params),
-                "topk" => model.topk_allreduce(p, k),
-                _ => model.gtopk_allreduce(p, k),
+                "dense" => net.allreduce(p, 4 * params),
+                "topk" => net.topk_allreduce(p, k),
+                _ => net.gtopk_allreduce(p, k),
             };
             row[format!("comm_{method}_s")] = json!(comm);
             row[format!("projected_{method}")] =
