@@ -11,6 +11,18 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 use train::Config;
 
+/// The flags every paper-table binary has, flattened into its arguments
+/// (`#[command(flatten)]`), so their meaning and help are the same everywhere.
+#[derive(clap::Args, Debug)]
+pub struct CommonArgs {
+    /// Print the rows as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Internal: run as one worker of the job described by this config file.
+    #[arg(long, hide = true)]
+    pub worker_config: Option<PathBuf>,
+}
+
 /// The hidden flag a table binary passes to its own worker processes.
 const WORKER_FLAG: &str = "--worker-config";
 

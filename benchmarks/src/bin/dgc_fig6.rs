@@ -62,12 +62,8 @@ struct Args {
     /// Where the runs, the table and the charts go.
     #[arg(long, default_value = "runs/dgc_fig6")]
     out: PathBuf,
-    /// Print the rows as JSON.
-    #[arg(long)]
-    json: bool,
-    /// Internal: run as one worker of the job described by this config file.
-    #[arg(long, hide = true)]
-    worker_config: Option<PathBuf>,
+    #[command(flatten)]
+    common: table::CommonArgs,
 }
 
 /// The figure's three methods: our method name, its options, the paper's label.
@@ -132,7 +128,7 @@ fn validate(args: &Args) -> Result<()> {
 
 fn main() -> Result<()> {
     let args = Args::parse();
-    if table::run_worker_if_asked(args.worker_config.as_deref())? {
+    if table::run_worker_if_asked(args.common.worker_config.as_deref())? {
         return Ok(());
     }
     validate(&args)?;
@@ -212,7 +208,7 @@ fn main() -> Result<()> {
         ],
     )?;
     write_charts(&args, &rows)?;
-    if args.json {
+    if args.common.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(());
     }

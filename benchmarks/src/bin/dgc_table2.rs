@@ -45,12 +45,8 @@ struct Args {
     /// Evaluate on at most this many test samples.
     #[arg(long)]
     eval_samples: Option<usize>,
-    /// Print the rows as JSON.
-    #[arg(long)]
-    json: bool,
-    /// Internal: run as one worker of the job described by this config file.
-    #[arg(long, hide = true)]
-    worker_config: Option<PathBuf>,
+    #[command(flatten)]
+    common: table::CommonArgs,
 }
 
 /// The paper's Table 2 (ResNet-110, CIFAR-10): (workers, method, top-1 %).
@@ -126,7 +122,7 @@ fn preset(args: &Args) -> Result<Preset> {
 
 fn main() -> Result<()> {
     let args = Args::parse();
-    if table::run_worker_if_asked(args.worker_config.as_deref())? {
+    if table::run_worker_if_asked(args.common.worker_config.as_deref())? {
         return Ok(());
     }
     let p = preset(&args)?;
@@ -209,7 +205,7 @@ fn main() -> Result<()> {
         "DGC Table 2: test accuracy",
         "top-1 accuracy",
     )?;
-    if args.json {
+    if args.common.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(());
     }

@@ -73,12 +73,8 @@ struct Args {
     /// Evaluate on at most this many test tokens (quick: 20,000) or utterances.
     #[arg(long)]
     eval_samples: Option<usize>,
-    /// Print the rows as JSON.
-    #[arg(long)]
-    json: bool,
-    /// Internal: run as one worker of the job described by this config file.
-    #[arg(long, hide = true)]
-    worker_config: Option<PathBuf>,
+    #[command(flatten)]
+    common: table::CommonArgs,
 }
 
 /// Nodes in the paper's Table 4.
@@ -212,7 +208,7 @@ const PAPER: [(&str, &str, &str, f64, f64); 4] = [
 
 fn main() -> Result<()> {
     let args = Args::parse();
-    if table::run_worker_if_asked(args.worker_config.as_deref())? {
+    if table::run_worker_if_asked(args.common.worker_config.as_deref())? {
         return Ok(());
     }
     if !matches!(args.preset.as_str(), "quick" | "paper") {
@@ -294,7 +290,7 @@ fn main() -> Result<()> {
         "DGC Table 4: test metric",
         "perplexity / WER",
     )?;
-    if args.json {
+    if args.common.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(());
     }

@@ -74,12 +74,8 @@ struct Args {
     /// Where the runs and the table go.
     #[arg(long, default_value = "runs/gtopk_table7")]
     out: PathBuf,
-    /// Print the rows as JSON.
-    #[arg(long)]
-    json: bool,
-    /// Internal: run as one worker of the job described by this config file.
-    #[arg(long, hide = true)]
-    worker_config: Option<PathBuf>,
+    #[command(flatten)]
+    common: table::CommonArgs,
 }
 
 /// A model of the paper's Tables VI and VII with its numbers: Table VI's batch size,
@@ -205,7 +201,7 @@ fn steps(args: &Args) -> usize {
 
 fn main() -> Result<()> {
     let args = Args::parse();
-    if table::run_worker_if_asked(args.worker_config.as_deref())? {
+    if table::run_worker_if_asked(args.common.worker_config.as_deref())? {
         return Ok(());
     }
     validate(&args)?;
@@ -342,7 +338,7 @@ fn main() -> Result<()> {
             "paper_g_over_t",
         ],
     )?;
-    if args.json {
+    if args.common.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(());
     }

@@ -72,12 +72,8 @@ struct Args {
     /// Evaluate on at most this many test samples (tokens for the language model).
     #[arg(long)]
     eval_samples: Option<usize>,
-    /// Print the rows as JSON.
-    #[arg(long)]
-    json: bool,
-    /// Internal: run as one worker of the job described by this config file.
-    #[arg(long, hide = true)]
-    worker_config: Option<PathBuf>,
+    #[command(flatten)]
+    common: table::CommonArgs,
 }
 
 /// One row: the paper's label, our method, `local`'s mode, whether the parameters are
@@ -240,7 +236,7 @@ fn method_options(r: &RowSpec, args: &Args) -> Vec<String> {
 
 fn main() -> Result<()> {
     let args = Args::parse();
-    if table::run_worker_if_asked(args.worker_config.as_deref())? {
+    if table::run_worker_if_asked(args.common.worker_config.as_deref())? {
         return Ok(());
     }
     let base = base_config(&args)?;
@@ -324,7 +320,7 @@ fn main() -> Result<()> {
         "Paper 001 Table 1: test quality",
         &metric_name,
     )?;
-    if args.json {
+    if args.common.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(());
     }

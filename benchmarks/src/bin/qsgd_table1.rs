@@ -57,12 +57,8 @@ struct Args {
     /// Evaluate on at most this many test samples.
     #[arg(long)]
     eval_samples: Option<usize>,
-    /// Print the rows as JSON.
-    #[arg(long)]
-    json: bool,
-    /// Internal: run as one worker of the job described by this config file.
-    #[arg(long, hide = true)]
-    worker_config: Option<PathBuf>,
+    #[command(flatten)]
+    common: table::CommonArgs,
 }
 
 /// The runs: label and `qsgd` preset (None: the 32-bit baseline, `dense`).
@@ -205,7 +201,7 @@ fn base_config(args: &Args) -> Result<Config> {
 
 fn main() -> Result<()> {
     let args = Args::parse();
-    if table::run_worker_if_asked(args.worker_config.as_deref())? {
+    if table::run_worker_if_asked(args.common.worker_config.as_deref())? {
         return Ok(());
     }
     let base = base_config(&args)?;
@@ -274,7 +270,7 @@ fn main() -> Result<()> {
         "QSGD Table 1: test accuracy",
         "accuracy",
     )?;
-    if args.json {
+    if args.common.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(());
     }

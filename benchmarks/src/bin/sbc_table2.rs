@@ -57,12 +57,8 @@ struct Args {
     /// Evaluate on at most this many test samples.
     #[arg(long)]
     eval_samples: Option<usize>,
-    /// Print the rows as JSON.
-    #[arg(long)]
-    json: bool,
-    /// Internal: run as one worker of the job described by this config file.
-    #[arg(long, hide = true)]
-    worker_config: Option<PathBuf>,
+    #[command(flatten)]
+    common: table::CommonArgs,
 }
 
 /// The columns: label, method, options.
@@ -195,7 +191,7 @@ fn row(args: &Args) -> Result<Row> {
 
 fn main() -> Result<()> {
     let args = Args::parse();
-    if table::run_worker_if_asked(args.worker_config.as_deref())? {
+    if table::run_worker_if_asked(args.common.worker_config.as_deref())? {
         return Ok(());
     }
     let r = row(&args)?;
@@ -255,7 +251,7 @@ fn main() -> Result<()> {
         "SBC Table II: test accuracy",
         "accuracy",
     )?;
-    if args.json {
+    if args.common.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(());
     }
