@@ -74,6 +74,7 @@ pub fn build(spec: &MethodSpec, ctx: &Context) -> Result<Box<dyn Method>> {
             let cfg = DgcConfig {
                 density: density(&mut o, "dgc")?,
                 dense_below: o.usize("dense_below")?.unwrap_or(0),
+                dense_1d: o.bool("dense_1d")?,
                 momentum: ctx.momentum,
                 nesterov: ctx.nesterov,
                 weight_decay: ctx.weight_decay,
@@ -117,7 +118,10 @@ pub fn build(spec: &MethodSpec, ctx: &Context) -> Result<Box<dyn Method>> {
             let min_size = o.usize("min_size")?.unwrap_or(10_000);
             Box::new(Qsgd::new(bits, bucket, coding, min_size, ctx.rng(2))?)
         }
-        "terngrad" => Box::new(TernGrad::new(ctx.rng(3))),
+        "terngrad" => Box::new(TernGrad::new(
+            ctx.rng(3),
+            o.usize("float_last")?.unwrap_or(0),
+        )),
         "onebit" => Box::new(OneBit::new(o.usize("bucket")?.unwrap_or(0))),
         "fedavg" => Box::new(FedAvg::new(o.usize("delay")?.unwrap_or(10))?),
         other => {

@@ -74,6 +74,11 @@ pub const METHODS: &[MethodInfo] = &[
                 "tensors with fewer elements (biases, batch norm) go dense",
             ),
             (
+                "dense_1d",
+                "false",
+                "every 1-D tensor (bias, batch norm) goes dense, whatever its size (the paper's Table 3 sizes)",
+            ),
+            (
                 "momentum_correction",
                 "true",
                 "accumulate the velocity, not the gradient (Eq. 7)",
@@ -166,7 +171,11 @@ pub const METHODS: &[MethodInfo] = &[
     MethodInfo {
         name: "terngrad",
         summary: "TernGrad: stochastic ternary {-1, 0, 1} times the tensor's max magnitude",
-        options: &[],
+        options: &[(
+            "float_last",
+            "0",
+            "the last N parameter tensors go as f32 (Wen et al.'s AlexNet: its last layer, 2)",
+        )],
     },
     MethodInfo {
         name: "onebit",

@@ -313,3 +313,63 @@ fn dgc_reads_the_weights_only_for_weight_decay() {
         assert!(err.unwrap_or_default().contains("weight decay"));
     }
 }
+
+#[test]
+fn dgc_dense_1d_sends_every_vector_dense_and_sparsifies_the_rest() {
+    // A 2-D weight and a 1-D bias above dense_below: with dense_1d the bias is averaged
+    // dense (4 bytes a value, every value sent, no residual kept), the weight still
+    // sparsified; without it, both are sparse.
+    let shapes: [&[usize]; 2] = [&[50, 100], &[3000]];
+    let out = job(2, |rank, c| {
+        let mut stats = Vec::new();
+        for opts in [&["dense_1d=true"][..], &[][..]] {
+            // Exact top-k: the counts below are the format's, not the sample's luck.
+            let mut all = vec![
+                "density=0.01",
+                "dense_below=1000",
+                "warmup_epochs=0",
+                "sampling=false",
+            ];
+            all.extend(opts);
+            let opts: Vec<String> = all.iter().map(|s| s.to_string()).collect();
+            let ctx = ctx(rank, 2, 0.9);
+            let mut m = build(&MethodSpec::parse("dgc", &opts).unwrap(), &ctx).unwrap();
+            let params: Vec<ParamSpec> = shapes
+                .iter()
+                .enumerate()
+                .map(|(i, s)| ParamSpec::new(format!("p{i}"), s))
+                .collect();
+            m.init(&params).unwrap();
+            m.begin_step(StepInfo {
+                step: 0,
+                epoch: 0.0,
+            });
+            let mut sent = Vec::new();
+            for (p, s) in shapes.iter().enumerate() {
+                let n: usize = s.iter().product();
+                let g = heavy_tailed(n, (rank * 10 + p) as u64 + 3);
+                let u = m.exchange(c, p, &[], &g).unwrap();
+                sent.push((u.stats.sent_values, u.stats.message_bytes));
+            }
+            let kept: Vec<usize> = m.state().iter().map(|(_, v)| v.len()).collect();
+            stats.push((sent, kept, m.describe()));
+        }
+        stats
+    });
+    for per_rank in out {
+        let (dense_1d, plain) = (&per_rank[0], &per_rank[1]);
+        assert!(dense_1d.2.contains("dense_1d=true"), "{}", dense_1d.2);
+        // The weight: 1 % of 5,000 values at 6 bytes either way.
+        assert_eq!(dense_1d.0[0], (50, 300));
+        assert_eq!(plain.0[0], (50, 300));
+        // The bias: dense with dense_1d, 1 % without.
+        assert_eq!(dense_1d.0[1], (3000, 12_000));
+        assert_eq!(plain.0[1], (30, 180));
+        // Residual (and velocity) state only for the sparse tensors.
+        let total = |k: &[usize]| k.iter().sum::<usize>();
+        assert!(
+            total(&dense_1d.1) < total(&plain.1),
+            "{dense_1d:?} {plain:?}"
+        );
+    }
+}
