@@ -190,7 +190,9 @@ pub struct Args {
     /// deepspeech (7 bidirectional GRU layers of 1200), an4_lstm (5 LSTM layers of 800).
     #[arg(long)]
     pub model: Option<String>,
-    /// Dataset. Images: fashion-mnist, mnist (--data-dir), cifar10. Language: kjv (default --data-dir data/kjv,
+    /// Dataset. Images: fashion-mnist, mnist (--data-dir), cifar10, imagenet (--data-dir with
+    /// train/<class>/ and val/<class>/ image folders, at the model's resolution; top-5
+    /// accuracy is recorded too). Language: kjv (default --data-dir data/kjv,
     /// from `datasets prepare kjv`), ptb. Speech: speech (default --data-dir data/speech,
     /// from `datasets prepare speech`), an4 (same manifest layout). Any model: synthetic
     /// (learnable data of the model's input shape).

@@ -61,6 +61,9 @@ pub struct EvalRecord {
     /// What the metric averages over, summed over the ranks: test images (accuracy),
     /// tokens (perplexity) or reference words (word error rate).
     pub eval_count: u64,
+    /// Top-5 accuracy (image tasks of at least 5 classes; absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub top5: Option<f64>,
     pub bytes_sent: u64,
     /// Training wall time so far, this evaluation included (carried over a resume), so
     /// a run's time to reach a metric can be read off.
@@ -70,6 +73,9 @@ pub struct EvalRecord {
 #[derive(Clone, Debug, Default, Serialize, serde::Deserialize)]
 pub struct Summary {
     pub final_metric: f64,
+    /// The last evaluation's top-5 accuracy (image tasks of at least 5 classes).
+    #[serde(default)]
+    pub final_top5: Option<f64>,
     pub metric_name: String,
     pub final_loss: f64,
     /// Gradient-exchange bytes this rank sent (payload, all collectives of the method).

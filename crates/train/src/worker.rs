@@ -325,7 +325,7 @@ impl Worker {
         let wall_before = self.pos.wall_seconds;
         let mut window = Window::default();
         let mut step = self.pos.step;
-        let mut last_metric = f64::NAN;
+        let mut last = Evaluation::none();
         if lead {
             self.progress.line(&format!(
                 "training {} on {} with {} ({} workers × batch {}, rank 0 on {:?}), {} steps in {} epochs of {}",
@@ -484,7 +484,7 @@ impl Worker {
             } else {
                 (epoch + 1) as f64
             };
-            last_metric = self.evaluate_and_record(&mut metrics, step, epoch_at, wall)?;
+            last = self.evaluate_and_record(&mut metrics, step, epoch_at, wall)?;
             // The evaluation's time counts towards the run's.
             self.pos.wall_seconds = wall_before + started.elapsed().as_secs_f64();
             let traffic = self.ex.counters()?;
@@ -495,9 +495,9 @@ impl Worker {
                 break;
             }
         }
-        if last_metric.is_nan() {
+        if last.metric.is_nan() {
             // Resumed at the end: evaluate what the checkpoint holds.
-            last_metric = self.evaluate()?.0;
+            last = self.evaluate()?;
         }
         let traffic = self.ex.counters()?;
         let dense = dense_ring(self.pos.step as u64);
@@ -510,7 +510,8 @@ impl Worker {
         };
         let n = self.step_times.len().max(1) as f64;
         let summary = Summary {
-            final_metric: last_metric,
+            final_metric: last.metric,
+            final_top5: last.top5,
             metric_name: self.task.metric_name.into(),
             final_loss: self.last_loss,
             bytes_sent: traffic.payload_sent,
@@ -672,16 +673,22 @@ impl Worker {
     }
 
     /// Evaluates, appends the evaluation's record (`wall_seconds`: training time so far,
-    /// this evaluation included) and prints its line on rank 0; returns the metric.
+    /// this evaluation included) and prints its line on rank 0; returns the evaluation.
     fn evaluate_and_record(
         &mut self,
         metrics: &mut MetricsWriter,
         step: usize,
         epoch: f64,
         wall_before_eval: f64,
-    ) -> Result<f64> {
+    ) -> Result<Evaluation> {
         let t = Instant::now();
-        let (metric, test_loss, eval_count) = self.evaluate()?;
+        let e = self.evaluate()?;
+        let Evaluation {
+            metric,
+            loss: test_loss,
+            count: eval_count,
+            top5,
+        } = e;
         let traffic = self.ex.counters()?;
         metrics.write(&EvalRecord {
             kind: "eval",
@@ -691,26 +698,28 @@ impl Worker {
             metric,
             test_loss,
             eval_count,
+            top5,
             bytes_sent: traffic.payload_sent,
             wall_seconds: wall_before_eval + t.elapsed().as_secs_f64(),
         })?;
         if self.rank == 0 {
             self.progress.line(&format!(
-                "epoch {} step {step}: test {} {metric:.4}, test loss {test_loss:.4}",
+                "epoch {} step {step}: test {} {metric:.4}{}, test loss {test_loss:.4}",
                 if epoch.fract() == 0.0 {
                     format!("{epoch}")
                 } else {
                     format!("{epoch:.2}")
                 },
                 self.task.metric_name,
+                top5.map_or(String::new(), |t| format!(" (top-5 {t:.4})")),
             ));
         }
-        Ok(metric)
+        Ok(e)
     }
 
     /// Test metric, loss and what the metric averages over (see [`EvalRecord`]): each
     /// rank evaluates its shard; the sums are added up.
-    fn evaluate(&mut self) -> Result<(f64, f64, u64)> {
+    fn evaluate(&mut self) -> Result<Evaluation> {
         let mine = self
             .task
             .evaluate(self.cfg.batch_size, self.rank, self.world)?;
@@ -719,14 +728,45 @@ impl Worker {
             mine.denominator as f32,
             mine.loss_sum as f32,
             mine.loss_count as f32,
+            mine.top5 as f32,
         ])?;
         let count = r[1].round() as u64;
-        let (metric, loss) = self.task.finish(&crate::task::EvalSums {
+        let sums = crate::task::EvalSums {
             numerator: r[0] as f64,
             denominator: r[1] as f64,
             loss_sum: r[2] as f64,
             loss_count: r[3] as f64,
-        });
-        Ok((metric, loss, count))
+            top5: r[4] as f64,
+        };
+        let (metric, loss) = self.task.finish(&sums);
+        Ok(Evaluation {
+            metric,
+            loss,
+            count,
+            top5: self.task.top5(&sums),
+        })
+    }
+}
+
+/// One evaluation, summed over the ranks.
+#[derive(Clone, Copy, Debug)]
+struct Evaluation {
+    metric: f64,
+    loss: f64,
+    /// What the metric averages over (see [`EvalRecord`]).
+    count: u64,
+    /// Top-5 accuracy of an image task with at least 5 classes.
+    top5: Option<f64>,
+}
+
+impl Evaluation {
+    /// Before the first evaluation.
+    fn none() -> Self {
+        Evaluation {
+            metric: f64::NAN,
+            loss: f64::NAN,
+            count: 0,
+            top5: None,
+        }
     }
 }

@@ -328,6 +328,14 @@ fn wrong_configurations_fail_before_any_worker_starts() {
             "--dataset cifar10 needs --data-dir",
         ),
         (
+            &["--dataset", "imagenet", "--model", "alexnet"],
+            "--dataset imagenet needs --data-dir",
+        ),
+        (
+            &["--dataset", "imagenet", "--data-dir", "/nonexistent"],
+            "cannot list /nonexistent/train",
+        ),
+        (
             &["--pin-cores", "yes"],
             "[possible values: auto, true, false]",
         ),
@@ -467,6 +475,96 @@ fn mnist_from_unpacked_idx_files_evaluates_every_test_image() {
     for e in &evals {
         assert_eq!(e["eval_count"], 37, "{e}");
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// An ImageNet-layout folder (`train/<class>/`, `val/<class>/`) of `classes` classes of
+/// PNG images, each class one colour with noise, so that it can be learnt.
+fn image_folders(dir: &Path, classes: usize, train: usize, val: usize) {
+    for (split, n) in [("train", train), ("val", val)] {
+        for c in 0..classes {
+            let folder = dir.join(split).join(format!("n{c:08}"));
+            std::fs::create_dir_all(&folder).unwrap();
+            for i in 0..n {
+                let img = image::RgbImage::from_fn(40, 36, |x, y| {
+                    let noise = ((x * 31 + y * 17 + i as u32 * 7) % 40) as u8;
+                    image::Rgb([(c * 40) as u8 + noise, (255 - c * 40) as u8, noise * 3])
+                });
+                img.save(folder.join(format!("{split}_{i}.png"))).unwrap();
+            }
+        }
+    }
+}
+
+#[test]
+fn imagenet_folders_train_and_evaluate_top1_and_top5() {
+    // 6 classes of 40x36 PNGs, read at LeNet-5's 28x28 (random resized crops for
+    // training, the centre crop for evaluation): every validation image is counted, and
+    // top-5 accuracy is recorded beside top-1 and is never below it.
+    let dir = tmp("imagenet");
+    image_folders(&dir, 6, 6, 3);
+    let out = dir.join("run");
+    let o = train(
+        &[
+            "--model",
+            "lenet5",
+            "--dataset",
+            "imagenet",
+            "--data-dir",
+            dir.to_str().unwrap(),
+            "--workers",
+            "2",
+            "--batch-size",
+            "4",
+            "--epochs",
+            "2",
+            "--method",
+            "dense",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let evals: Vec<Value> = records(&out)
+        .into_iter()
+        .filter(|r| r["kind"] == "eval")
+        .collect();
+    assert_eq!(evals.len(), 2, "one evaluation per epoch");
+    for e in &evals {
+        assert_eq!(e["eval_count"], 18, "{e}");
+        let (top1, top5) = (e["metric"].as_f64().unwrap(), e["top5"].as_f64().unwrap());
+        assert!(top5 >= top1 && top5 <= 1.0, "{e}");
+    }
+    let summary: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["final_top5"], evals[1]["top5"], "{summary}");
+    assert!(text(&o).contains("(top-5 "), "{}", text(&o));
+
+    // A validation split without one of the training classes is refused before any
+    // worker starts, naming the class.
+    std::fs::remove_dir_all(dir.join("val").join("n00000005")).unwrap();
+    let o = train(
+        &[
+            "--model",
+            "lenet5",
+            "--dataset",
+            "imagenet",
+            "--data-dir",
+            dir.to_str().unwrap(),
+            "--workers",
+            "2",
+            "--steps",
+            "1",
+            "--out",
+            dir.join("run2").to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(!o.status.success());
+    let t = text(&o);
+    assert!(t.contains("only in train/: [\"n00000005\"]"), "{t}");
+    assert!(!t.contains("[rank"), "no worker should start: {t}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

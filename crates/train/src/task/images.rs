@@ -27,10 +27,59 @@ pub(super) fn image_shape(c: &Config) -> Result<([usize; 3], usize)> {
                 },
             )
         }
+        "imagenet" => {
+            // ImageNet-layout folders at the model's own resolution (227 for AlexNet, 224
+            // for ResNet-50, 32 for the CIFAR networks, 28 for LeNet-5), always RGB.
+            let s = nn::models::input_shape(&c.model)
+                .with_context(|| format!("model {} has no image input shape", c.model))?;
+            ([3, s[1], s[2]], imagenet_classes(&image_dir(c)?)?.len())
+        }
         d => {
-            bail!("--dataset {d}: image models train on fashion-mnist, mnist, cifar10 or synthetic")
+            bail!("--dataset {d}: image models train on fashion-mnist, mnist, cifar10, imagenet or synthetic")
         }
     })
+}
+
+/// The class folders of an ImageNet-layout dataset: `DIR/train/<class>/` (sorted by
+/// name, which fixes the labels), checked against `DIR/val/<class>/`, which must hold
+/// the same classes (ImageNet's validation images sorted into class folders, as
+/// torchvision's ImageFolder expects).
+fn imagenet_classes(dir: &std::path::Path) -> Result<Vec<String>> {
+    let classes = |split: &str| -> Result<Vec<String>> {
+        let root = dir.join(split);
+        let mut names: Vec<String> = std::fs::read_dir(&root)
+            .with_context(|| {
+                format!(
+                    "--dataset imagenet reads {}/{{train,val}}/<class>/<images>: cannot list {}",
+                    dir.display(),
+                    root.display()
+                )
+            })?
+            .filter_map(|e| e.ok())
+            .filter(|e| e.path().is_dir())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        if names.is_empty() {
+            bail!("{}: no class folders", root.display());
+        }
+        Ok(names)
+    };
+    let (train, val) = (classes("train")?, classes("val")?);
+    if train != val {
+        let missing: Vec<&String> = train.iter().filter(|c| !val.contains(c)).collect();
+        let extra: Vec<&String> = val.iter().filter(|c| !train.contains(c)).collect();
+        bail!(
+            "{}: train/ has {} classes and val/ {}; the labels need the same folders \
+             (only in train/: {:?}; only in val/: {:?})",
+            dir.display(),
+            train.len(),
+            val.len(),
+            &missing[..missing.len().min(5)],
+            &extra[..extra.len().min(5)]
+        );
+    }
+    Ok(train)
 }
 
 pub(super) fn check_image(c: &Config) -> Result<()> {
@@ -73,6 +122,7 @@ fn image_dir(c: &Config) -> Result<PathBuf> {
     match c.dataset.as_str() {
         "fashion-mnist" => Ok(PathBuf::from(data::prepare::FASHION_MNIST_SYSTEM_DIR)),
         "mnist" => bail!("--dataset mnist needs --data-dir (the directory of its four IDX files, train-images-idx3-ubyte[.gz] ...)"),
+        "imagenet" => bail!("--dataset imagenet needs --data-dir (a directory with train/<class>/ and val/<class>/ folders of JPEG or PNG images)"),
         d => bail!("--dataset {d} needs --data-dir (the directory of its binary batches, data_batch_1.bin ... test_batch.bin)"),
     }
 }
@@ -194,6 +244,21 @@ pub(super) fn image_data(
             (
                 Split::Samples(Arc::new(train)),
                 Split::Samples(limit::<ImageDataset>(test, c.eval_samples)),
+            )
+        }
+        "imagenet" => {
+            let dir = image_dir(c)?;
+            let train = data::ImageFolder::open(&dir.join("train"), h, true)?;
+            let test = data::ImageFolder::open(&dir.join("val"), h, false)?;
+            if train.classes != test.classes || train.classes.len() != classes {
+                bail!(
+                    "{}: the class folders changed while the job started",
+                    dir.display()
+                );
+            }
+            (
+                Split::Samples(Arc::new(train)),
+                Split::Samples(limit(test, c.eval_samples)),
             )
         }
         d => bail!("--dataset {d}"),

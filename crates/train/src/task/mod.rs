@@ -99,6 +99,8 @@ pub struct Task {
     train: Split,
     test: Split,
     pub metric_name: &'static str,
+    /// Classes of an image task (0 for the others); top-5 accuracy needs at least 5.
+    pub classes: usize,
     /// BPTT window of the language model.
     bptt: usize,
     /// The language model's state at the end of the last window (detached).
@@ -144,6 +146,9 @@ pub struct EvalSums {
     pub denominator: f64,
     pub loss_sum: f64,
     pub loss_count: f64,
+    /// Image classification with at least 5 classes: test images whose label is among
+    /// the 5 largest logits (over `denominator` images); 0 for the other tasks.
+    pub top5: f64,
 }
 
 /// The model/dataset combination is one we can build, and the sequence options fit it.
@@ -216,12 +221,13 @@ impl Task {
             nn::init::with_default_device(device, f)
                 .with_context(|| format!("building {} on {device:?}", c.model))
         };
+        let mut classes = 0;
         let (model, train, test, metric_name) = match kind {
             Kind::Image => {
-                let (shape, classes) = image_shape(c)?;
-                let (train, test) = image_data(c, shape, classes)?;
-                let model =
-                    on_device(&|| Ok(Model::Image(build_image_model(c, shape[0], classes)?)))?;
+                let (shape, n) = image_shape(c)?;
+                classes = n;
+                let (train, test) = image_data(c, shape, n)?;
+                let model = on_device(&|| Ok(Model::Image(build_image_model(c, shape[0], n)?)))?;
                 (model, train, test, "accuracy")
             }
             Kind::Language => {
@@ -277,6 +283,7 @@ impl Task {
             train,
             test,
             metric_name,
+            classes,
             bptt: c.bptt,
             state: None,
         })
@@ -350,6 +357,7 @@ impl Task {
             denominator: 0.0,
             loss_sum: 0.0,
             loss_count: 0.0,
+            top5: 0.0,
         };
         let mut ctx = Ctx::eval();
         no_grad(|| -> Result<()> {
@@ -408,6 +416,10 @@ impl Task {
                                 s.numerator +=
                                     pred.iter().zip(&labels).filter(|(a, b)| a == b).count() as f64;
                                 s.denominator += n;
+                                if self.classes >= 5 {
+                                    s.top5 +=
+                                        top_k_hits(&logits.to_vec::<f32>()?, &labels, 5)? as f64;
+                                }
                             }
                             Model::Speech(m) => {
                                 let (log_probs, targets, lengths) =
@@ -450,6 +462,11 @@ impl Task {
         Ok(s)
     }
 
+    /// Top-5 accuracy from the sums of every rank, for image tasks of at least 5 classes.
+    pub fn top5(&self, s: &EvalSums) -> Option<f64> {
+        (self.kind == Kind::Image && self.classes >= 5).then(|| s.top5 / s.denominator.max(1.0))
+    }
+
     /// The metric and the mean test loss from the sums of every rank.
     pub fn finish(&self, s: &EvalSums) -> (f64, f64) {
         let loss = s.loss_sum / s.loss_count.max(1.0);
@@ -461,9 +478,57 @@ impl Task {
     }
 }
 
+/// How many rows of `logits` (`[labels.len(), C]`, row-major) hold their label among
+/// their `k` largest values: the label's logit has fewer than `k` strictly larger ones,
+/// so ties count in the label's favour (top-1 takes argmax's first maximum instead).
+fn top_k_hits(logits: &[f32], labels: &[u32], k: usize) -> Result<usize> {
+    let n = labels.len();
+    if n == 0 || !logits.len().is_multiple_of(n) {
+        bail!("{} logits for {n} labels", logits.len());
+    }
+    let classes = logits.len() / n;
+    let mut hits = 0;
+    for (row, &label) in logits.chunks_exact(classes).zip(labels) {
+        let Some(&own) = row.get(label as usize) else {
+            bail!("label {label} of {classes} classes");
+        };
+        hits += (row.iter().filter(|&&v| v > own).count() < k) as usize;
+    }
+    Ok(hits)
+}
+
 fn detach(s: &RnnState) -> RnnState {
     RnnState {
         h: s.h.detach(),
         c: s.c.as_ref().map(|c| c.detach()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::top_k_hits;
+
+    #[test]
+    fn top_k_counts_labels_among_the_k_largest_with_ties_in_their_favour() {
+        // Row 0: label 2 is the 2nd largest; row 1: label 0 is the smallest of 4;
+        // row 2: label 1 ties the largest value.
+        let logits = [
+            0.5, 0.9, 0.7, 0.1, //
+            -1.0, 0.0, 1.0, 2.0, //
+            3.0, 3.0, 0.0, 0.0,
+        ];
+        let labels = [2, 0, 1];
+        assert_eq!(top_k_hits(&logits, &labels, 1).unwrap(), 1);
+        assert_eq!(top_k_hits(&logits, &labels, 2).unwrap(), 2);
+        assert_eq!(top_k_hits(&logits, &labels, 3).unwrap(), 2);
+        assert_eq!(top_k_hits(&logits, &labels, 4).unwrap(), 3);
+        assert!(
+            top_k_hits(&logits, &[0, 9, 1], 1).is_err(),
+            "label out of range"
+        );
+        assert!(
+            top_k_hits(&logits[..11], &labels, 1).is_err(),
+            "ragged logits"
+        );
     }
 }
