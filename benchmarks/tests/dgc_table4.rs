@@ -59,9 +59,9 @@ fn two_jobs_write_the_table_and_dgc_compresses() {
     // in the paper's measure; on the wire the allgather of 4 ranks costs some of that.
     assert!(f(1, "compression_ratio") > 10.0, "{:?}", rows[1]);
     assert!(f(1, "wire_ratio") > 5.0, "{:?}", rows[1]);
-    let size = f(1, "gradient_mb") / f(1, "compression_ratio");
+    let size = f(1, "gradient_mib") / f(1, "compression_ratio");
     assert!(
-        (f(1, "compressed_mb") - size).abs() < 1e-12,
+        (f(1, "compressed_mib") - size).abs() < 1e-12,
         "{:?}",
         rows[1]
     );

@@ -180,7 +180,7 @@ fn speech_task(args: &Args, dir: PathBuf) -> Task {
     }
 }
 
-/// The paper's Table 4: (task, method, metric, gradient size in MB, compression ratio).
+/// The paper's Table 4: (task, method, metric, gradient size in MB (2^20 bytes), compression ratio).
 const PAPER: [(&str, &str, &str, f64, f64); 4] = [
     ("Language Modeling", "Baseline", "72.30", 194.68, 1.0),
     (
@@ -278,8 +278,8 @@ fn main() -> Result<()> {
             "metric_name",
             "metric",
             "delta",
-            "gradient_mb",
-            "compressed_mb",
+            "gradient_mib",
+            "compressed_mib",
             "compression_ratio",
             "wire_ratio",
             "compression_ratio_whole_run",
@@ -300,7 +300,8 @@ fn main() -> Result<()> {
 
 fn row(task: &Task, method: &str, job: &Job, baseline: Option<f64>) -> Value {
     let params = job.summary["parameters"].as_u64().unwrap_or(0);
-    let dense_mb = params as f64 * 4.0 / 1e6;
+    // MiB, as the paper's MB (194.68 for lstm_lm's 51,034,000 values).
+    let dense_mb = params as f64 * 4.0 / (1u64 << 20) as f64;
     // The paper's ratio is the gradient over what encodes it, at DGC's final sparsity:
     // after the warm-up (the baseline's is 1 throughout).
     let from = if method == "Baseline" {
@@ -318,8 +319,8 @@ fn row(task: &Task, method: &str, job: &Job, baseline: Option<f64>) -> Value {
         "metric_name": job.summary["metric_name"],
         "metric": metric,
         "delta": metric.zip(baseline).map(|(m, b)| m - b),
-        "gradient_mb": dense_mb,
-        "compressed_mb": ratio.map(|r| dense_mb / r),
+        "gradient_mib": dense_mb,
+        "compressed_mib": ratio.map(|r| dense_mb / r),
         "compression_ratio": ratio,
         "wire_ratio": job.ratio_after(from),
         "compression_ratio_whole_run": job.summary["message_compression_ratio"],
@@ -369,7 +370,7 @@ fn print_table(args: &Args, tasks: &[Task], rows: &[Value]) {
         let pct = r["metric_name"] == "wer";
         let scale = |v: Option<f64>| v.map(|x| if pct { x * 100.0 } else { x });
         println!(
-            "{:<19} {:<26} {:>16} {:>9} {:>11} MB {:>11} MB {:>9}x {:>9}x {:>9}x",
+            "{:<19} {:<26} {:>16} {:>9} {:>10} MiB {:>10} MiB {:>9}x {:>9}x {:>9}x",
             r["task"].as_str().unwrap_or(""),
             r["method"].as_str().unwrap_or(""),
             format!(
@@ -378,8 +379,8 @@ fn print_table(args: &Args, tasks: &[Task], rows: &[Value]) {
                 table::cell(scale(r["metric"].as_f64()), 2)
             ),
             table::cell(scale(r["delta"].as_f64()), 2),
-            num(r, "gradient_mb", 2),
-            num(r, "compressed_mb", 3),
+            num(r, "gradient_mib", 2),
+            num(r, "compressed_mib", 3),
             num(r, "compression_ratio", 1),
             num(r, "compression_ratio_whole_run", 1),
             num(r, "wire_ratio", 1),
@@ -394,7 +395,7 @@ fn print_table(args: &Args, tasks: &[Task], rows: &[Value]) {
     }
     println!(
         "(metric: perplexity, or WER in %, after the last epoch; gradient size: the dense \
-         gradient; compressed: gradient size / ratio; ratio: the gradient's bytes over the \
+         gradient in MiB, as the paper's MB; compressed: gradient size / ratio; ratio: the gradient's bytes over the \
          bytes of its encoding after DGC's warm-up, the paper's measure; whole run: the same \
          over every step; wire: dense ring bytes / bytes this rank sent after the warm-up. \
          Runs, table4.csv, table4.json and curves.png in {})",
