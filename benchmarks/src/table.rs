@@ -1,4 +1,4 @@
-//! What the paper-table binaries (`dgc_table2`, `dgc_table4`, `dgc_fig6`, `sbc_table2`,
+//! What the paper-table binaries (`dgc_table2`, `dgc_table3`, `dgc_table4`, `dgc_fig6`, `sbc_table2`,
 //! `localgrad_table1`, `qsgd_table1`, `gtopk_table7`) share: running one training job per table cell as real worker
 //! processes (the binary re-executes itself with `--worker-config`, as `train --workers
 //! N` does), and reading back what the job wrote (summary, metrics records, the
