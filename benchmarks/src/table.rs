@@ -98,6 +98,32 @@ impl Job {
         (d1 > d0).then(|| (n1 - n0) / (d1 - d0))
     }
 
+    /// The compression cells of a row, under the keys of [`COMPRESSION_COLUMNS`]: the
+    /// parameter count, the dense gradient in MiB (the DGC paper's "MB": AlexNet's
+    /// 60,965,224 values are its 232.56 MB), the compressed size (gradient over ratio),
+    /// the paper's ratio (message bytes) and the wire ratio, both over the steps after
+    /// epoch `from_epoch` (a warm-up), the paper's ratio over the whole run, the steps
+    /// and the job's wall time.
+    pub fn compression_columns(&self, from_epoch: f64) -> serde_json::Map<String, Value> {
+        let params = self.summary["parameters"].as_u64().unwrap_or(0);
+        let dense_mib = params as f64 * 4.0 / (1u64 << 20) as f64;
+        let ratio = self.message_ratio_after(from_epoch);
+        let cells = serde_json::json!({
+            "params": params,
+            "gradient_mib": dense_mib,
+            "compressed_mib": ratio.map(|r| dense_mib / r),
+            "compression_ratio": ratio,
+            "wire_ratio": self.ratio_after(from_epoch),
+            "compression_ratio_whole_run": self.summary["message_compression_ratio"],
+            "steps": self.summary["steps"],
+            "wall_seconds": self.wall_seconds,
+        });
+        match cells {
+            Value::Object(map) => map,
+            _ => unreachable!("json! of an object literal is an object"),
+        }
+    }
+
     /// The mean of `key` (`step_seconds`, `compute_seconds`, `compression_seconds`, …)
     /// over rank 0's step records after the first `skip` steps; with `log_every` 1 that
     /// is the mean over those steps.
@@ -214,6 +240,28 @@ impl Job {
             })
             .collect()
     }
+}
+
+/// The keys of [`Job::compression_columns`], in the order the CSV files list them.
+pub const COMPRESSION_COLUMNS: [&str; 8] = [
+    "params",
+    "gradient_mib",
+    "compressed_mib",
+    "compression_ratio",
+    "wire_ratio",
+    "compression_ratio_whole_run",
+    "steps",
+    "wall_seconds",
+];
+
+/// A row: `cells` (the table's own columns, a JSON object literal) followed by `job`'s
+/// compression columns after epoch `from_epoch`.
+pub fn row_with_compression(cells: Value, job: &Job, from_epoch: f64) -> Value {
+    let Value::Object(mut row) = cells else {
+        panic!("a table row's cells must be a JSON object, not {cells}");
+    };
+    row.extend(job.compression_columns(from_epoch));
+    Value::Object(row)
 }
 
 /// Runs `cfg` (its `out` is the run directory) as `cfg.workers` local processes of the

@@ -276,22 +276,18 @@ fn main() -> Result<()> {
         "table3",
         &rows,
         &[
-            "model",
-            "method",
-            "dataset",
-            "params",
-            "top1",
-            "top1_delta",
-            "top5",
-            "top5_delta",
-            "gradient_mib",
-            "compressed_mib",
-            "compression_ratio",
-            "wire_ratio",
-            "compression_ratio_whole_run",
-            "steps",
-            "wall_seconds",
-        ],
+            &[
+                "model",
+                "method",
+                "dataset",
+                "top1",
+                "top1_delta",
+                "top5",
+                "top5_delta",
+            ][..],
+            &table::COMPRESSION_COLUMNS,
+        ]
+        .concat(),
         curves,
         "DGC Table 3: top-1 accuracy",
         "top-1 accuracy",
@@ -317,29 +313,19 @@ fn row(
     baseline: Option<(Option<f64>, Option<f64>)>,
     from: f64,
 ) -> Value {
-    let params = job.summary["parameters"].as_u64().unwrap_or(0);
-    let dense_mib = params as f64 * 4.0 / (1u64 << 20) as f64;
-    let ratio = job.message_ratio_after(from);
     let (top1, top5) = (job.final_metric(), top5(job));
     let delta = |v: Option<f64>, b: Option<f64>| v.zip(b).map(|(v, b)| v - b);
     let (b1, b5) = baseline.unwrap_or((None, None));
-    json!({
+    let cells = json!({
         "model": m.label,
         "method": method,
         "dataset": job.summary["dataset"],
-        "params": params,
         "top1": top1,
         "top1_delta": delta(top1, b1),
         "top5": top5,
         "top5_delta": delta(top5, b5),
-        "gradient_mib": dense_mib,
-        "compressed_mib": ratio.map(|r| dense_mib / r),
-        "compression_ratio": ratio,
-        "wire_ratio": job.ratio_after(from),
-        "compression_ratio_whole_run": job.summary["message_compression_ratio"],
-        "steps": job.summary["steps"],
-        "wall_seconds": job.wall_seconds,
-    })
+    });
+    table::row_with_compression(cells, job, from)
 }
 
 fn print_table(args: &Args, models: &[Model], warmup: f64, rows: &[Value]) {

@@ -271,21 +271,10 @@ fn main() -> Result<()> {
         "table4",
         &rows,
         &[
-            "task",
-            "method",
-            "model",
-            "params",
-            "metric_name",
-            "metric",
-            "delta",
-            "gradient_mib",
-            "compressed_mib",
-            "compression_ratio",
-            "wire_ratio",
-            "compression_ratio_whole_run",
-            "steps",
-            "wall_seconds",
-        ],
+            &["task", "method", "model", "metric_name", "metric", "delta"][..],
+            &table::COMPRESSION_COLUMNS,
+        ]
+        .concat(),
         curves,
         "DGC Table 4: test metric",
         "perplexity / WER",
@@ -299,9 +288,6 @@ fn main() -> Result<()> {
 }
 
 fn row(task: &Task, method: &str, job: &Job, baseline: Option<f64>) -> Value {
-    let params = job.summary["parameters"].as_u64().unwrap_or(0);
-    // MiB, as the paper's MB (194.68 for lstm_lm's 51,034,000 values).
-    let dense_mb = params as f64 * 4.0 / (1u64 << 20) as f64;
     // The paper's ratio is the gradient over what encodes it, at DGC's final sparsity:
     // after the warm-up (the baseline's is 1 throughout).
     let from = if method == "Baseline" {
@@ -309,24 +295,16 @@ fn row(task: &Task, method: &str, job: &Job, baseline: Option<f64>) -> Value {
     } else {
         task.warmup_epochs
     };
-    let ratio = job.message_ratio_after(from);
     let metric = job.final_metric();
-    json!({
+    let cells = json!({
         "task": task.name,
         "method": method,
         "model": job.summary["model"],
-        "params": params,
         "metric_name": job.summary["metric_name"],
         "metric": metric,
         "delta": metric.zip(baseline).map(|(m, b)| m - b),
-        "gradient_mib": dense_mb,
-        "compressed_mib": ratio.map(|r| dense_mb / r),
-        "compression_ratio": ratio,
-        "wire_ratio": job.ratio_after(from),
-        "compression_ratio_whole_run": job.summary["message_compression_ratio"],
-        "steps": job.summary["steps"],
-        "wall_seconds": job.wall_seconds,
-    })
+    });
+    table::row_with_compression(cells, job, from)
 }
 
 fn print_table(args: &Args, tasks: &[Task], rows: &[Value]) {
