@@ -164,3 +164,23 @@ fn dgc_format_reaches_about_667x_at_density_one_in_a_thousand() {
     eprintln!("DGC zero-run format at density 0.001: {ratio:.1}x");
     assert!(ratio > 600.0 && ratio <= 667.0, "{ratio}");
 }
+
+#[test]
+fn qsgd_buckets_with_gaps_past_the_index_range_are_errors() {
+    // A peer controls the gaps: one near 2^64 must be refused, not wrap or overflow.
+    for gap in [513u64, u64::MAX / 2 + 7, u64::MAX] {
+        let mut w = BitWriter::new();
+        w.bits(1f32.to_bits() as u64, 32);
+        w.bits(1, 32);
+        elias::write(&mut w, gap).unwrap();
+        w.bit(false);
+        elias::write(&mut w, 1).unwrap();
+        let bytes = w.finish();
+        let err = elias::decode_qsgd(&mut BitReader::new(&bytes), 512, 15);
+        assert!(err.is_err(), "gap {gap}: {err:?}");
+        let mut out = vec![0f32; 512];
+        let err = elias::decode_qsgd_add(&mut BitReader::new(&bytes), 15, &mut out);
+        assert!(err.is_err(), "gap {gap}: {err:?}");
+        assert!(out.iter().all(|&x| x == 0.0));
+    }
+}

@@ -279,3 +279,31 @@ fn options_are_checked_against_the_method_table() {
         build(&parse(name, &[]).unwrap(), &ctx).unwrap();
     }
 }
+
+/// FNV-1a of a message: a fingerprint of its exact bytes.
+fn fnv(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+#[test]
+fn qsgd_wire_format_is_pinned_to_the_byte() {
+    // A speed-up of the quantizer or the coders must leave every byte as it is: the
+    // messages of a fixed gradient and seed, fingerprinted when the format was fixed
+    // (2026-11-24), with their lengths. A deliberate format change updates these.
+    let v = heavy_tailed(20_000, 11);
+    let cases = [
+        (2, 128, Coding::Elias, 0xd7bc_1c27_957c_45c5_u64, 4_201_usize),
+        (4, 512, Coding::Elias, 0xe73f_1b31_1530_1f3f, 5_176),
+        (8, 512, Coding::Elias, 0xc690_c212_82ba_8e00, 17_937),
+        (4, 512, Coding::Fixed, 0x0afd_52bd_fced_68ae, 12_660),
+    ];
+    let mut got = Vec::new();
+    for (bits, bucket, coding, _, _) in cases {
+        let (bytes, _) = qsgd::encode(&v, bits, bucket, coding, &mut Rng::new(99)).unwrap();
+        got.push((fnv(&bytes), bytes.len()));
+    }
+    let want: Vec<(u64, usize)> = cases.iter().map(|c| (c.3, c.4)).collect();
+    assert_eq!(got, want, "{got:#x?}");
+}

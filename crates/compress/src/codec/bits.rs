@@ -1,6 +1,8 @@
 //! Bit-level writing and reading, most significant bit first, with bounds checks.
 //! Fields are moved through a 64-bit accumulator rather than bit by bit: the QSGD,
-//! TernGrad and 1-bit streams write one or two fields per value.
+//! TernGrad and 1-bit streams write one or two fields per value. The writer takes up to
+//! 56 bits in one step (QSGD's gap, sign and level together); the reader loads 8 bytes
+//! at a time.
 
 use super::{CodecError, Result};
 
@@ -20,21 +22,22 @@ impl BitWriter {
         self.push(b as u64, 1);
     }
     /// The low `n` bits of `v`, most significant first (n ≤ 64).
+    #[inline]
     pub fn bits(&mut self, v: u64, n: u32) {
-        if n > 32 {
+        if n > 56 {
             self.push(v >> 32, n - 32);
             self.push(v & 0xFFFF_FFFF, 32);
         } else {
             self.push(v, n);
         }
     }
-    /// n ≤ 32, so with fewer than 8 pending bits the accumulator never overflows.
+    /// n ≤ 56, so with fewer than 8 pending bits the accumulator never overflows.
     #[inline]
     fn push(&mut self, v: u64, n: u32) {
         if n == 0 {
             return;
         }
-        let mask = if n == 64 { u64::MAX } else { (1u64 << n) - 1 };
+        let mask = (1u64 << n) - 1;
         self.acc = (self.acc << n) | (v & mask);
         self.pending += n;
         while self.pending >= 8 {
@@ -64,6 +67,7 @@ impl<'a> BitReader<'a> {
     pub fn new(bytes: &'a [u8]) -> Self {
         BitReader { bytes, pos: 0 }
     }
+    #[inline]
     pub fn bit(&mut self) -> Result<bool> {
         let byte = *self
             .bytes
@@ -73,6 +77,7 @@ impl<'a> BitReader<'a> {
         self.pos += 1;
         Ok(b)
     }
+    #[inline]
     pub fn bits(&mut self, n: u32) -> Result<u64> {
         if n > 64 {
             return Err(CodecError::Invalid(format!("a field of {n} bits")));
@@ -87,15 +92,25 @@ impl<'a> BitReader<'a> {
         if self.remaining() < n as usize {
             return Err(CodecError::Truncated("bit stream ended early"));
         }
-        // Up to 32 bits starting anywhere within a byte span at most 5 bytes.
+        // Up to 32 bits starting anywhere within a byte span at most 5 bytes: one 8-byte
+        // big-endian load where the stream has 8 bytes left, else byte by byte.
         let first = self.pos / 8;
-        let mut window = 0u64;
-        for k in 0..5 {
-            window = (window << 8) | *self.bytes.get(first + k).unwrap_or(&0) as u64;
-        }
-        let shift = 40 - (self.pos % 8) as u32 - n;
+        let window = match self.bytes.get(first..first + 8) {
+            Some(eight) => u64::from_be_bytes(eight.try_into().unwrap_or([0; 8])),
+            None => self.tail_window(first),
+        };
+        let shift = 64 - (self.pos % 8) as u32 - n;
         self.pos += n as usize;
         Ok((window >> shift) & ((1u64 << n) - 1))
+    }
+    /// The 8 bytes from `first` where fewer are left, zero-padded: the last few fields
+    /// of a stream only, kept out of line so that `bits` stays small enough to inline.
+    #[cold]
+    #[inline(never)]
+    fn tail_window(&self, first: usize) -> u64 {
+        (0..8).fold(0u64, |w, k| {
+            (w << 8) | *self.bytes.get(first + k).unwrap_or(&0) as u64
+        })
     }
     pub fn position(&self) -> usize {
         self.pos

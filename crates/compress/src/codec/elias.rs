@@ -13,18 +13,44 @@ pub fn write(w: &mut BitWriter, k: u64) -> Result<()> {
             "Elias codes positive integers only".into(),
         ));
     }
-    let mut groups = Vec::new();
+    if k <= u32::MAX as u64 {
+        let (code, len) = omega32(k as u32);
+        w.bits(code, len);
+        return Ok(());
+    }
+    // Groups from the last (k itself) to the first; a 64-bit k has 4 (64, 6, 3, 2 bits).
+    let mut groups = [(0u64, 0u32); 6];
+    let mut count = 0;
     let mut n = k;
     while n > 1 {
         let len = 64 - n.leading_zeros();
-        groups.push((n, len));
+        groups[count] = (n, len);
+        count += 1;
         n = (len - 1) as u64;
     }
-    for &(v, len) in groups.iter().rev() {
+    for &(v, len) in groups[..count].iter().rev() {
         w.bits(v, len);
     }
     w.bit(false);
     Ok(())
+}
+
+/// ω(k) for 1 ≤ k < 2³² as (code, length), the code right-aligned: at most 43 bits (32 +
+/// 5 + 3 + 2 + the closing 0), so one register holds it and the writer takes it in one
+/// call, with no list of groups.
+#[inline]
+pub fn omega32(k: u32) -> (u64, u32) {
+    debug_assert!(k >= 1);
+    // Built from the end: the closing 0, then k's bits, then the code of its length − 1.
+    let (mut code, mut len) = (0u64, 1u32);
+    let mut n = k;
+    while n > 1 {
+        let bits = 32 - n.leading_zeros();
+        code |= (n as u64) << len;
+        len += bits;
+        n = bits - 1;
+    }
+    (code, len)
 }
 
 pub fn read(r: &mut BitReader) -> Result<u64> {
@@ -57,10 +83,63 @@ pub fn encode_qsgd(w: &mut BitWriter, b: &QuantizedBucket) -> Result<()> {
                 "entries must have increasing indices and levels ≥ 1 (index {i}, level {level})"
             )));
         }
-        write(w, gap as u64)?;
-        w.bit(neg);
-        write(w, level as u64)?;
+        // An index is a u32, so the gap fits too. One write for gap, sign and level
+        // where they fit the writer's 56 bits (always, for levels below 2¹⁰).
+        let (g, gl) = omega32(gap as u32);
+        let (l, ll) = omega32(level);
+        if gl + 1 + ll <= 56 {
+            w.bits((g << (1 + ll)) | ((neg as u64) << ll) | l, gl + 1 + ll);
+        } else {
+            w.bits(g, gl);
+            w.bit(neg);
+            w.bits(l, ll);
+        }
         prev = i as i64;
+    }
+    Ok(())
+}
+
+/// The index a gap leads to from `next` (one past the previous index), checked against a
+/// bucket of `d`: a peer's gap can be any 64-bit number, so the sum is checked too.
+fn next_index(next: u64, gap: u64, d: usize) -> Result<usize> {
+    match next.checked_add(gap - 1) {
+        Some(i) if i < d as u64 => Ok(i as usize),
+        _ => Err(CodecError::Invalid(format!(
+            "a gap of {gap} after index {next} leaves the bucket of {d}"
+        ))),
+    }
+}
+
+/// Reads one bucket of `out.len()` coordinates with levels at most `s` and adds its
+/// values (`norm / s · level`, signed) into `out`: [`decode_qsgd`] followed by the
+/// dequantization, without the list of entries between them. On an error part of the
+/// bucket may have been added.
+pub fn decode_qsgd_add(r: &mut BitReader, s: u32, out: &mut [f32]) -> Result<()> {
+    let d = out.len();
+    let norm = f32::from_bits(r.bits(32)? as u32);
+    if !norm.is_finite() || norm < 0.0 {
+        return Err(CodecError::Invalid(format!("bucket norm {norm}")));
+    }
+    let count = r.bits(32)? as usize;
+    if count > d {
+        return Err(CodecError::Invalid(format!(
+            "{count} nonzeros in a bucket of {d}"
+        )));
+    }
+    let unit = norm / s as f32;
+    // One past the last index: the next index is `next + gap − 1` (a gap is ≥ 1).
+    let mut next: u64 = 0;
+    for _ in 0..count {
+        let index = next_index(next, read(r)?, d)?;
+        next = index as u64 + 1;
+        let slot = &mut out[index];
+        let neg = r.bit()?;
+        let level = read(r)?;
+        if level > s as u64 {
+            return Err(CodecError::Invalid(format!("level {level} above s = {s}")));
+        }
+        let v = unit * level as f32;
+        *slot += if neg { -v } else { v };
     }
     Ok(())
 }
@@ -75,20 +154,16 @@ pub fn decode_qsgd(r: &mut BitReader, d: usize, s: u32) -> Result<QuantizedBucke
         )));
     }
     let mut entries = Vec::with_capacity(count);
-    let mut prev: i64 = -1;
+    let mut next: u64 = 0;
     for _ in 0..count {
-        prev += read(r)? as i64;
-        if prev >= d as i64 {
-            return Err(CodecError::Invalid(format!(
-                "index {prev} beyond the bucket of {d}"
-            )));
-        }
+        let index = next_index(next, read(r)?, d)?;
+        next = index as u64 + 1;
         let neg = r.bit()?;
         let level = read(r)?;
         if level > s as u64 {
             return Err(CodecError::Invalid(format!("level {level} above s = {s}")));
         }
-        entries.push((prev as u32, neg, level as u32));
+        entries.push((index as u32, neg, level as u32));
     }
     Ok(QuantizedBucket { norm, entries })
 }

@@ -141,14 +141,16 @@ pub fn decode_add(
     let s = (1u32 << bits) - 1;
     let mut r = BitReader::new(bytes);
     for chunk in out.chunks_mut(bucket) {
-        let q = match coding {
-            Coding::Elias => elias::decode_qsgd(&mut r, chunk.len(), s)?,
-            Coding::Fixed => read_fixed(&mut r, chunk.len(), bits, s)?,
-        };
-        if !q.norm.is_finite() || q.norm < 0.0 {
-            return Err(CodecError::Invalid(format!("bucket norm {}", q.norm)));
+        match coding {
+            Coding::Elias => elias::decode_qsgd_add(&mut r, s, chunk)?,
+            Coding::Fixed => {
+                let q = read_fixed(&mut r, chunk.len(), bits, s)?;
+                if !q.norm.is_finite() || q.norm < 0.0 {
+                    return Err(CodecError::Invalid(format!("bucket norm {}", q.norm)));
+                }
+                dequantize_add(&q, s, chunk);
+            }
         }
-        dequantize_add(&q, s, chunk);
     }
     // A full byte left over means the message was longer than its buckets.
     if r.remaining() >= 8 {

@@ -9,7 +9,7 @@
 //! (its weight and bias, N = 2) in 32 bits, which is why the DGC paper's Table 3 gives
 //! TernGrad 8x on AlexNet rather than the 16x of two bits everywhere.
 
-use crate::codec::{BitReader, BitWriter, CodecError};
+use crate::codec::{BitWriter, CodecError};
 use crate::exchange::{allgather_average, check_len, dense_average, Meter};
 use crate::method::{Method, ParamSpec, StateTensors, Update, UpdateKind};
 use crate::Result;
@@ -42,18 +42,25 @@ pub fn decode_add(bytes: &[u8], out: &mut [f32]) -> std::result::Result<(), Code
             out.len()
         )));
     }
-    let mut r = BitReader::new(bytes);
-    let s = f32::from_bits(r.bits(32)? as u32);
+    let s = f32::from_bits(u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]));
     if !s.is_finite() || s < 0.0 {
         return Err(CodecError::Invalid(format!("scale {s}")));
     }
-    for o in out.iter_mut() {
-        match r.bits(2)? {
-            0b00 => {}
-            0b01 => *o += s,
-            0b10 => *o -= s,
-            _ => return Err(CodecError::Invalid("ternary code 11".into())),
+    // After the 32-bit scale the codes are byte-aligned, four to a byte, the first in the
+    // top two bits: read a byte at a time rather than through the general bit reader.
+    let mut bad = false;
+    for (codes, chunk) in bytes[4..].iter().zip(out.chunks_mut(4)) {
+        for (k, o) in chunk.iter_mut().enumerate() {
+            match (codes >> (6 - 2 * k)) & 0b11 {
+                0b00 => {}
+                0b01 => *o += s,
+                0b10 => *o -= s,
+                _ => bad = true,
+            }
         }
+    }
+    if bad {
+        return Err(CodecError::Invalid("ternary code 11".into()));
     }
     Ok(())
 }
