@@ -112,6 +112,20 @@ impl<'a> BitReader<'a> {
             (w << 8) | *self.bytes.get(first + k).unwrap_or(&0) as u64
         })
     }
+    /// The next 56 bits, left-aligned in the low 56 bits of the result (bit 55 is the
+    /// next one), without consuming them; None within 8 bytes of the end.
+    #[inline]
+    pub fn peek56(&self) -> Option<u64> {
+        let first = self.pos / 8;
+        let eight = self.bytes.get(first..first + 8)?;
+        let window = u64::from_be_bytes(eight.try_into().ok()?);
+        Some((window >> (8 - (self.pos % 8))) & ((1u64 << 56) - 1))
+    }
+    /// Consumes `n` bits already looked at through [`BitReader::peek56`].
+    #[inline]
+    pub fn skip(&mut self, n: usize) {
+        self.pos = (self.pos + n).min(self.bytes.len() * 8);
+    }
     pub fn position(&self) -> usize {
         self.pos
     }

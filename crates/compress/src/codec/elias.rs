@@ -54,6 +54,34 @@ pub fn omega32(k: u32) -> (u64, u32) {
 }
 
 pub fn read(r: &mut BitReader) -> Result<u64> {
+    // Most codes (QSGD's gaps and levels) are a few bits: parse them from one window.
+    if let Some(window) = r.peek56() {
+        let mut n: u64 = 1;
+        let mut used = 0u32;
+        // The window's bits run out at 56: past them the general path below decides.
+        while used < 56 {
+            let more = (window >> (55 - used)) & 1 == 1;
+            used += 1;
+            if !more {
+                r.skip(used as usize);
+                return Ok(n);
+            }
+            // The group after the 1 just read has n more bits; past the window (or an
+            // n that long codes are errors for) the general path below decides.
+            if n >= 64 || used as u64 + n > 56 {
+                break;
+            }
+            let bits = n as u32;
+            n = (1u64 << n) | ((window >> (56 - used - bits)) & ((1u64 << bits) - 1));
+            used += bits;
+        }
+    }
+    read_bitwise(r)
+}
+
+/// [`read`] a bit and a group at a time, for codes near the stream's end or longer than
+/// one window.
+fn read_bitwise(r: &mut BitReader) -> Result<u64> {
     let mut n: u64 = 1;
     while r.bit()? {
         if n >= 64 {
