@@ -86,7 +86,7 @@ fn terngrad_is_unbiased_and_round_trips() {
     let mut mean = vec![0f64; v.len()];
     let s = v.iter().fold(0f32, |m, x| m.max(x.abs())) as f64;
     for _ in 0..trials {
-        let (bytes, _) = terngrad::encode(&v, &mut rng);
+        let (bytes, _) = terngrad::encode(&v, &mut rng).unwrap();
         assert_eq!(bytes.len(), 4 + (2 * v.len()).div_ceil(8));
         let mut out = vec![0f32; v.len()];
         terngrad::decode_add(&bytes, &mut out).unwrap();
@@ -155,7 +155,7 @@ fn message_decoders_survive_random_and_truncated_input() {
     let v = heavy_tailed(4096, 12);
     let (q, _) = qsgd::encode(&v, 4, 512, Coding::Elias, &mut Rng::new(2)).unwrap();
     let (qf, _) = qsgd::encode(&v, 4, 512, Coding::Fixed, &mut Rng::new(2)).unwrap();
-    let (t, _) = terngrad::encode(&v, &mut Rng::new(3));
+    let (t, _) = terngrad::encode(&v, &mut Rng::new(3)).unwrap();
     let (o, _) = onebit::encode(&v, 100);
     let (mean, pos) = sbc::binarize(&v, 0.01);
     let s = sbc::encode(mean, &pos, v.len()).unwrap();
@@ -294,7 +294,13 @@ fn qsgd_wire_format_is_pinned_to_the_byte() {
     // (2026-11-24), with their lengths. A deliberate format change updates these.
     let v = heavy_tailed(20_000, 11);
     let cases = [
-        (2, 128, Coding::Elias, 0xd7bc_1c27_957c_45c5_u64, 4_201_usize),
+        (
+            2,
+            128,
+            Coding::Elias,
+            0xd7bc_1c27_957c_45c5_u64,
+            4_201_usize,
+        ),
         (4, 512, Coding::Elias, 0xe73f_1b31_1530_1f3f, 5_176),
         (8, 512, Coding::Elias, 0xc690_c212_82ba_8e00, 17_937),
         (4, 512, Coding::Fixed, 0x0afd_52bd_fced_68ae, 12_660),
@@ -306,4 +312,23 @@ fn qsgd_wire_format_is_pinned_to_the_byte() {
     }
     let want: Vec<(u64, usize)> = cases.iter().map(|c| (c.3, c.4)).collect();
     assert_eq!(got, want, "{got:#x?}");
+}
+
+#[test]
+fn a_non_finite_gradient_is_refused_by_its_sender() {
+    // A diverged gradient must fail where it is encoded, saying so, rather than reach the
+    // receivers as a "malformed" message (QSGD's norm, TernGrad's scale) or, in
+    // TernGrad, turn its NaN into zeros.
+    for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+        let mut v = heavy_tailed(2_000, 13);
+        v[1_500] = bad;
+        let e = qsgd::encode(&v, 4, 512, Coding::Elias, &mut Rng::new(1)).unwrap_err();
+        assert!(e.to_string().contains("bucket 2 of the gradient"), "{e}");
+        assert!(e.to_string().contains("diverged"), "{e}");
+        let e = terngrad::encode(&v, &mut Rng::new(1)).unwrap_err();
+        assert!(e.to_string().contains("inf or NaN"), "{e}");
+    }
+    // Finite values whose bucket norm is beyond f32 are refused too.
+    let big = vec![3e38f32; 512];
+    assert!(qsgd::encode(&big, 4, 512, Coding::Elias, &mut Rng::new(1)).is_err());
 }

@@ -121,8 +121,16 @@ pub fn encode(
     let s = (1u32 << bits) - 1;
     let mut w = BitWriter::new();
     let mut nonzeros = 0;
-    for chunk in v.chunks(bucket) {
+    for (i, chunk) in v.chunks(bucket).enumerate() {
         let q = quantize(chunk, s, rng);
+        if !q.norm.is_finite() {
+            // Receivers would refuse the message as malformed; say what happened here.
+            return Err(CompressError::Usage(format!(
+                "qsgd: bucket {i} of the gradient has norm {}: the gradient holds inf or \
+                 NaN, or values beyond f32 (the training diverged? lower --lr)",
+                q.norm
+            )));
+        }
         nonzeros += q.entries.len();
         match coding {
             Coding::Elias => elias::encode_qsgd(&mut w, &q)

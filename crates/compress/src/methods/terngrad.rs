@@ -16,8 +16,17 @@ use crate::Result;
 use comm::Communicator;
 use tensor::Rng;
 
-pub fn encode(g: &[f32], rng: &mut Rng) -> (Vec<u8>, usize) {
-    let s = g.iter().fold(0f32, |m, x| m.max(x.abs()));
+/// The message of `g`; an error if `g` holds inf or NaN (the scale would be inf, or a
+/// NaN would silently become 0: `f32::max` skips NaN).
+pub fn encode(g: &[f32], rng: &mut Rng) -> Result<(Vec<u8>, usize)> {
+    let (s, finite) = g.iter().fold((0f32, true), |(m, ok), x| {
+        (m.max(x.abs()), ok && x.is_finite())
+    });
+    if !finite {
+        return Err(crate::CompressError::Usage(
+            "terngrad: the gradient holds inf or NaN (the training diverged? lower --lr)".into(),
+        ));
+    }
     let mut w = BitWriter::new();
     w.bits(s.to_bits() as u64, 32);
     let mut nonzeros = 0;
@@ -31,7 +40,7 @@ pub fn encode(g: &[f32], rng: &mut Rng) -> (Vec<u8>, usize) {
         nonzeros += keep as usize;
         w.bits(code, 2);
     }
-    (w.finish(), nonzeros)
+    Ok((w.finish(), nonzeros))
 }
 
 pub fn decode_add(bytes: &[u8], out: &mut [f32]) -> std::result::Result<(), CodecError> {
@@ -113,7 +122,7 @@ impl Method for TernGrad {
         }
         let rng = &mut self.rng;
         let mut m = Meter::new(n);
-        let (message, nonzeros) = m.compress(|| encode(grad, rng));
+        let (message, nonzeros) = m.compress(|| encode(grad, rng))?;
         m.stats.sent_values = nonzeros;
         let out = allgather_average(comm, &mut m, "terngrad", index, n, &message, |b, out| {
             decode_add(b, out)
