@@ -3,8 +3,7 @@
 //! synthetic ImageNet-shaped data, the table's files, and each method's compression in
 //! the paper's measure, which its format fixes: TernGrad with AlexNet's last layer in
 //! f32 at the paper's 8x, DGC at 0.1 % with its 1-D tensors dense near the paper's 597x
-//! and 277x. Also its argument errors, which
-//! must come before any job starts.
+//! and 277x. Also its argument errors, which must come before any job starts.
 
 mod common;
 
@@ -82,11 +81,6 @@ fn five_jobs_write_the_table_with_each_methods_compression() {
         assert_eq!(r["steps"].as_u64(), Some(6), "{r}");
         // Top-5 is recorded beside top-1 (1,000 classes) and never below it.
         assert!(f(i, "top5") >= f(i, "top1") && f(i, "top5") <= 1.0, "{r}");
-        assert!(
-            (f(i, "compressed_mib") - f(i, "gradient_mib") / f(i, "compression_ratio")).abs()
-                < 1e-9,
-            "{r}"
-        );
     }
     // The paper's gradient sizes: 60,965,224 and 25,557,032 values of 4 bytes, in MiB.
     assert!(

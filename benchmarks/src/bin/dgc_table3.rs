@@ -20,10 +20,10 @@
 //! TernGrad sends AlexNet's last fully-connected layer as f32 (`float_last=2`), as the
 //! paper's footnote says Wen et al. do. DGC sends every 1-D tensor (biases, batch norm)
 //! dense (`dense_1d=true`; `--dense-1d false` leaves only those under 1,000 values
-//! dense): the paper's compressed sizes are that rule's arithmetic (ResNet-50: 53,120
-//! batch-norm values × 4 bytes + 0.1 % of the weights × 6 bytes = 0.35 MB). The compression ratio is the paper's: the
-//! gradient's bytes over the bytes of the method's encoding (DGC: 32-bit values and
-//! 16-bit zero runs), after DGC's warm-up; the wire ratio (a dense ring's bytes over the
+//! dense): the paper's compressed sizes are that rule's arithmetic (ResNet-50: 54,120
+//! batch-norm and bias values × 4 bytes + 0.1 % of the weights × 6 bytes = 0.35 MB).
+//! The compression ratio is the paper's: the gradient's bytes over the bytes of the
+//! method's encoding (DGC: 32-bit values and 16-bit zero runs), after DGC's warm-up; the wire ratio (a dense ring's bytes over the
 //! bytes this rank sent, from the communicator's counters) is printed beside it. The
 //! gradient size is in MiB, as the paper's 232.56 MB for AlexNet's 60,965,224 values.
 
@@ -116,6 +116,7 @@ const PAPER: [(&str, &str, f64, f64, &str, f64); 5] = [
 /// One model's rows: its label, the base config of its jobs and its methods.
 struct Model {
     label: &'static str,
+    /// The model's name (`alexnet`, `resnet50`), which starts its runs' directories.
     slug: &'static str,
     base: Config,
     methods: &'static [&'static str],
@@ -123,29 +124,31 @@ struct Model {
 
 fn model(args: &Args, name: &str) -> Result<Model> {
     let quick = args.preset == "quick";
-    let (label, lr, weight_decay, quick_batch, methods): (_, _, _, _, &'static [&str]) = match name
-    {
-        "alexnet" => (
-            "AlexNet",
-            0.01,
-            5e-4,
-            8,
-            &["Baseline", "TernGrad", "Deep Gradient Compression"],
-        ),
-        "resnet50" => (
-            "ResNet-50",
-            0.1,
-            1e-4,
-            4,
-            &["Baseline", "Deep Gradient Compression"],
-        ),
-        other => bail!("--models {other}: expected alexnet or resnet50"),
-    };
+    let (slug, label, lr, weight_decay, quick_batch, methods): (_, _, _, _, _, &'static [&str]) =
+        match name {
+            "alexnet" => (
+                "alexnet",
+                "AlexNet",
+                0.01,
+                5e-4,
+                8,
+                &["Baseline", "TernGrad", "Deep Gradient Compression"],
+            ),
+            "resnet50" => (
+                "resnet50",
+                "ResNet-50",
+                0.1,
+                1e-4,
+                4,
+                &["Baseline", "Deep Gradient Compression"],
+            ),
+            other => bail!("--models {other}: expected alexnet or resnet50"),
+        };
     let batch = args
         .batch_size
         .unwrap_or(if quick { quick_batch } else { 64 });
     let mut c = Config {
-        model: name.into(),
+        model: slug.into(),
         dataset: "synthetic".into(),
         workers: args.workers,
         batch_size: batch,
@@ -158,9 +161,6 @@ fn model(args: &Args, name: &str) -> Result<Model> {
         ..Config::default()
     };
     if quick {
-        if args.data_dir.is_some() {
-            bail!("--data-dir is for --preset paper (the quick preset trains on synthetic data)");
-        }
         c.synthetic_samples = args.workers * batch * QUICK_STEPS_PER_EPOCH;
     } else {
         c.schedule = Schedule::Multistep;
@@ -180,11 +180,7 @@ fn model(args: &Args, name: &str) -> Result<Model> {
     }
     Ok(Model {
         label,
-        slug: if name == "alexnet" {
-            "alexnet"
-        } else {
-            "resnet50"
-        },
+        slug,
         base: c,
         methods,
     })
@@ -227,6 +223,9 @@ fn main() -> Result<()> {
     }
     if args.synthetic && args.preset == "quick" {
         bail!("--synthetic is for --preset paper (the quick preset is synthetic already)");
+    }
+    if args.data_dir.is_some() && args.preset == "quick" {
+        bail!("--data-dir is for --preset paper (the quick preset trains on synthetic data)");
     }
     if args.workers < 2 {
         bail!(

@@ -22,22 +22,31 @@ pub struct ImageFolder {
     pub train: bool,
 }
 
+/// The classes of an image-folder root: its sub-folders' names, sorted (the order fixes
+/// the labels); an error if there are none. Cheap beside [`ImageFolder::open`], which
+/// also lists every image, so a trainer can check a dataset before it starts workers.
+pub fn class_folders(root: &Path) -> Result<Vec<String>> {
+    let mut classes: Vec<String> = std::fs::read_dir(root)
+        .map_err(|e| DataError::io(root, e))?
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().is_dir())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    classes.sort();
+    if classes.is_empty() {
+        return Err(DataError::format(
+            root,
+            "no class sub-folders (expected root/<class>/<image files>)",
+        ));
+    }
+    Ok(classes)
+}
+
 impl ImageFolder {
     /// Lists `root/<class>/*.{jpg,jpeg,png}` (case-insensitive); classes sorted by name.
     pub fn open(root: &Path, size: usize, train: bool) -> Result<Self> {
         let read = |p: &Path| std::fs::read_dir(p).map_err(|e| DataError::io(p, e));
-        let mut classes: Vec<String> = read(root)?
-            .filter_map(|e| e.ok())
-            .filter(|e| e.path().is_dir())
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .collect();
-        classes.sort();
-        if classes.is_empty() {
-            return Err(DataError::format(
-                root,
-                "no class sub-folders (expected root/<class>/<image files>)",
-            ));
-        }
+        let classes = class_folders(root)?;
         let mut files = Vec::new();
         for (label, class) in classes.iter().enumerate() {
             let mut imgs: Vec<PathBuf> = read(&root.join(class))?

@@ -25,7 +25,7 @@ mod text;
 pub use augment::Augment;
 pub use cifar::read_cifar10;
 pub use error::{DataError, Result};
-pub use folder::ImageFolder;
+pub use folder::{class_folders, ImageFolder};
 pub use idx::{read_idx, read_mnist, IdxArray};
 pub use image::ImageDataset;
 pub use loader::{Batch, Dataset, Loader};

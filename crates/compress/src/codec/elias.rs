@@ -18,19 +18,12 @@ pub fn write(w: &mut BitWriter, k: u64) -> Result<()> {
         w.bits(code, len);
         return Ok(());
     }
-    // Groups from the last (k itself) to the first; a 64-bit k has 4 (64, 6, 3, 2 bits).
-    let mut groups = [(0u64, 0u32); 6];
-    let mut count = 0;
-    let mut n = k;
-    while n > 1 {
-        let len = 64 - n.leading_zeros();
-        groups[count] = (n, len);
-        count += 1;
-        n = (len - 1) as u64;
-    }
-    for &(v, len) in groups[..count].iter().rev() {
-        w.bits(v, len);
-    }
+    // ω(k) is ω(len − 1) without its closing 0, then k's len bits, then the 0; for a k
+    // above 2³² its length − 1 (32..63) is itself a 32-bit number.
+    let len = 64 - k.leading_zeros();
+    let (prefix, prefix_len) = omega32(len - 1);
+    w.bits(prefix >> 1, prefix_len - 1);
+    w.bits(k, len);
     w.bit(false);
     Ok(())
 }
@@ -138,60 +131,58 @@ fn next_index(next: u64, gap: u64, d: usize) -> Result<usize> {
     }
 }
 
-/// Reads one bucket of `out.len()` coordinates with levels at most `s` and adds its
-/// values (`norm / s · level`, signed) into `out`: [`decode_qsgd`] followed by the
-/// dequantization, without the list of entries between them. On an error part of the
-/// bucket may have been added.
-pub fn decode_qsgd_add(r: &mut BitReader, s: u32, out: &mut [f32]) -> Result<()> {
-    let d = out.len();
-    let norm = f32::from_bits(r.bits(32)? as u32);
-    if !norm.is_finite() || norm < 0.0 {
-        return Err(CodecError::Invalid(format!("bucket norm {norm}")));
-    }
+/// Reads a bucket's count (at most `d`) and its entries after the norm, handing each
+/// (index, negative?, level ≤ `s`) to `visit`: what [`decode_qsgd`] collects and
+/// [`decode_qsgd_add`] adds.
+fn read_entries(
+    r: &mut BitReader,
+    d: usize,
+    s: u32,
+    mut visit: impl FnMut(usize, bool, u32),
+) -> Result<()> {
     let count = r.bits(32)? as usize;
     if count > d {
         return Err(CodecError::Invalid(format!(
             "{count} nonzeros in a bucket of {d}"
         )));
     }
-    let unit = norm / s as f32;
     // One past the last index: the next index is `next + gap − 1` (a gap is ≥ 1).
     let mut next: u64 = 0;
     for _ in 0..count {
         let index = next_index(next, read(r)?, d)?;
         next = index as u64 + 1;
-        let slot = &mut out[index];
         let neg = r.bit()?;
         let level = read(r)?;
         if level > s as u64 {
             return Err(CodecError::Invalid(format!("level {level} above s = {s}")));
         }
-        let v = unit * level as f32;
-        *slot += if neg { -v } else { v };
+        visit(index, neg, level as u32);
     }
     Ok(())
+}
+
+/// Reads one bucket of `out.len()` coordinates with levels at most `s` and adds its
+/// values (`norm / s · level`, signed) into `out`: [`decode_qsgd`] followed by the
+/// dequantization, without the list of entries between them. On an error part of the
+/// bucket may have been added.
+pub fn decode_qsgd_add(r: &mut BitReader, s: u32, out: &mut [f32]) -> Result<()> {
+    let norm = f32::from_bits(r.bits(32)? as u32);
+    if !norm.is_finite() || norm < 0.0 {
+        return Err(CodecError::Invalid(format!("bucket norm {norm}")));
+    }
+    let unit = norm / s as f32;
+    read_entries(r, out.len(), s, |index, neg, level| {
+        let v = unit * level as f32;
+        out[index] += if neg { -v } else { v };
+    })
 }
 
 /// Reads one bucket of at most `d` coordinates with levels at most `s`.
 pub fn decode_qsgd(r: &mut BitReader, d: usize, s: u32) -> Result<QuantizedBucket> {
     let norm = f32::from_bits(r.bits(32)? as u32);
-    let count = r.bits(32)? as usize;
-    if count > d {
-        return Err(CodecError::Invalid(format!(
-            "{count} nonzeros in a bucket of {d}"
-        )));
-    }
-    let mut entries = Vec::with_capacity(count);
-    let mut next: u64 = 0;
-    for _ in 0..count {
-        let index = next_index(next, read(r)?, d)?;
-        next = index as u64 + 1;
-        let neg = r.bit()?;
-        let level = read(r)?;
-        if level > s as u64 {
-            return Err(CodecError::Invalid(format!("level {level} above s = {s}")));
-        }
-        entries.push((index as u32, neg, level as u32));
-    }
+    let mut entries = Vec::new();
+    read_entries(r, d, s, |index, neg, level| {
+        entries.push((index as u32, neg, level))
+    })?;
     Ok(QuantizedBucket { norm, entries })
 }

@@ -20,10 +20,12 @@
 //! Tensors below `dense_below` elements (biases, batch norm) are allreduced densely and
 //! left to the optimizer, as in the paper's code. `dense_1d` sends every 1-D tensor
 //! (every bias and batch-norm vector, whatever its length) dense as well: the paper's
-//! Table 3 sizes are that rule's arithmetic (ResNet-50: 53,120 batch-norm values × 4
-//! bytes + 0.1 % of the weights × 6 bytes = 0.35 MB, 277×; AlexNet's 10,568 biases the
-//! same way: 0.39 MB, 597×), where `dense_below = 1000` alone gives 417× and 655×. Warm-up: during `warmup_epochs` the
-//! density steps through `warmup_densities` (default 25 %, 6.25 %, 1.5625 %, 0.4 %: the
+//! Table 3 sizes are that rule's arithmetic (ResNet-50: 54,120 batch-norm and bias
+//! values × 4 bytes + 0.1 % of the weights × 6 bytes = 0.35 MB, 277×; AlexNet's 10,568
+//! biases the same way: 0.39 MB, 597×), where `dense_below = 1000` alone gives 417× and
+//! 655×.
+//!
+//! Warm-up: during `warmup_epochs` the density steps through `warmup_densities` (default 25 %, 6.25 %, 1.5625 %, 0.4 %: the
 //! paper's 75 % → 93.75 % → 98.4375 % → 99.6 % sparsity), then stays at `density`.
 //! With every switch off DGC is exactly gradient dropping (`topk`), which a test checks.
 

@@ -48,8 +48,8 @@ pub fn quantize(v: &[f32], s: u32, rng: &mut Rng) -> QuantizedBucket {
         for (i, &x) in v.iter().enumerate() {
             let r = (s as f64 * (x.abs() as f64) / norm).min(s as f64);
             // `floor` is a libm call on baseline x86-64; truncating instead (the same value
-            // for 0 ≤ r) measured 1.15-1.3x faster at 8 bits but 0.9x at 2 and 4 bits
-            // (RESULTS.md, QSGD's coders), so the default 4-bit path keeps it.
+            // for 0 ≤ r) measured 1.15-1.31x faster at 8 bits but 0.91-0.96x at 2 and 4
+            // bits (RESULTS.md, QSGD's coders), so the default 4-bit path keeps it.
             let floor = r.floor();
             let level = floor as u32 + (rng.uniform() < r - floor) as u32;
             if level > 0 {

@@ -47,23 +47,14 @@ pub(super) fn image_shape(c: &Config) -> Result<([usize; 3], usize)> {
 fn imagenet_classes(dir: &std::path::Path) -> Result<Vec<String>> {
     let classes = |split: &str| -> Result<Vec<String>> {
         let root = dir.join(split);
-        let mut names: Vec<String> = std::fs::read_dir(&root)
-            .with_context(|| {
-                format!(
-                    "--dataset imagenet reads {}/{{train,val}}/<class>/<images>: cannot list {}",
-                    dir.display(),
-                    root.display()
-                )
-            })?
-            .filter_map(|e| e.ok())
-            .filter(|e| e.path().is_dir())
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .collect();
-        names.sort();
-        if names.is_empty() {
-            bail!("{}: no class folders", root.display());
+        if !root.is_dir() {
+            bail!(
+                "--dataset imagenet reads {}/{{train,val}}/<class>/<images>: cannot list {}",
+                dir.display(),
+                root.display()
+            );
         }
-        Ok(names)
+        Ok(data::class_folders(&root)?)
     };
     let (train, val) = (classes("train")?, classes("val")?);
     if train != val {

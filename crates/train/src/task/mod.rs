@@ -462,9 +462,10 @@ impl Task {
         Ok(s)
     }
 
-    /// Top-5 accuracy from the sums of every rank, for image tasks of at least 5 classes.
+    /// Top-5 accuracy from the sums of every rank, for image tasks of at least 5 classes
+    /// (`classes` is 0 for the other tasks).
     pub fn top5(&self, s: &EvalSums) -> Option<f64> {
-        (self.kind == Kind::Image && self.classes >= 5).then(|| s.top5 / s.denominator.max(1.0))
+        (self.classes >= 5).then(|| s.top5 / s.denominator.max(1.0))
     }
 
     /// The metric and the mean test loss from the sums of every rank.
