@@ -4,6 +4,12 @@
 //! residuals, momenta, random-stream state) and, as metadata, where training stands.
 //! Written atomically, so a worker killed mid-write leaves the previous checkpoint.
 //! Resuming restores every piece, and training continues bit for bit (tested).
+//!
+//! Two generations are kept per rank: saving renames the current file to
+//! `rank{r}.prev.safetensors` before writing the new one. Ranks save one after another,
+//! so a job that dies while they save can leave rank 0 one epoch ahead of rank 1; a
+//! resume then picks the newest step that every rank holds (see `Worker::agree`),
+//! instead of averaging gradients of replicas that stand at different steps.
 
 use anyhow::{bail, Context, Result};
 use safetensors::tensor::{Dtype, TensorView};
@@ -16,16 +22,58 @@ pub fn path(dir: &Path, rank: usize) -> PathBuf {
         .join(format!("rank{rank}.safetensors"))
 }
 
+/// The generation before [`path`]'s.
+pub fn prev_path(dir: &Path, rank: usize) -> PathBuf {
+    dir.join("checkpoint")
+        .join(format!("rank{rank}.prev.safetensors"))
+}
+
+/// Writes a new generation: the current file (if any) becomes the previous one, then the
+/// new one is written atomically. Between the two steps only the previous generation
+/// exists, which [`Position`]-agreement on resume handles like any other lag.
+pub fn save_generation(
+    dir: &Path,
+    rank: usize,
+    tensors: &[(String, Vec<f32>, Vec<usize>)],
+    pos: &Position,
+) -> Result<()> {
+    let (cur, prev) = (path(dir, rank), prev_path(dir, rank));
+    if cur.exists() {
+        std::fs::rename(&cur, &prev)
+            .with_context(|| format!("renaming {} to {}", cur.display(), prev.display()))?;
+    }
+    save(&cur, tensors, pos)
+}
+
+/// Removes a rank's checkpoints (a fresh run into a used directory must not leave an
+/// older run's checkpoint for `--resume` to pick up).
+pub fn remove(dir: &Path, rank: usize) -> Result<()> {
+    for f in [path(dir, rank), prev_path(dir, rank)] {
+        match std::fs::remove_file(&f) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(e)
+                    .with_context(|| format!("removing the stale checkpoint {}", f.display()))
+            }
+        }
+    }
+    Ok(())
+}
 /// Where training stands, stored as metadata.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Position {
     pub step: usize,
+    /// Epochs completed. Where `--steps` ended inside an epoch, `step` is past
+    /// `epoch × batches per epoch` and a resume skips that many batches of the epoch.
     pub epoch: usize,
     pub bytes_sent: u64,
     pub bytes_received: u64,
     pub message_bytes: u64,
     pub dense_message_bytes: u64,
     pub wall_seconds: f64,
+    /// Workers of the run that wrote it (0: written before this was recorded).
+    pub world: usize,
 }
 
 pub struct Saved {
@@ -56,6 +104,7 @@ pub fn save(file: &Path, tensors: &[(String, Vec<f32>, Vec<usize>)], pos: &Posit
         ("message_bytes", pos.message_bytes.to_string()),
         ("dense_message_bytes", pos.dense_message_bytes.to_string()),
         ("wall_seconds", pos.wall_seconds.to_string()),
+        ("world", pos.world.to_string()),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
@@ -73,21 +122,7 @@ pub fn load(file: &Path) -> Result<Saved> {
     })?;
     let (_, meta) = safetensors::SafeTensors::read_metadata(&bytes)
         .map_err(|e| anyhow::anyhow!("{}: {e:?}", file.display()))?;
-    let m = meta.metadata().clone().unwrap_or_default();
-    let num = |k: &str| -> Result<f64> {
-        m.get(k)
-            .and_then(|v| v.parse::<f64>().ok())
-            .with_context(|| format!("{}: metadata '{k}' missing or not a number", file.display()))
-    };
-    let position = Position {
-        step: num("step")? as usize,
-        epoch: num("epoch")? as usize,
-        bytes_sent: num("bytes_sent")? as u64,
-        bytes_received: num("bytes_received")? as u64,
-        message_bytes: num("message_bytes")? as u64,
-        dense_message_bytes: num("dense_message_bytes")? as u64,
-        wall_seconds: num("wall_seconds")?,
-    };
+    let position = position_from(file, &meta.metadata().clone().unwrap_or_default())?;
     let mut tensors = Vec::new();
     for (name, view) in st.tensors() {
         if view.dtype() != Dtype::F32 {
@@ -106,6 +141,57 @@ pub fn load(file: &Path) -> Result<Saved> {
     }
     tensors.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(Saved { tensors, position })
+}
+
+fn position_from(file: &Path, m: &HashMap<String, String>) -> Result<Position> {
+    let num = |k: &str| -> Result<f64> {
+        m.get(k)
+            .and_then(|v| v.parse::<f64>().ok())
+            .with_context(|| format!("{}: metadata '{k}' missing or not a number", file.display()))
+    };
+    Ok(Position {
+        step: num("step")? as usize,
+        epoch: num("epoch")? as usize,
+        bytes_sent: num("bytes_sent")? as u64,
+        bytes_received: num("bytes_received")? as u64,
+        message_bytes: num("message_bytes")? as u64,
+        dense_message_bytes: num("dense_message_bytes")? as u64,
+        wall_seconds: num("wall_seconds")?,
+        world: m.get("world").and_then(|v| v.parse().ok()).unwrap_or(0),
+    })
+}
+
+/// Where a checkpoint stands, from its header alone (`None`: no such file), so that the
+/// ranks can agree on a generation before any of them reads a whole model.
+pub fn read_position(file: &Path) -> Result<Option<Position>> {
+    use std::io::Read;
+    let mut f = match std::fs::File::open(file) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).with_context(|| format!("opening {}", file.display())),
+    };
+    let mut len = [0u8; 8];
+    f.read_exact(&mut len)
+        .with_context(|| format!("{}: too short for a safetensors header", file.display()))?;
+    let n = u64::from_le_bytes(len);
+    // safetensors' own limit on the JSON header.
+    const MAX_HEADER: u64 = 100_000_000;
+    if n > MAX_HEADER {
+        bail!(
+            "{}: a {n}-byte header is not a safetensors file's",
+            file.display()
+        );
+    }
+    let mut header = vec![0u8; n as usize];
+    f.read_exact(&mut header)
+        .with_context(|| format!("{}: truncated header", file.display()))?;
+    let json: serde_json::Value = serde_json::from_slice(&header)
+        .with_context(|| format!("{}: the header is not JSON", file.display()))?;
+    let m: HashMap<String, String> = json
+        .get("__metadata__")
+        .and_then(|m| serde_json::from_value(m.clone()).ok())
+        .with_context(|| format!("{}: no training position in the header", file.display()))?;
+    position_from(file, &m).map(Some)
 }
 
 /// A saved tensor by name, checked against the shape the model expects.

@@ -19,7 +19,7 @@ pub enum Schedule {
     Step,
     /// × --gamma at each of --milestones (epochs).
     Multistep,
-    /// Cosine decay to 0 over --epochs.
+    /// Cosine decay to 0 over the run (--epochs, or --steps as a fraction of epochs).
     Cosine,
 }
 
@@ -409,6 +409,23 @@ impl Config {
         if self.steps == Some(0) || self.epochs == Some(0) {
             bail!("--steps and --epochs must be at least 1");
         }
+        if self.eval_samples == Some(0) {
+            bail!("--eval-samples must be at least 1 (it limits the test set; leave it out for the whole set)");
+        }
+        // Synthetic image and speech sets count samples; the text one counts tokens and
+        // checks its windows itself.
+        let per_step = self.workers * self.batch_size;
+        if self.dataset == "synthetic"
+            && !crate::task::is_language_model(&self.model)
+            && self.synthetic_samples < per_step
+        {
+            bail!(
+                "--synthetic-samples {} is less than one step's {per_step} samples ({} workers × batch {})",
+                self.synthetic_samples,
+                self.workers,
+                self.batch_size
+            );
+        }
         if self.schedule == Schedule::Step && self.milestones.first().is_none_or(|&p| p <= 0.0) {
             bail!("--schedule step needs --milestones PERIOD (epochs, > 0)");
         }
@@ -460,7 +477,9 @@ impl Config {
         }
     }
 
-    pub fn schedule(&self) -> nn::optim::LrSchedule {
+    /// The learning-rate schedule of a run of `total_epochs` (fractional where `--steps`
+    /// ends inside an epoch: cosine decays over the run's length, whichever flag set it).
+    pub fn schedule(&self, total_epochs: f64) -> nn::optim::LrSchedule {
         use nn::optim::LrSchedule;
         let base = match self.schedule {
             Schedule::Step => LrSchedule::Step {
@@ -472,7 +491,7 @@ impl Config {
                 gamma: self.gamma,
             },
             Schedule::Cosine => LrSchedule::Cosine {
-                total: self.epochs.unwrap_or(1) as f64,
+                total: total_epochs,
                 min_lr: 0.0,
             },
             Schedule::Constant => LrSchedule::Constant,
@@ -497,6 +516,23 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cosine_decays_over_the_steps_of_the_run() {
+        let c = Config {
+            schedule: Schedule::Cosine,
+            steps: Some(5000),
+            ..Config::default()
+        };
+        // 1,875 batches an epoch: the run is 2.67 epochs, and at epoch 2 the rate is
+        // still up (it used to reach 0 after one epoch when --epochs was not given).
+        let (total, _) = c.plan(1875);
+        let s = c.schedule(total as f64 / 1875.0);
+        let at = |e: f64| s.lr(1.0, e);
+        assert!(at(2.0) > 0.05, "{}", at(2.0));
+        assert!(at(1.0) > at(2.0) && at(2.0) > at(2.6));
+        assert!(at(5000.0 / 1875.0).abs() < 1e-12);
+    }
 
     #[test]
     fn pin_cores_reads_words_and_booleans() {

@@ -8,17 +8,42 @@ use serde::Serialize;
 use std::io::Write;
 use std::path::Path;
 
+/// Writes `path` so that it holds either its old or its new bytes, also across a crash
+/// or a power cut: a temporary file (named after this process, so that workers writing
+/// the same file do not share one) is written and flushed to disk, renamed over `path`,
+/// and the directory is flushed so that the rename itself is durable. A failed flush is
+/// an error: renaming a file the disk may not hold over a good one would lose both.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = path.with_extension("tmp");
+    let name = path
+        .file_name()
+        .with_context(|| format!("{} names no file", path.display()))?;
+    let mut tmp_name = name.to_os_string();
+    tmp_name.push(format!(".tmp{}", std::process::id()));
+    let tmp = path.with_file_name(tmp_name);
     {
         let mut f =
             std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
         f.write_all(bytes)
             .with_context(|| format!("writing {}", tmp.display()))?;
-        f.sync_all().ok();
+        f.sync_all()
+            .with_context(|| format!("flushing {} to disk", tmp.display()))?;
     }
     std::fs::rename(&tmp, path)
-        .with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))
+        .with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
+    sync_parent(path)
+}
+
+/// Flushes the directory holding `path` (its entries: a rename or a new file).
+pub fn sync_parent(path: &Path) -> Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    #[cfg(unix)]
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .with_context(|| format!("flushing the directory {}", dir.display()))?;
+    Ok(())
 }
 
 /// One logging step: averages since the previous log line, cumulative bytes.
@@ -122,6 +147,41 @@ impl MetricsWriter {
             .open(&path)
             .with_context(|| format!("opening {}", path.display()))?;
         Ok(MetricsWriter { file: Some(file) })
+    }
+    /// Rank 0 of a resumed run: drops the records past `step` (what the interrupted run
+    /// logged after its last checkpoint, which the resumed run logs again) and a torn last
+    /// line, then appends. Other ranks write nothing.
+    pub fn resume(dir: &Path, enabled: bool, step: usize) -> Result<Self> {
+        if !enabled {
+            return Ok(MetricsWriter { file: None });
+        }
+        let path = dir.join("metrics.jsonl");
+        let old = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+        };
+        let mut kept = String::with_capacity(old.len());
+        let mut dropped = 0usize;
+        for line in old.lines() {
+            let at = serde_json::from_str::<serde_json::Value>(line)
+                .ok()
+                .and_then(|v| v.get("step").and_then(|s| s.as_u64()));
+            match at {
+                Some(s) if s as usize <= step => {
+                    kept.push_str(line);
+                    kept.push('\n');
+                }
+                _ => dropped += 1,
+            }
+        }
+        if dropped > 0 {
+            eprintln!(
+                "resuming at step {step}: dropped {dropped} record(s) of metrics.jsonl logged after the checkpoint"
+            );
+            write_atomic(&path, kept.as_bytes())?;
+        }
+        Self::open(dir, true, false)
     }
     pub fn write<T: Serialize>(&mut self, record: &T) -> Result<()> {
         if let Some(f) = &mut self.file {

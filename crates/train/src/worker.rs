@@ -17,7 +17,16 @@
 //!
 //! Every `log_every` steps rank 0 appends a line to `metrics.jsonl`; at the end of each
 //! epoch (and every `eval_every` steps, if set) the test set is evaluated (each rank its
-//! shard, counts summed); at the end of each epoch every rank writes its checkpoint.
+//! shard, counts summed); at the end of each epoch (and where `--steps` ends) every rank
+//! writes its checkpoint.
+//!
+//! `--resume`: the ranks first agree on the newest checkpoint generation they all hold
+//! (a job that died while its ranks were saving leaves them one epoch apart), then each
+//! restores parameters, buffers, momentum, the method's state, the position and the
+//! carried language-model state; a checkpoint written inside an epoch resumes by skipping
+//! that epoch's finished batches (the loader's order and augmentation are deterministic
+//! per epoch). Bytes and wall time continue from the checkpoint's, and `metrics.jsonl`
+//! loses what the interrupted run logged after it.
 
 use crate::bucket::{Buckets, Collector};
 use crate::checkpoint::{self, Position};
@@ -68,6 +77,9 @@ pub struct Worker {
     /// `--backend nccl`: gradients go to the compression thread as GPU tensors.
     nccl: bool,
     pos: Position,
+    /// Bytes the run had sent and received before this process (a resumed run's
+    /// checkpoint); the exchanger's counters start from zero in every process.
+    traffic_base: (u64, u64),
     /// Idle fraction per step, for the summary.
     idle_fractions: Vec<f64>,
     step_times: Vec<f64>,
@@ -166,6 +178,7 @@ impl Worker {
             fired,
             nccl,
             pos: Position::default(),
+            traffic_base: (0, 0),
             idle_fractions: Vec::new(),
             step_times: Vec::new(),
             last_loss: f64::NAN,
@@ -231,16 +244,100 @@ impl Worker {
             let n = v.len();
             tensors.push((format!("method/{k}"), v, vec![n]));
         }
-        checkpoint::save(
-            &checkpoint::path(&self.cfg.out, self.rank),
-            &tensors,
-            &self.pos,
-        )
+        for (k, t) in self.task.carried_state() {
+            tensors.push((format!("state/{k}"), tensor_f32(&t), t.dims().to_vec()));
+        }
+        let pos = Position {
+            world: self.world,
+            ..self.pos.clone()
+        };
+        checkpoint::save_generation(&self.cfg.out, self.rank, &tensors, &pos)
     }
 
-    fn load_checkpoint(&mut self) -> Result<()> {
-        let file = checkpoint::path(&self.cfg.out, self.rank);
-        let saved = checkpoint::load(&file)?;
+    /// The checkpoint file every rank can resume from: the ranks exchange the steps of
+    /// both generations they hold and take the newest step all of them have. A
+    /// checkpoint of another world size is refused.
+    fn agree(&self) -> Result<std::path::PathBuf> {
+        let out = &self.cfg.out;
+        let files = [
+            checkpoint::path(out, self.rank),
+            checkpoint::prev_path(out, self.rank),
+        ];
+        let mut mine = [None, None];
+        for (slot, f) in mine.iter_mut().zip(&files) {
+            if let Some(p) = checkpoint::read_position(f)? {
+                if p.world != 0 && p.world != self.world {
+                    bail!(
+                        "{} was written by a {}-worker run; this run has {} (resume with --workers {})",
+                        f.display(),
+                        p.world,
+                        self.world,
+                        p.world
+                    );
+                }
+                *slot = Some(p.step);
+            }
+        }
+        // Each rank fills its own slots of a summed vector: step + 1 (0: no file), in
+        // 20-bit halves so that every value is exact in f32.
+        let mut v = vec![0f32; 4 * self.world];
+        for (g, s) in mine.iter().enumerate() {
+            let x = s.map_or(0u64, |s| s as u64 + 1);
+            if x >> 40 != 0 {
+                bail!("checkpoint step {x} is beyond what resuming supports");
+            }
+            v[4 * self.rank + 2 * g] = (x >> 20) as f32;
+            v[4 * self.rank + 2 * g + 1] = (x & 0xF_FFFF) as f32;
+        }
+        let all = self.ex.allreduce(v)?;
+        let step_of = |r: usize, g: usize| -> Option<usize> {
+            let x = ((all[4 * r + 2 * g] as u64) << 20) | all[4 * r + 2 * g + 1] as u64;
+            (x > 0).then(|| (x - 1) as usize)
+        };
+        let holds = |r: usize, s: usize| step_of(r, 0) == Some(s) || step_of(r, 1) == Some(s);
+        let chosen = mine
+            .iter()
+            .flatten()
+            .copied()
+            .filter(|&s| (0..self.world).all(|r| holds(r, s)))
+            .max();
+        let Some(step) = chosen else {
+            let listing: Vec<String> = (0..self.world)
+                .map(|r| match (step_of(r, 0), step_of(r, 1)) {
+                    (None, None) => format!("rank {r}: none"),
+                    (a, b) => format!(
+                        "rank {r}: {}",
+                        [a, b]
+                            .iter()
+                            .flatten()
+                            .map(|s| format!("step {s}"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                })
+                .collect();
+            bail!(
+                "no checkpoint step that every rank holds under {} ({})",
+                out.join("checkpoint").display(),
+                listing.join("; ")
+            );
+        };
+        if mine[0] == Some(step) {
+            Ok(files[0].clone())
+        } else {
+            if self.rank == 0 || mine[0].is_some() {
+                eprintln!(
+                    "rank {}: resuming from its previous checkpoint (step {step}): its newest ({}) is not held by every rank",
+                    self.rank,
+                    mine[0].map_or("missing".to_string(), |s| format!("step {s}"))
+                );
+            }
+            Ok(files[1].clone())
+        }
+    }
+
+    fn load_checkpoint(&mut self, file: &std::path::Path) -> Result<()> {
+        let saved = checkpoint::load(file)?;
         no_grad(|| -> Result<()> {
             for p in &self.params {
                 p.tensor.assign(&checkpoint::take(
@@ -259,6 +356,7 @@ impl Worker {
             Ok(())
         })?;
         let mut method_state = Vec::new();
+        let (mut carried_h, mut carried_c) = (None, None);
         for (name, data, shape) in &saved.tensors {
             if let Some(i) = name.strip_prefix("optim/") {
                 let i: usize = i
@@ -281,10 +379,21 @@ impl Worker {
                 );
             } else if let Some(k) = name.strip_prefix("method/") {
                 method_state.push((k.to_string(), data.clone()));
+            } else if let Some(k) = name.strip_prefix("state/") {
+                let t = Tensor::from_vec(data.clone(), shape.clone(), Device::Cpu)?;
+                match k {
+                    "h" => carried_h = Some(t),
+                    "c" => carried_c = Some(t),
+                    _ => bail!("checkpoint tensor {name}: no such carried state"),
+                }
             }
         }
         self.ex.load_state(method_state)?;
+        if let Some(h) = carried_h {
+            self.task.set_carried_state(h, carried_c)?;
+        }
         self.pos = saved.position;
+        self.traffic_base = (self.pos.bytes_sent, self.pos.bytes_received);
         Ok(())
     }
 
@@ -296,22 +405,27 @@ impl Worker {
         let lead = self.rank == 0;
         std::fs::create_dir_all(&cfg.out)
             .with_context(|| format!("creating the run directory {}", cfg.out.display()))?;
-        if resume {
-            self.load_checkpoint()
+        let mut metrics = if resume {
+            let file = self
+                .agree()
                 .with_context(|| format!("resuming from {}", cfg.out.display()))?;
+            self.load_checkpoint(&file)
+                .with_context(|| format!("resuming from {}", file.display()))?;
+            MetricsWriter::resume(&cfg.out, lead, self.pos.step)?
         } else {
+            checkpoint::remove(&cfg.out, self.rank)?;
             self.broadcast_model()?;
-            if lead {
-                cfg.write(&cfg.out)?;
-            }
-        }
-        let mut metrics = MetricsWriter::open(&cfg.out, lead, !resume)?;
+            MetricsWriter::open(&cfg.out, lead, true)?
+        };
+        // Every rank writes it (the same bytes), so that each node of a multi-node job
+        // without a shared file system has the configuration `--resume` reads.
+        cfg.write(&cfg.out)?;
         let source = self
             .task
             .source(cfg.batch_size, self.rank, self.world, cfg.seed)?;
         let per_epoch = source.batches_per_epoch();
         let (total_steps, epochs) = cfg.plan(per_epoch);
-        let schedule = cfg.schedule();
+        let schedule = cfg.schedule(total_steps as f64 / per_epoch.max(1) as f64);
         let n_params: usize = self.params.iter().map(|p| p.tensor.elem_count()).sum();
         let world = self.world as u64;
         let dense_ring = move |count: u64| -> u64 {
@@ -341,11 +455,18 @@ impl Worker {
             ));
         }
         for epoch in self.pos.epoch..epochs {
-            self.task.reset_state();
-            for batch in source.epoch(epoch) {
+            // A checkpoint written inside this epoch (where `--steps` ended) carries the
+            // language model's state; elsewhere an epoch starts from none.
+            let done = step.saturating_sub(epoch * per_epoch);
+            if done == 0 {
+                self.task.reset_state();
+            }
+            let mut ran = false;
+            for batch in source.epoch(epoch).skip(done) {
                 if step >= total_steps {
                     break;
                 }
+                ran = true;
                 let batch = batch?;
                 fault_injection(self.rank, step);
                 let epoch_f = step as f64 / per_epoch as f64;
@@ -476,7 +597,12 @@ impl Worker {
                     self.evaluate_and_record(&mut metrics, step, epoch_f, wall)?;
                 }
             }
-            self.pos.epoch = epoch + 1;
+            if !ran {
+                break; // resumed where the run had already stopped
+            }
+            if step >= (epoch + 1) * per_epoch {
+                self.pos.epoch = epoch + 1;
+            }
             let wall = wall_before + started.elapsed().as_secs_f64();
             // Whole at an epoch's end; a fraction where --steps stopped within one.
             let epoch_at = if per_epoch > 0 {
@@ -487,9 +613,8 @@ impl Worker {
             last = self.evaluate_and_record(&mut metrics, step, epoch_at, wall)?;
             // The evaluation's time counts towards the run's.
             self.pos.wall_seconds = wall_before + started.elapsed().as_secs_f64();
-            let traffic = self.ex.counters()?;
-            self.pos.bytes_sent = traffic.payload_sent;
-            self.pos.bytes_received = traffic.payload_received;
+            (self.pos.bytes_sent, self.pos.bytes_received) = self.traffic()?;
+            self.flush_message_bytes(&mut window.wire);
             self.save_checkpoint()?;
             if step >= total_steps {
                 break;
@@ -499,7 +624,7 @@ impl Worker {
             // Resumed at the end: evaluate what the checkpoint holds.
             last = self.evaluate()?;
         }
-        let traffic = self.ex.counters()?;
+        let (bytes_sent, bytes_received) = self.traffic()?;
         let dense = dense_ring(self.pos.step as u64);
         let ratio = |d: u64, s: u64| {
             if s > 0 {
@@ -514,10 +639,10 @@ impl Worker {
             final_top5: last.top5,
             metric_name: self.task.metric_name.into(),
             final_loss: self.last_loss,
-            bytes_sent: traffic.payload_sent,
-            bytes_received: traffic.payload_received,
+            bytes_sent,
+            bytes_received,
             dense_bytes: dense,
-            compression_ratio: ratio(dense, traffic.payload_sent),
+            compression_ratio: ratio(dense, bytes_sent),
             message_compression_ratio: ratio(self.pos.dense_message_bytes, self.pos.message_bytes),
             wall_seconds: wall_before + started.elapsed().as_secs_f64(),
             steps: self.pos.step,
@@ -580,6 +705,25 @@ impl Worker {
         Ok(())
     }
 
+    /// The run's payload bytes sent and received so far (a resumed run's include the
+    /// checkpoint's).
+    fn traffic(&self) -> Result<(u64, u64)> {
+        let t = self.ex.counters()?;
+        Ok((
+            self.traffic_base.0 + t.payload_sent,
+            self.traffic_base.1 + t.payload_received,
+        ))
+    }
+
+    /// Moves the message bytes gathered since the last call into the run's totals (at
+    /// each log line, and before a checkpoint, which must not lose a partial window).
+    fn flush_message_bytes(&mut self, wire: &mut WireStats) {
+        self.pos.message_bytes += wire.message_bytes as u64;
+        self.pos.dense_message_bytes += wire.dense_bytes as u64;
+        wire.message_bytes = 0;
+        wire.dense_bytes = 0;
+    }
+
     fn sync_weights(&mut self, wire: &mut WireStats) -> Result<()> {
         let buckets = self.collector.buckets();
         for b in 0..buckets.len() {
@@ -625,9 +769,8 @@ impl Worker {
         let reduced = self.ex.allreduce(vec![w.loss as f32, w.steps as f32])?;
         let loss = reduced[0] as f64 / reduced[1].max(1.0) as f64;
         self.last_loss = loss;
-        let traffic = self.ex.counters()?;
-        self.pos.message_bytes += w.wire.message_bytes as u64;
-        self.pos.dense_message_bytes += w.wire.dense_bytes as u64;
+        let (sent, received) = self.traffic()?;
+        self.flush_message_bytes(&mut w.wire);
         let k = w.steps.max(1) as f64;
         let rec = StepRecord {
             kind: "step",
@@ -636,8 +779,8 @@ impl Worker {
             loss,
             lr,
             density: w.wire.density(),
-            bytes_sent: traffic.payload_sent,
-            bytes_received: traffic.payload_received,
+            bytes_sent: sent,
+            bytes_received: received,
             dense_bytes: dense_ring(step as u64),
             message_bytes: self.pos.message_bytes,
             dense_message_bytes: self.pos.dense_message_bytes,
@@ -651,8 +794,8 @@ impl Worker {
         metrics.write(&rec)?;
         if self.rank == 0 {
             let dense = dense_ring(step as u64);
-            let ratio = if traffic.payload_sent > 0 {
-                format!("{:.1}x", dense as f64 / traffic.payload_sent as f64)
+            let ratio = if sent > 0 {
+                format!("{:.1}x", dense as f64 / sent as f64)
             } else {
                 "-".into()
             };
@@ -660,7 +803,7 @@ impl Worker {
                 "step {step}/{total} epoch {:.2} loss {loss:.4} lr {lr:.4} density {:.5} sent {:.2} MB ratio {ratio} | step {:.1} ms: compute {:.1}, compress {:.1}, comm {:.1}, idle {:.1}",
                 rec.epoch,
                 rec.density,
-                traffic.payload_sent as f64 / 1e6,
+                sent as f64 / 1e6,
                 rec.step_seconds * 1e3,
                 rec.compute_seconds * 1e3,
                 rec.compression_seconds * 1e3,
@@ -689,7 +832,7 @@ impl Worker {
             count: eval_count,
             top5,
         } = e;
-        let traffic = self.ex.counters()?;
+        let (sent, _) = self.traffic()?;
         metrics.write(&EvalRecord {
             kind: "eval",
             step,
@@ -699,7 +842,7 @@ impl Worker {
             test_loss,
             eval_count,
             top5,
-            bytes_sent: traffic.payload_sent,
+            bytes_sent: sent,
             wall_seconds: wall_before_eval + t.elapsed().as_secs_f64(),
         })?;
         if self.rank == 0 {

@@ -243,15 +243,150 @@ fn a_resumed_run_continues_bit_for_bit() {
         &[],
     );
     assert!(o.status.success(), "{}", text(&o));
+    assert_same_run(&a, &b);
+
+    // A checkpoint of another world size is refused, naming both.
+    let o = train(
+        &["--resume", "--workers", "1", "--out", b.to_str().unwrap()],
+        &[],
+    );
+    assert!(!o.status.success());
+    assert!(
+        text(&o).contains("2-worker run; this run has 1"),
+        "{}",
+        text(&o)
+    );
+
+    // A job that died while its ranks were saving: rank 0 holds epoch 2's checkpoint,
+    // rank 1 only epoch 1's. Both resume from epoch 1 and end where the straight run did.
+    let c = tmp("torn");
+    copy_dir(&a, &c);
+    let ck = c.join("checkpoint");
+    std::fs::rename(
+        ck.join("rank1.prev.safetensors"),
+        ck.join("rank1.safetensors"),
+    )
+    .unwrap();
+    let o = train(
+        &["--resume", "--epochs", "2", "--out", c.to_str().unwrap()],
+        &[],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("resuming from its previous checkpoint (step 16)"),
+        "{}",
+        text(&o)
+    );
+    assert_same_run(&a, &c);
+    for d in [a, b, c] {
+        let _ = std::fs::remove_dir_all(d);
+    }
+}
+
+#[test]
+fn a_run_stopped_inside_an_epoch_resumes_bit_for_bit() {
+    // 16 steps per epoch: step 10 is inside the first, and the resumed run crosses into
+    // the second (DGC's warm-up epoch ends there).
+    let (a, b) = (tmp("steps-straight"), tmp("steps-resumed"));
+    let args = |out: &Path, steps: &str, resume: bool| -> Vec<String> {
+        let mut v: Vec<String> = BASE.iter().map(|s| s.to_string()).collect();
+        v.extend(
+            [
+                "--method",
+                "dgc",
+                "--method-opt",
+                "density=0.05",
+                "--method-opt",
+                "warmup_epochs=1",
+                "--lr",
+                "0.05",
+                "--log-every",
+                "4",
+                "--steps",
+                steps,
+            ]
+            .map(String::from),
+        );
+        if resume {
+            v.push("--resume".into());
+        }
+        v.extend(["--out".to_string(), out.display().to_string()]);
+        v
+    };
+    for v in [
+        args(&a, "24", false),
+        args(&b, "10", false),
+        args(&b, "24", true),
+    ] {
+        let refs: Vec<&str> = v.iter().map(|s| s.as_str()).collect();
+        let o = train(&refs, &[]);
+        assert!(o.status.success(), "{}", text(&o));
+    }
+    assert_same_run(&a, &b);
+    for d in [a, b] {
+        let _ = std::fs::remove_dir_all(d);
+    }
+}
+
+/// Two run directories hold the same training: every checkpoint tensor bit for bit, the
+/// same bytes sent and compression ratio, and the same training records in order.
+fn assert_same_run(a: &Path, b: &Path) {
     for rank in 0..2 {
-        let (ca, cb) = (checkpoint(&a, rank), checkpoint(&b, rank));
+        let (ca, cb) = (checkpoint(a, rank), checkpoint(b, rank));
         assert_eq!(ca.len(), cb.len());
         for ((na, va), (nb, vb)) in ca.iter().zip(&cb) {
             assert_eq!(na, nb);
             assert!(va == vb, "rank {rank}: {na} differs after resuming");
         }
     }
-    let _ = (std::fs::remove_dir_all(&a), std::fs::remove_dir_all(&b));
+    let summary = |d: &Path| -> Value {
+        serde_json::from_str(&std::fs::read_to_string(d.join("summary.json")).unwrap()).unwrap()
+    };
+    let (sa, sb) = (summary(a), summary(b));
+    for k in [
+        "steps",
+        "bytes_sent",
+        "bytes_received",
+        "dense_bytes",
+        "compression_ratio",
+        "message_compression_ratio",
+    ] {
+        assert_eq!(sa[k], sb[k], "summary key {k}");
+    }
+    // The training records (the resumed run logs no step twice); timings differ.
+    let steps = |d: &Path| -> Vec<(u64, u64, u64)> {
+        records(d)
+            .iter()
+            .filter(|r| r["kind"] == "step")
+            .map(|r| {
+                let n = |k: &str| r[k].as_u64().unwrap();
+                (n("step"), n("bytes_sent"), n("message_bytes"))
+            })
+            .collect()
+    };
+    // The interrupted run also logged the step it stopped at; every other record is the
+    // straight run's, bytes included.
+    let (ra, rb) = (steps(a), steps(b));
+    assert!(rb.windows(2).all(|w| w[0].0 < w[1].0), "{rb:?}");
+    let shared: Vec<_> = rb
+        .iter()
+        .filter(|r| ra.iter().any(|x| x.0 == r.0))
+        .copied()
+        .collect();
+    assert_eq!(ra, shared, "metrics.jsonl step records");
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let dest = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &dest);
+        } else {
+            std::fs::copy(e.path(), dest).unwrap();
+        }
+    }
 }
 
 #[test]
@@ -289,6 +424,13 @@ fn a_dead_worker_ends_the_job_naming_it_and_the_checkpoint_resumes() {
     assert_eq!(saved.position.step, 16);
     let o = train(&["--resume", "--out", out], &[]);
     assert!(o.status.success(), "{}", text(&o));
+    // What the dead run logged after step 16 is gone, not logged twice.
+    let steps: Vec<u64> = records(&dir)
+        .iter()
+        .filter(|r| r["kind"] == "step")
+        .map(|r| r["step"].as_u64().unwrap())
+        .collect();
+    assert!(steps.windows(2).all(|w| w[0] < w[1]), "{steps:?}");
     let s: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
     assert_eq!(s["steps"], 48);
@@ -319,6 +461,25 @@ fn wrong_configurations_fail_before_any_worker_starts() {
             "expects [3, 32, 32]",
         ),
         (&["--method", "nope"], "unknown method"),
+        (
+            &["--eval-samples", "0"],
+            "--eval-samples must be at least 1",
+        ),
+        (
+            &[
+                "--dataset",
+                "synthetic",
+                "--model",
+                "lenet5",
+                "--workers",
+                "4",
+                "--batch-size",
+                "32",
+                "--synthetic-samples",
+                "100",
+            ],
+            "less than one step's 128 samples",
+        ),
         (
             &["--dataset", "mnist", "--model", "lenet5"],
             "--dataset mnist needs --data-dir",

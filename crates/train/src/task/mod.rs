@@ -40,6 +40,11 @@ const IMAGE_MODELS: [&str; 9] = [
     "resnet50",
 ];
 const LANGUAGE_MODELS: [&str; 3] = ["lstm_lm", "lstm_lm_medium", "char_lstm"];
+
+/// Whether `model` is a language model (its synthetic data counts tokens, not samples).
+pub fn is_language_model(model: &str) -> bool {
+    LANGUAGE_MODELS.contains(&model)
+}
 const SPEECH_MODELS: [&str; 2] = ["deepspeech", "an4_lstm"];
 
 /// Streams of the language model's evaluation (PyTorch's word-LM example uses 10).
@@ -321,6 +326,33 @@ impl Task {
     /// Forgets the carried language-model state (at the start of an epoch).
     pub fn reset_state(&mut self) {
         self.state = None;
+    }
+
+    /// The carried language-model state by name (`h`, and `c` for an LSTM), for a
+    /// checkpoint written inside an epoch; empty at an epoch's start and for other tasks.
+    pub fn carried_state(&self) -> Vec<(&'static str, Tensor)> {
+        let Some(s) = &self.state else {
+            return Vec::new();
+        };
+        let mut v = vec![("h", s.h.clone())];
+        if let Some(c) = &s.c {
+            v.push(("c", c.clone()));
+        }
+        v
+    }
+
+    /// Restores what [`Task::carried_state`] gave (`h` is required, `c` optional).
+    pub fn set_carried_state(&mut self, h: Tensor, c: Option<Tensor>) -> Result<()> {
+        if !matches!(self.model, Model::Language(_)) {
+            bail!(
+                "the checkpoint carries a language model's hidden state, but this model is not one"
+            );
+        }
+        self.state = Some(RnnState {
+            h: h.to_device(self.device)?,
+            c: c.map(|c| c.to_device(self.device)).transpose()?,
+        });
+        Ok(())
     }
 
     /// The training loss of one batch (for the language model, the mean over the window's
