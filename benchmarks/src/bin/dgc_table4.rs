@@ -8,7 +8,8 @@
 //! on Penn Treebank, SGD without momentum, gradient clipping, DGC's warm-up 1 epoch of 40;
 //! speech, DeepSpeech (`deepspeech`, 7 GRU layers of 1200) on LibriSpeech with Nesterov
 //! momentum, gradient clipping, the rate annealed every epoch. DGC clips locally (its
-//! `clip` option, the threshold scaled by N^-1/2) where the baseline clips globally.
+//! `clip` option: each rank clips its mean gradient at clip·N^1/2, the paper's N^-1/2
+//! on its 1/N share) where the baseline clips the averaged gradient.
 //!
 //! - `--preset quick`: the language-model row only, on the King James Bible corpus in PTB
 //!   layout (`datasets prepare kjv`, the default `--data-dir data/kjv`), a 2 × 200 LSTM,
@@ -234,7 +235,7 @@ fn main() -> Result<()> {
             out: args.out.join(format!("{slug}-dense")),
             ..task.base.clone()
         };
-        // DGC clips locally (scaled by N^-1/2) instead of the trainer's global clip.
+        // DGC clips locally (each rank at clip·N^1/2) instead of the trainer's global clip.
         let dgc = Config {
             method: "dgc".into(),
             method_opts: vec![

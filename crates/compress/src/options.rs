@@ -91,7 +91,7 @@ pub const METHODS: &[MethodInfo] = &[
             (
                 "clip",
                 "0",
-                "global clipping threshold, applied locally scaled by N^-1/2 (0: off)",
+                "clipping threshold on the averaged gradient; each rank clips its mean gradient per tensor at clip·N^1/2, the paper's N^-1/2 on its 1/N share (0: off)",
             ),
             (
                 "warmup_epochs",

@@ -184,3 +184,24 @@ fn qsgd_buckets_with_gaps_past_the_index_range_are_errors() {
         assert!(out.iter().all(|&x| x == 0.0));
     }
 }
+
+#[test]
+fn zero_run_refuses_non_finite_values_and_runs_past_the_tensor() {
+    // The sender names a diverged gradient instead of sending it.
+    for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+        let e = zero_run::encode_sparse(&[3, 7], &[1.0, bad]).unwrap_err();
+        assert!(e.to_string().contains("inf or NaN"), "{e}");
+    }
+    // A receiver refuses a peer's non-finite value.
+    let mut msg = Vec::new();
+    msg.extend(2u16.to_le_bytes());
+    msg.extend(f32::NAN.to_le_bytes());
+    let e = zero_run::decode(&msg, 10).unwrap_err();
+    assert!(e.to_string().contains("NaN"), "{e}");
+    // Escape records that run past the tensor stop at once (not after 65,535 × more).
+    let escapes: Vec<u8> = std::iter::repeat_n(u16::MAX.to_le_bytes(), 3)
+        .flatten()
+        .collect();
+    let e = zero_run::decode(&escapes, 100_000).unwrap_err();
+    assert!(e.to_string().contains("beyond the tensor's 100000"), "{e}");
+}

@@ -41,6 +41,11 @@ pub fn encode_sparse(indices: &[u32], values: &[f32]) -> Result<Vec<u8>> {
     let mut out = Vec::with_capacity(6 * indices.len());
     let mut next: u64 = 0;
     for (&i, &v) in indices.iter().zip(values) {
+        if !v.is_finite() {
+            return Err(CodecError::Invalid(format!(
+                "the value at index {i} is {v}: the gradient holds inf or NaN (the training diverged? lower --lr)"
+            )));
+        }
         if (i as u64) < next {
             return Err(CodecError::Invalid(format!(
                 "indices must be strictly increasing ({i} after {})",
@@ -73,6 +78,13 @@ pub fn decode_add(bytes: &[u8], out: &mut [f32]) -> Result<usize> {
         ]);
         i += 2;
         pos += run as usize;
+        // A valid message's runs end before a value inside the tensor; stopping here also
+        // keeps a stream of escape records from running `pos` up without bound.
+        if pos > n {
+            return Err(CodecError::Invalid(format!(
+                "a zero run reaches position {pos}, beyond the tensor's {n} elements"
+            )));
+        }
         if run == ESCAPE {
             continue;
         }
@@ -84,7 +96,13 @@ pub fn decode_add(bytes: &[u8], out: &mut [f32]) -> Result<usize> {
                 "value at position {pos} beyond the tensor's {n} elements"
             ))
         })?;
-        *slot += f32::from_le_bytes([v[0], v[1], v[2], v[3]]);
+        let v = f32::from_le_bytes([v[0], v[1], v[2], v[3]]);
+        if !v.is_finite() {
+            return Err(CodecError::Invalid(format!(
+                "the value at position {pos} is {v}"
+            )));
+        }
+        *slot += v;
         pos += 1;
         i += 4;
         count += 1;

@@ -3,9 +3,13 @@
 //!
 //! Per parameter and step, with local gradient `g` and weights `w`:
 //!
-//! 1. local gradient clipping (optional): if ‖g‖₂ exceeds `clip · N^-1/2`, rescale `g` to
-//!    that norm (§3.2, App. C). It is per tensor, because each tensor is exchanged as soon
-//!    as its gradient is ready and a global norm would wait for the whole backward pass;
+//! 1. local gradient clipping (optional): if ‖g‖₂ exceeds `clip · N^1/2`, rescale `g` to
+//!    that norm (§3.2, App. C). The paper clips its node's share `G^k = g/N` (Alg. 3
+//!    line 6 scales by 1/(Nb); the nodes' shares are summed) at `N^-1/2 · clip`, `clip`
+//!    being the threshold on the averaged gradient; our `g` is the rank's mean gradient,
+//!    N times that share, so the same rule reads `‖g‖ ≤ N^1/2 · clip`. It is per tensor,
+//!    because each tensor is exchanged as soon as its gradient is ready and a global
+//!    norm would wait for the whole backward pass;
 //! 2. with momentum correction, weight decay `g += wd·w` and the velocity is accumulated:
 //!    vanilla `u = m·u + g; v += u` (Eq. 7), Nesterov `u = m·(u + g); v += u + g` (Alg. 4).
 //!    Without it (gradient dropping) `v += g` and the optimizer applies momentum and decay;
@@ -48,7 +52,8 @@ pub struct DgcConfig {
     pub weight_decay: f64,
     pub momentum_correction: bool,
     pub masking: bool,
-    /// Global clipping threshold (0: off); each rank clips at `clip / √N`.
+    /// Clipping threshold on the averaged gradient (0: off); each rank clips its own mean
+    /// gradient at `clip · √N` (the paper's `clip / √N` on its 1/N share).
     pub clip: f64,
     pub warmup_epochs: f64,
     pub warmup_densities: Vec<f64>,
@@ -241,7 +246,7 @@ impl Method for Dgc {
             // Local clipping as a factor on the gradient, so the gradient is never copied.
             let mut gs = 1f32;
             if c.clip > 0.0 {
-                let limit = c.clip / (self.world as f64).sqrt();
+                let limit = c.clip * (self.world as f64).sqrt();
                 let norm = grad
                     .iter()
                     .map(|&x| (x as f64) * (x as f64))

@@ -76,12 +76,20 @@ impl Method for GTopK {
             r.iter_mut().zip(grad).for_each(|(r, g)| *r += g);
             let idx = exact_topk(r, k);
             let values: Vec<f32> = idx.iter().map(|&i| r[i as usize]).collect();
+            // inf and NaN rank above every finite |value|, so a diverged gradient shows
+            // among the selected ones; the sender names it (a peer would only see a
+            // malformed message).
+            if let Some(v) = values.iter().find(|v| !v.is_finite()) {
+                return Err(CompressError::Usage(format!(
+                    "gtopk: parameter {index}: the gradient holds {v} (the training diverged? lower --lr)"
+                )));
+            }
             idx.iter().for_each(|&i| r[i as usize] = 0.0);
-            SparseVec {
+            Ok(SparseVec {
                 indices: idx,
                 values,
-            }
-        });
+            })
+        })?;
         m.stats.sent_values = local.len();
         m.stats.message_bytes = 4 + 8 * local.len();
         let global = m.comm(|| comm.gtopk_allreduce(&local, k))?;

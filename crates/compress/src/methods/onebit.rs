@@ -9,7 +9,7 @@
 use crate::codec::{BitReader, BitWriter, CodecError};
 use crate::exchange::{allgather_average, check_len, Meter};
 use crate::method::{Method, ParamSpec, StateTensors, Update, UpdateKind};
-use crate::Result;
+use crate::{CompressError, Result};
 use comm::Communicator;
 
 fn bucket_len(bucket: usize, n: usize) -> usize {
@@ -132,9 +132,21 @@ impl Method for OneBit {
         let message = m.compress(|| {
             e.iter_mut().zip(grad).for_each(|(e, g)| *e += g);
             let (message, q) = encode(e, bucket);
+            // A bucket's mean is inf or NaN exactly when one of its values is: the sender
+            // says so (every peer would otherwise reject its message as malformed).
+            let buckets = n.div_ceil(bucket_len(bucket, n));
+            if let Some(c) = message[..8 * buckets]
+                .chunks_exact(4)
+                .find(|c| !f32::from_le_bytes([c[0], c[1], c[2], c[3]]).is_finite())
+            {
+                return Err(CompressError::Usage(format!(
+                    "onebit: parameter {index}: the gradient holds inf or NaN (a bucket's mean is {}; the training diverged? lower --lr)",
+                    f32::from_le_bytes([c[0], c[1], c[2], c[3]])
+                )));
+            }
             e.iter_mut().zip(&q).for_each(|(e, q)| *e -= q);
-            message
-        });
+            Ok(message)
+        })?;
         m.stats.sent_values = n;
         let out = allgather_average(comm, &mut m, "onebit", index, n, &message, |b, out| {
             decode_add(b, bucket, out)

@@ -1,0 +1,61 @@
+//! DGC's local gradient clipping (paper 000, App. C): `clip` is the threshold on the
+//! averaged gradient, and each of N ranks clips its own mean gradient at `clip · √N` (the
+//! paper's `N^-1/2 · clip` on its 1/N share of the sum), so that N independent gradients
+//! that each pass the local test average to about `clip`.
+
+mod common;
+
+use common::job;
+use compress::{build, Context, MethodSpec, ParamSpec, StepInfo};
+
+/// The averaged update of one DGC step on 4 ranks whose gradients are all `value`
+/// everywhere (1,000 elements), with everything sent and no momentum: the clipped
+/// gradient itself.
+fn averaged_update(value: f32) -> Vec<f32> {
+    let outs = job(4, |rank, c| {
+        let opts: Vec<String> = [
+            "density=1",
+            "dense_below=0",
+            "momentum_correction=false",
+            "masking=false",
+            "sampling=false",
+            "warmup_epochs=0",
+            "clip=1",
+        ]
+        .map(String::from)
+        .to_vec();
+        let cx = Context {
+            rank,
+            world: 4,
+            seed: 1,
+            momentum: 0.0,
+            nesterov: false,
+            weight_decay: 0.0,
+        };
+        let mut m = build(&MethodSpec::parse("dgc", &opts).unwrap(), &cx).unwrap();
+        m.init(&[ParamSpec::new("w", &[1000])]).unwrap();
+        m.begin_step(StepInfo {
+            step: 0,
+            epoch: 0.0,
+        });
+        m.exchange(c, 0, &[], &vec![value; 1000]).unwrap().values
+    });
+    assert!(outs.windows(2).all(|w| w[0] == w[1]), "ranks disagree");
+    outs.into_iter().next().unwrap()
+}
+
+fn norm(v: &[f32]) -> f64 {
+    v.iter().map(|&x| (x as f64).powi(2)).sum::<f64>().sqrt()
+}
+
+#[test]
+fn each_rank_clips_its_mean_gradient_at_clip_times_root_n() {
+    let per = |norm: f64| (norm / 1000f64.sqrt()) as f32;
+    // Norm 1.5: above clip = 1 but within clip·√4 = 2, so it passes untouched (the
+    // threshold clip/√N would have cut it to 0.5).
+    let u = averaged_update(per(1.5));
+    assert!((norm(&u) - 1.5).abs() < 1e-4, "norm {}", norm(&u));
+    // Norm 3: cut to 2.
+    let u = averaged_update(per(3.0));
+    assert!((norm(&u) - 2.0).abs() < 1e-4, "norm {}", norm(&u));
+}
