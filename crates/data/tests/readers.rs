@@ -1,7 +1,7 @@
 //! Every reader on small files written here, in the real formats, and their corrupt
 //! variants, which must fail with an error naming the file and the problem.
 
-use data::{read_cifar10, read_idx, read_mnist, Dataset, TextCorpus};
+use data::{read_cifar10, read_idx, read_idx_limited, read_mnist, Dataset, TextCorpus};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -88,6 +88,37 @@ fn corrupt_idx_files_are_named_errors() {
     // Missing file.
     let m = err(read_idx(&d.join("nope")));
     assert!(m.contains("nope"), "{m}");
+}
+
+/// Decompression is capped: a small gzip file that expands far beyond the bound (a
+/// "gzip bomb": 4 MiB of zeros compress to ~4 KiB) stops at the bound with an error
+/// naming the file, instead of being inflated whole. `read_idx`'s bound, MAX_IDX_BYTES,
+/// works the same way at 1 GiB; a smaller one keeps the test fast.
+#[test]
+fn gzip_bombs_are_refused() {
+    let d = dir("idx-bomb");
+    let mut body = idx_bytes(&[2, 2], &[1, 2, 3, 4]);
+    body.resize(4 << 20, 0);
+    let bomb = gzip(&body);
+    assert!(bomb.len() < 64 << 10, "{} bytes", bomb.len());
+    write(&d.join("bomb.gz"), &bomb);
+    let m = err(read_idx_limited(&d.join("bomb.gz"), 1 << 20));
+    assert!(
+        m.contains("bomb.gz") && m.contains("more than 1048576 bytes"),
+        "{m}"
+    );
+    // Within the bound the file is read, and its trailing bytes are the usual error.
+    let m = err(read_idx_limited(&d.join("bomb.gz"), 8 << 20));
+    assert!(m.contains("need 4 bytes"), "{m}");
+    // A plain file is held to the same bound.
+    write(&d.join("plain"), &body);
+    let m = err(read_idx_limited(&d.join("plain"), 1 << 20));
+    assert!(m.contains("the file holds more than"), "{m}");
+    // At exactly the bound, a good file reads.
+    let good = idx_bytes(&[2, 3], &[1, 2, 3, 4, 5, 6]);
+    write(&d.join("good.gz"), &gzip(&good));
+    let a = read_idx_limited(&d.join("good.gz"), good.len() as u64).unwrap();
+    assert_eq!(a.dims, [2, 3]);
 }
 
 #[test]
@@ -199,4 +230,30 @@ fn imagenet_style_folders() {
     let e = err(broken.batch(&[0, 1, 2, 3], &mut rng));
     assert!(e.contains("bad.png"), "{e}");
     assert!(err(ImageFolder::open(&dir("nofolders"), 16, false)).contains("no class sub-folders"));
+}
+
+/// The evaluation crop (and training's fallback when no random crop fits) cuts the
+/// centre before resizing: a valid 1 x 20000 PNG at 224 used to be resized whole to
+/// 256 x 5,120,000 (3.9 GB) first. Both orientations, in both modes, are quick now.
+#[test]
+fn extreme_aspect_ratios_are_cropped_before_resizing() {
+    use data::ImageFolder;
+    let root = dir("thin");
+    std::fs::create_dir_all(root.join("a")).unwrap();
+    let tall = image::RgbImage::from_fn(1, 20_000, |_, y| image::Rgb([(y % 256) as u8, 7, 9]));
+    tall.save(root.join("a").join("tall.png")).unwrap();
+    let wide = image::RgbImage::from_fn(20_000, 2, |x, _| image::Rgb([(x % 256) as u8, 7, 9]));
+    wide.save(root.join("a").join("wide.png")).unwrap();
+    let mut rng = tensor::Rng::new(0);
+    for train in [false, true] {
+        let ds = ImageFolder::open(&root, 224, train).unwrap();
+        let start = std::time::Instant::now();
+        let b = ds.batch(&[0, 1], &mut rng).unwrap();
+        assert_eq!(b.inputs.dims(), [2, 3, 224, 224]);
+        // The green channel is 7 everywhere: (7/255 - 0.456) / 0.224.
+        let v = b.inputs.to_vec::<f32>().unwrap();
+        let green = (7.0 / 255.0 - 0.456) / 0.224;
+        assert!((v[224 * 224] - green).abs() < 1e-3, "{}", v[224 * 224]);
+        assert!(start.elapsed().as_secs_f64() < 5.0, "{:?}", start.elapsed());
+    }
 }

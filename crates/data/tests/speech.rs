@@ -74,6 +74,108 @@ fn a_corrupt_wav_is_a_named_error() {
     assert!(e.contains(&p.display().to_string()), "{e}");
 }
 
+/// A mono 16-bit WAV written by hand, so that the header can say what hound accepts but
+/// no real file would: `valid_bits` makes it WAVE_FORMAT_EXTENSIBLE with that many valid
+/// bits per sample; `claimed` overrides the data chunk's length (the file then holds
+/// fewer samples than it says).
+fn wav_bytes(rate: u32, valid_bits: Option<u16>, samples: &[i16], claimed: Option<u32>) -> Vec<u8> {
+    let data_len = claimed.unwrap_or(2 * samples.len() as u32);
+    let fmt_len: u32 = if valid_bits.is_some() { 40 } else { 16 };
+    let mut v = Vec::new();
+    v.extend(b"RIFF");
+    v.extend((4 + 8 + fmt_len + 8 + data_len).to_le_bytes());
+    v.extend(b"WAVEfmt ");
+    v.extend(fmt_len.to_le_bytes());
+    v.extend(if valid_bits.is_some() { 0xfffeu16 } else { 1 }.to_le_bytes());
+    v.extend(1u16.to_le_bytes()); // channels
+    v.extend(rate.to_le_bytes());
+    v.extend((2 * rate).to_le_bytes()); // byte rate: hound checks it against the rate
+    v.extend(2u16.to_le_bytes()); // block align
+    v.extend(16u16.to_le_bytes()); // bits per sample (the container)
+    if let Some(bits) = valid_bits {
+        v.extend(22u16.to_le_bytes()); // cbSize
+        v.extend(bits.to_le_bytes());
+        v.extend(0u32.to_le_bytes()); // channel mask
+                                      // KSDATAFORMAT_SUBTYPE_PCM
+        v.extend([
+            0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x10, 0x00, 0x80, 0x00, 0x00, 0xaa, 0x00, 0x38,
+            0x9b, 0x71,
+        ]);
+    }
+    v.extend(b"data");
+    v.extend(data_len.to_le_bytes());
+    for s in samples {
+        v.extend(s.to_le_bytes());
+    }
+    v
+}
+
+fn read_wav_bytes(name: &str, bytes: &[u8]) -> (std::path::PathBuf, data::Result<Vec<f32>>) {
+    let p = std::env::temp_dir().join(format!("{name}-{}.wav", std::process::id()));
+    std::fs::write(&p, bytes).unwrap();
+    let r = read_wav_16k(&p);
+    (p, r)
+}
+
+/// Headers hound accepts but we cannot (or should not) decode are named errors: a rate of
+/// 0 made the resampling ratio infinite (a capacity-overflow panic), 1 Hz asked for 16 000
+/// outputs per sample, 65 valid bits overflowed the integer scale's shift, and a header
+/// claiming hours of audio would be read and resampled whole.
+#[test]
+fn implausible_wav_headers_are_named_errors() {
+    let tone: Vec<i16> = (0..800).map(|i| ((i % 40) * 500 - 10_000) as i16).collect();
+    let cases = [
+        ("rate0", wav_bytes(0, None, &tone, None), "sample rate 0 Hz"),
+        ("rate1", wav_bytes(1, None, &tone, None), "sample rate 1 Hz"),
+        (
+            "rate999",
+            wav_bytes(999, None, &tone, None),
+            "1000..=384000",
+        ),
+        (
+            "rate-huge",
+            wav_bytes(1_000_000, None, &tone, None),
+            "sample rate 1000000 Hz",
+        ),
+        (
+            "bits65",
+            wav_bytes(16_000, Some(65), &tone, None),
+            "65-bit integer",
+        ),
+        (
+            "bits12",
+            wav_bytes(16_000, Some(12), &tone, None),
+            "12-bit integer",
+        ),
+        (
+            "too-long",
+            wav_bytes(8_000, None, &tone, Some(2 * 8_000 * 3_601)),
+            "longer than the 3600 s",
+        ),
+    ];
+    for (name, bytes, want) in cases {
+        let (p, r) = read_wav_bytes(name, &bytes);
+        let e = match r {
+            Ok(s) => panic!("{name}: read {} samples, expected an error", s.len()),
+            Err(e) => e.to_string(),
+        };
+        assert!(
+            e.contains(&p.display().to_string()) && e.contains(want),
+            "{name}: {e}"
+        );
+    }
+    // The same samples under sane headers read: 8 kHz doubles, 16 kHz (also as
+    // EXTENSIBLE with 16 valid bits) is as is.
+    let (_, r) = read_wav_bytes("rate8k", &wav_bytes(8_000, None, &tone, None));
+    assert_eq!(r.unwrap().len(), 1600);
+    for (name, valid) in [("rate16k", None), ("ext16", Some(16))] {
+        let (_, r) = read_wav_bytes(name, &wav_bytes(16_000, valid, &tone, None));
+        let s = r.unwrap();
+        assert_eq!(s.len(), 800, "{name}");
+        assert_eq!(s[1], (500.0 - 10_000.0) / 32_768.0, "{name}");
+    }
+}
+
 #[test]
 fn espeak_corpus_is_deterministic_and_loads() {
     if !system_tool_available("espeak-ng", "espeak-ng") {
