@@ -143,6 +143,63 @@ fn linear_conv_and_activations() {
     );
 }
 
+/// Hardtanh's gradient is PyTorch's `hardtanh_backward`: zero where x <= min or x >= max,
+/// so exactly at the bounds too (a finite difference there is one-sided and cannot
+/// check it). `clamp` itself keeps `torch.clamp`'s inclusive mask.
+#[test]
+fn hardtanh_gradient_is_zero_at_the_bounds() {
+    // In f32, 0.8 rounds; the input and the bound round alike, so 0.8 is still a bound.
+    let values = |v: Vec<f64>, dtype| {
+        Tensor::from_vec(v.clone(), v.len(), Device::Cpu)
+            .unwrap()
+            .to_dtype(dtype)
+            .unwrap()
+    };
+    for dtype in [DType::F32, DType::F64] {
+        let x = values(vec![-1.0, -0.5, -0.25, 0.0, 0.5, 0.8, 2.0], dtype).to_var();
+        let act = Activation::Hardtanh {
+            min: -0.5,
+            max: 0.8,
+        };
+        let y = act.forward(&x, &mut Ctx::train(0)).unwrap();
+        assert_eq!(
+            y.to_vec_f64().unwrap(),
+            values(vec![-0.5, -0.5, -0.25, 0.0, 0.5, 0.8, 0.8], dtype)
+                .to_vec_f64()
+                .unwrap()
+        );
+        let g = y.sum_all().unwrap().backward().unwrap();
+        assert_eq!(
+            g.get(&x).unwrap().to_vec_f64().unwrap(),
+            [0., 0., 1., 1., 1., 0., 0.],
+            "{dtype:?}"
+        );
+        let g = x
+            .clamp(-0.5, 0.8)
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .backward()
+            .unwrap();
+        assert_eq!(
+            g.get(&x).unwrap().to_vec_f64().unwrap(),
+            [0., 1., 1., 1., 1., 1., 0.],
+            "clamp's mask includes the bounds ({dtype:?})"
+        );
+    }
+    // DeepSpeech's Hardtanh(0, 20) under no_grad is the plain clamp, recording nothing.
+    let x = Tensor::from_vec(vec![-3.0f32, 0.0, 25.0], 3, Device::Cpu)
+        .unwrap()
+        .to_var();
+    let act = Activation::Hardtanh {
+        min: 0.0,
+        max: 20.0,
+    };
+    let y = no_grad(|| act.forward(&x, &mut Ctx::eval())).unwrap();
+    assert!(!y.tracks_grad());
+    assert_eq!(y.to_vec::<f32>().unwrap(), [0.0, 0.0, 20.0]);
+}
+
 #[test]
 fn normalisation_layers() {
     let bn = f64_build(|_| BatchNorm::new(3));

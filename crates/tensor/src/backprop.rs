@@ -240,9 +240,16 @@ fn input_grads(op: &Op, node: &Tensor, g: &Tensor, needs: &[bool]) -> Result<Vec
             ]
         }
         Op::Sum(x) => vec![Some(g.broadcast_as(x.shape().clone())?)],
+        // Ties share the gradient evenly, as PyTorch's amax/amin do, so that the gradient
+        // sums to the upstream one whatever the number of ties. `node` has the keepdim
+        // shape, so summing the mask back to it counts the ties of each output. Where the
+        // extremum is NaN no element equals it: the count is clamped to 1 and the
+        // gradient stays zero instead of 0/0.
         Op::Extremum(x) => {
             let mask = x.eq(&node.broadcast_as(x.shape().clone())?)?;
-            vec![Some(g.broadcast_as(x.shape().clone())?.mul(&mask)?)]
+            let ties = mask.sum_to(node.shape())?.clamp(1.0, f64::INFINITY)?;
+            let share = g.div(&ties)?;
+            vec![Some(share.broadcast_as(x.shape().clone())?.mul(&mask)?)]
         }
         Op::Matmul(a, b) => matmul_grads(a, b, g, need(0), need(1))?,
         Op::Reshape(x) => vec![Some(g.reshape(x.shape().clone())?)],

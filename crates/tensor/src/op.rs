@@ -12,7 +12,8 @@ pub(crate) enum Op {
     Where(Tensor, Tensor, Tensor),
     /// Sum over dims, keepdim shape.
     Sum(Tensor),
-    /// Max or min over dims, keepdim shape; the gradient goes to every extremal element.
+    /// Max or min over dims, keepdim shape; the gradient is split evenly among the
+    /// extremal elements.
     Extremum(Tensor),
     Matmul(Tensor, Tensor),
     Reshape(Tensor),

@@ -105,3 +105,81 @@ fn backward_needs_a_graph_and_a_scalar() {
         .map(|_| ()));
     assert!(m.contains("no_grad"), "{m}");
 }
+
+// Zero-size dimensions used to panic in the CPU kernels, which split their buffers into
+// chunks of length 0. Now an empty input is an empty result where that is well defined,
+// and a shape error where the op has nothing to compute from (PyTorch's rule: only the
+// batch of a convolution or pooling may be empty).
+
+/// Batch norm of an empty input is an empty output, forward and backward.
+#[test]
+fn batch_norm_of_an_empty_input() {
+    let (w, b) = (t(&[3]).to_var(), t(&[3]));
+    let (rm, rv) = (
+        t(&[3]),
+        Tensor::ones(vec![3], DType::F32, Device::Cpu).unwrap(),
+    );
+    let x = t(&[2, 3, 0]).to_var();
+    let y = x.batch_norm(&w, &b, Some((&rm, &rv)), 1e-5).unwrap().output;
+    assert_eq!(y.dims(), [2, 3, 0]);
+    let g = y.sum_all().unwrap().backward().unwrap();
+    assert_eq!(g.get(&x).unwrap().dims(), [2, 3, 0]);
+    assert_eq!(g.get(&w).unwrap().to_vec::<f32>().unwrap(), [0.0; 3]);
+    // Training has no values to take statistics from.
+    let m = msg(x.batch_norm(&w, &b, None, 1e-5));
+    assert!(m.contains("batch_norm"), "{m}");
+}
+
+/// A convolution without input or output channels, or over an empty plane, is refused;
+/// an empty batch is an empty result, forward and backward.
+#[test]
+fn conv2d_with_zero_size_dimensions() {
+    let padded = Conv2dOptions {
+        padding: (1, 1),
+        ..Default::default()
+    };
+    // No output channels.
+    let m = msg(t(&[1, 3, 8, 8]).conv2d(&t(&[0, 3, 3, 3]), Conv2dOptions::default()));
+    assert!(
+        m.contains("conv2d") && m.contains("[0, 3, 3, 3]") && m.contains("non-zero"),
+        "{m}"
+    );
+    // No input channels (the forward is refused, so the backward that panicked cannot be
+    // reached).
+    let m = msg(t(&[1, 0, 8, 8])
+        .to_var()
+        .conv2d(&t(&[4, 0, 3, 3]).to_var(), padded));
+    assert!(m.contains("conv2d") && m.contains("[1, 0, 8, 8]"), "{m}");
+    // An empty plane, which padding would otherwise make "fit" a 1x1 kernel.
+    let m = msg(t(&[1, 3, 0, 8]).conv2d(&t(&[4, 3, 1, 1]), padded));
+    assert!(m.contains("conv2d") && m.contains("non-zero"), "{m}");
+    // An empty batch is fine.
+    let (xe, we) = (t(&[0, 3, 8, 8]).to_var(), t(&[4, 3, 3, 3]).to_var());
+    let ye = xe.conv2d(&we, padded).unwrap();
+    assert_eq!(ye.dims(), [0, 4, 8, 8]);
+    let g = ye.sum_all().unwrap().backward().unwrap();
+    assert_eq!(g.get(&xe).unwrap().dims(), [0, 3, 8, 8]);
+    assert_eq!(g.get(&we).unwrap().to_vec::<f32>().unwrap(), [0.0; 4 * 27]);
+}
+
+/// Pooling an empty plane (kernel 2 with padding 1 "fits" a height of 0) or no channels
+/// is refused; an empty batch is an empty result, forward and backward.
+#[test]
+fn pool2d_with_zero_size_dimensions() {
+    let o = Pool2dOptions {
+        kernel: (2, 2),
+        stride: (2, 2),
+        padding: (1, 1),
+    };
+    for x in [t(&[1, 1, 0, 4]), t(&[1, 1, 4, 0]), t(&[1, 0, 4, 4])] {
+        let m = msg(x.to_var().max_pool2d(o));
+        assert!(m.contains("max_pool2d") && m.contains("non-zero"), "{m}");
+        let m = msg(x.avg_pool2d(o));
+        assert!(m.contains("avg_pool2d"), "{m}");
+    }
+    let xe = t(&[0, 2, 4, 4]).to_var();
+    let ye = xe.max_pool2d(o).unwrap();
+    assert_eq!(ye.dims(), [0, 2, 3, 3]);
+    let g = ye.sum_all().unwrap().backward().unwrap();
+    assert_eq!(g.get(&xe).unwrap().dims(), [0, 2, 4, 4]);
+}

@@ -252,3 +252,96 @@ fn tensors_cross_threads() {
     fn assert_send_sync<T: Send + Sync>() {}
     assert_send_sync::<Tensor>();
 }
+
+/// Reductions of tensors with a zero-size axis: a sum over no values is zero and an empty
+/// kept axis gives an empty result (the kernels once asked for chunks of length 0 and
+/// panicked); the extremum of no values is an error.
+#[test]
+fn reductions_of_empty_tensors() {
+    let x = Tensor::zeros(vec![2, 0], DType::F32, Device::Cpu).unwrap();
+    let s = x.sum(&[0], false).unwrap();
+    assert_eq!(s.dims(), [0]);
+    assert_eq!(x.sum(&[0], true).unwrap().dims(), [1, 0]);
+    let s1 = x.sum(&[1], false).unwrap();
+    assert_eq!(s1.to_vec::<f32>().unwrap(), [0., 0.]);
+    assert_eq!(x.sum_all().unwrap().to_scalar::<f32>().unwrap(), 0.0);
+    assert_eq!(x.mean(&[0], false).unwrap().dims(), [0]);
+    // The non-adjacent path: axes 0 and 2 of [2, 0, 3] keep the empty axis 1.
+    let y = Tensor::zeros(vec![2, 0, 3], DType::F64, Device::Cpu).unwrap();
+    assert_eq!(y.sum(&[0, 2], false).unwrap().dims(), [0]);
+    assert_eq!(
+        y.sum(&[1], false).unwrap().to_vec::<f64>().unwrap(),
+        [0.0; 6]
+    );
+    // Max over a non-empty axis of an empty tensor is empty; over the empty axis, an error.
+    assert_eq!(x.max(&[0], false).unwrap().dims(), [0]);
+    let e = x.max(&[1], false).unwrap_err().to_string();
+    assert!(
+        e.contains("max") && e.contains("dimension 1") && e.contains("size 0"),
+        "{e}"
+    );
+    let e = x.argmax(1, false).unwrap_err().to_string();
+    assert!(e.contains("argmax") && e.contains("size 0"), "{e}");
+    assert_eq!(x.argmax(0, false).unwrap().dims(), [0]);
+    // Backward through both sums: the gradient has the input's (empty) shape.
+    let v = Tensor::zeros(vec![2, 0], DType::F64, Device::Cpu)
+        .unwrap()
+        .to_var();
+    let g = v
+        .sum(&[0], false)
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .backward()
+        .unwrap();
+    assert_eq!(g.get(&v).unwrap().dims(), [2, 0]);
+    let loss = v.sum(&[1], false).unwrap().sum_all().unwrap();
+    assert_eq!(loss.to_scalar::<f64>().unwrap(), 0.0);
+    assert_eq!(loss.backward().unwrap().get(&v).unwrap().dims(), [2, 0]);
+}
+
+/// Ties at a max or min share the gradient evenly (PyTorch's amax/amin), so the input's
+/// gradient sums to the upstream one; a unique extremum gets all of it.
+#[test]
+fn extremum_ties_split_the_gradient() {
+    let a = f32s(vec![2., 2.], &[2]).to_var();
+    let g = a.max(&[0], false).unwrap().backward().unwrap();
+    assert_eq!(g.get(&a).unwrap().to_vec::<f32>().unwrap(), [0.5, 0.5]);
+    // Per row: three ties, two ties, none; through keepdim=false and a scaled upstream.
+    let x = f32s(
+        vec![1., 5., 5., 5., 3., 3., 0., 4., 7., -1., 7., 2.],
+        &[3, 4],
+    )
+    .to_var();
+    let g = x
+        .max(&[1], false)
+        .unwrap()
+        .scale(6.0)
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .backward()
+        .unwrap();
+    assert_eq!(
+        g.get(&x).unwrap().to_vec::<f32>().unwrap(),
+        [0., 2., 2., 2., 0., 0., 0., 6., 3., 0., 3., 0.]
+    );
+    // Min over two axes at once: the ties are counted over both (channel 0's two zeros
+    // sit in different batch entries; channel 1's zero is alone).
+    let y = f32s(vec![1., 0., 0., 2., 0., 3., 4., 5.], &[2, 2, 2]).to_var();
+    let g = y
+        .min(&[0, 2], true)
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .backward()
+        .unwrap();
+    assert_eq!(
+        g.get(&y).unwrap().to_vec::<f32>().unwrap(),
+        [0., 0.5, 1., 0., 0.5, 0., 0., 0.]
+    );
+    // A NaN maximum equals no element: the gradient is zero, not NaN.
+    let n = f32s(vec![1., f32::NAN], &[2]).to_var();
+    let g = n.max(&[0], false).unwrap().backward().unwrap();
+    assert_eq!(g.get(&n).unwrap().to_vec::<f32>().unwrap(), [0., 0.]);
+}

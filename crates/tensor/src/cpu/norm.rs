@@ -37,7 +37,9 @@ pub(crate) fn batch_norm<T: Float>(
         })
         .collect();
     let mut out = vec![T::zero(); x.len()];
-    out.par_chunks_mut(p.spatial)
+    // Rows of `spatial` values; an empty input (evaluation of `[N, C, 0]`) has none, and
+    // chunks of length 0 would panic.
+    out.par_chunks_mut(p.spatial.max(1))
         .enumerate()
         .for_each(|(row, y)| {
             let c = row % p.c;
@@ -82,7 +84,7 @@ pub(crate) fn batch_norm_backward<T: Float>(
         })
         .collect();
     let mut dx = vec![T::zero(); x.len()];
-    dx.par_chunks_mut(p.spatial)
+    dx.par_chunks_mut(p.spatial.max(1))
         .enumerate()
         .for_each(|(row, d)| {
             let c = row % p.c;

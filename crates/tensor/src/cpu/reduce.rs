@@ -22,6 +22,11 @@ pub(crate) fn reduce<T: Float>(src: &[T], layout: &Layout, dims: &[usize], op: R
         out_dims[d] = 1;
     }
     let out_n: usize = out_dims.iter().product();
+    if out_n == 0 {
+        // A kept axis of size 0: the result is empty (and the row split below would ask
+        // for chunks of length 0, which panics).
+        return Vec::new();
+    }
     let mut sorted = dims.to_vec();
     sorted.sort_unstable();
     sorted.dedup();

@@ -55,6 +55,16 @@ impl Tensor {
                 "groups, stride and dilation must be positive, got {o:?}"
             ));
         }
+        // Only the batch may be empty (PyTorch's rule too): a convolution with no input or
+        // output channels, or an input plane with no pixels, has no meaningful output, and
+        // the kernels split their buffers per image and channel.
+        if x[1] == 0 || w[0] == 0 || x[2] == 0 || x[3] == 0 {
+            return bad(format!(
+                "input channels, output channels (weight {}) and the input's height and \
+                 width must be non-zero; only the batch may be empty",
+                weight.shape()
+            ));
+        }
         if x[1] != w[1] * o.groups || w[0] % o.groups != 0 {
             return bad(format!(
                 "weight {} with groups={} needs {} input channels and output channels divisible by groups",

@@ -37,6 +37,13 @@ impl Tensor {
         if x.len() != 4 {
             return bad("input must be NCHW".into());
         }
+        // Only the batch may be empty, as in PyTorch: an empty plane under a padded window
+        // would have outputs with no input to take them from (or give their gradient to).
+        if x[1] == 0 || x[2] == 0 || x[3] == 0 {
+            return bad(
+                "channels, height and width must be non-zero; only the batch may be empty".into(),
+            );
+        }
         if o.kernel.0 == 0 || o.kernel.1 == 0 || o.stride.0 == 0 || o.stride.1 == 0 {
             return bad(format!("kernel and stride must be positive, got {o:?}"));
         }

@@ -64,14 +64,16 @@ impl Tensor {
         name: &'static str,
     ) -> Result<Tensor> {
         self.check_float(name)?;
-        if self.elem_count() == 0 {
+        let dims = self.check_dims(dims, name)?;
+        // The extremum of no values is undefined (PyTorch refuses it too); an empty tensor
+        // reduced over non-empty axes is simply an empty result.
+        if let Some(&d) = dims.iter().find(|&&d| self.dims()[d] == 0) {
             return Err(Error::BadShape {
                 op: name,
-                msg: "cannot reduce an empty tensor".into(),
+                msg: format!("cannot reduce over dimension {d}, which has size 0"),
                 shape: self.shape().clone(),
             });
         }
-        let dims = self.check_dims(dims, name)?;
         let s = self.storage().reduce(self.layout(), &dims, op)?;
         let out = Tensor::from_storage(
             s,
@@ -80,10 +82,12 @@ impl Tensor {
         );
         self.squeeze_dims(out, &dims, keepdim)
     }
-    /// Maximum over `dims`. The gradient goes to every element equal to the maximum.
+    /// Maximum over `dims`. The gradient is split evenly among the elements equal to the
+    /// maximum (PyTorch's `amax`): `max([a, a])` sends half to each.
     pub fn max(&self, dims: &[usize], keepdim: bool) -> Result<Tensor> {
         self.extremum(dims, keepdim, ReduceOp::Max, "max")
     }
+    /// Minimum over `dims`; ties share the gradient as in [`Tensor::max`].
     pub fn min(&self, dims: &[usize], keepdim: bool) -> Result<Tensor> {
         self.extremum(dims, keepdim, ReduceOp::Min, "min")
     }
@@ -91,6 +95,13 @@ impl Tensor {
     pub fn argmax(&self, dim: usize, keepdim: bool) -> Result<Tensor> {
         self.check_float("argmax")?;
         self.shape().check_dim(dim, "argmax")?;
+        if self.dims()[dim] == 0 {
+            return Err(Error::BadShape {
+                op: "argmax",
+                msg: format!("cannot take the arg-max over dimension {dim}, which has size 0"),
+                shape: self.shape().clone(),
+            });
+        }
         let s = self
             .storage()
             .reduce(self.layout(), &[dim], ReduceOp::ArgMax)?;
