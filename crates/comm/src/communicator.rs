@@ -47,44 +47,89 @@ impl CommConfig {
 
     /// From `RANK`, `WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`, `GRADEX_TOKEN` (or
     /// `GRADEX_TOKEN_FILE`), optional `GRADEX_BIND_ADDR` and `GRADEX_TIMEOUT_SECS`.
+    /// A value that does not parse or is out of range is an error naming the variable and
+    /// the value, never a default.
     pub fn from_env() -> Result<Self> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// [`CommConfig::from_env`] with the variables read through `get`.
+    pub(crate) fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self> {
         let var = |k: &str| {
-            std::env::var(k).map_err(|_| {
+            get(k).ok_or_else(|| {
                 CommError::Config(format!(
                     "{k} is not set (see the README on launching workers)"
                 ))
             })
         };
         let num = |k: &str| -> Result<usize> {
-            var(k)?
+            let v = var(k)?;
+            v.trim()
                 .parse()
-                .map_err(|_| CommError::Config(format!("{k} is not a number")))
+                .map_err(|_| CommError::Config(format!("{k}={v:?} is not a non-negative integer")))
         };
-        let token = match (
-            std::env::var("GRADEX_TOKEN"),
-            std::env::var("GRADEX_TOKEN_FILE"),
-        ) {
-            (Ok(t), _) => t.into_bytes(),
-            (_, Ok(f)) => std::fs::read(&f)
-                .map_err(|e| CommError::Config(format!("GRADEX_TOKEN_FILE {f}: {e}")))?,
+        let token = match (get("GRADEX_TOKEN"), get("GRADEX_TOKEN_FILE")) {
+            (Some(t), _) => {
+                if t.is_empty() {
+                    return Err(CommError::Config(
+                        "GRADEX_TOKEN is set but empty: set it to the job's shared token".into(),
+                    ));
+                }
+                t.into_bytes()
+            }
+            (_, Some(f)) => {
+                let mut t = std::fs::read(&f)
+                    .map_err(|e| CommError::Config(format!("GRADEX_TOKEN_FILE {f}: {e}")))?;
+                // One line ending, as `echo token > file` leaves it: the token is the
+                // same whether it came from a file or from GRADEX_TOKEN.
+                if t.ends_with(b"\n") {
+                    t.pop();
+                    if t.ends_with(b"\r") {
+                        t.pop();
+                    }
+                }
+                if t.is_empty() {
+                    return Err(CommError::Config(format!(
+                        "GRADEX_TOKEN_FILE {f} holds an empty token"
+                    )));
+                }
+                t
+            }
             _ => {
                 return Err(CommError::Config(
                     "set GRADEX_TOKEN or GRADEX_TOKEN_FILE to the job's shared token".into(),
                 ))
             }
         };
-        let timeout = std::env::var("GRADEX_TIMEOUT_SECS")
-            .ok()
-            .and_then(|t| t.parse().ok())
-            .unwrap_or(60.0);
+        let timeout = match get("GRADEX_TIMEOUT_SECS") {
+            None => Duration::from_secs(60),
+            Some(t) => t
+                .trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|s| s.is_finite() && *s > 0.0)
+                .and_then(|s| Duration::try_from_secs_f64(s).ok())
+                .filter(|d| !d.is_zero())
+                .ok_or_else(|| {
+                    CommError::Config(format!(
+                        "GRADEX_TIMEOUT_SECS={t:?} is not a finite number of seconds above 0"
+                    ))
+                })?,
+        };
+        let port = var("MASTER_PORT")?;
+        let master_port = port.trim().parse::<u16>().map_err(|_| {
+            CommError::Config(format!(
+                "MASTER_PORT={port:?} is not a port number (0-65535)"
+            ))
+        })?;
         let cfg = CommConfig {
             rank: num("RANK")?,
             world: num("WORLD_SIZE")?,
             master_addr: var("MASTER_ADDR")?,
-            master_port: num("MASTER_PORT")? as u16,
-            bind_addr: std::env::var("GRADEX_BIND_ADDR").unwrap_or_else(|_| "0.0.0.0".into()),
+            master_port,
+            bind_addr: get("GRADEX_BIND_ADDR").unwrap_or_else(|| "0.0.0.0".into()),
             token,
-            timeout: Duration::from_secs_f64(timeout),
+            timeout,
             max_frame: 1 << 32,
         };
         if cfg.world == 0 || cfg.rank >= cfg.world {
@@ -133,7 +178,17 @@ const SMALL_FRAME: usize = 64 * 1024;
 /// Tags of point-to-point messages live in their own space (high bit set).
 const P2P: u32 = 1 << 31;
 
-fn send_frame(w: &mut TcpStream, peer: usize, tag: u32, payload: &[u8]) -> Result<()> {
+/// Sends one frame. `limit` is what the receiver will accept of a frame whose length it
+/// does not know in advance (`max_frame`): a larger payload is refused here, with an error
+/// that says which setting to raise, rather than sent for the receiver to refuse.
+fn send_frame(w: &mut TcpStream, peer: usize, tag: u32, payload: &[u8], limit: u64) -> Result<()> {
+    if payload.len() as u64 > limit {
+        return Err(CommError::Config(format!(
+            "a message of {} bytes for rank {peer} exceeds the frame limit of {limit} bytes, \
+             which the receiver would refuse (raise CommConfig::max_frame on every rank)",
+            payload.len()
+        )));
+    }
     let h = encode_header(&FrameHeader {
         kind: 0,
         tag,
@@ -180,10 +235,62 @@ fn read_header(
     Ok(h)
 }
 
-fn recv_frame(r: &mut TcpStream, peer: usize, tag: u32, max: u64) -> Result<Vec<u8>> {
-    let h = read_header(r, peer, tag, max, None)?;
-    let mut payload = vec![0u8; h.len as usize];
-    r.read_exact(&mut payload).map_err(read_failed(peer))?;
+/// What a receiver knows of the frame it waits for.
+#[derive(Clone, Copy, Debug)]
+enum Expect {
+    /// Its exact length (a barrier's 0, a half-precision segment): any other length is an
+    /// error, and the buffer is allocated at this size, which the caller chose.
+    Exactly(u64),
+    /// A bound (gTopK's 4 + 8k; `max_frame` where nothing tighter is known). The buffer
+    /// grows only as bytes arrive (see [`recv_frame`]).
+    AtMost(u64),
+}
+
+impl Expect {
+    /// What a sender may put in such a frame: an exact length is the receiver's own, so
+    /// only the bounded kind is held to `max_frame`.
+    fn send_limit(self, max_frame: u64) -> u64 {
+        match self {
+            Expect::Exactly(_) => u64::MAX,
+            Expect::AtMost(_) => max_frame,
+        }
+    }
+}
+
+/// Payload bytes allocated before any have arrived. Beyond this the buffer doubles as
+/// the bytes come in, so a peer's announced length alone (up to `max_frame`, 4 GiB by
+/// default) cannot make this rank allocate: memory stays within about twice what the peer
+/// actually sent.
+const RECV_FIRST_ALLOC: usize = 1 << 20;
+
+fn recv_frame(
+    r: &mut TcpStream,
+    peer: usize,
+    tag: u32,
+    max_frame: u64,
+    expect: Expect,
+) -> Result<Vec<u8>> {
+    let (max, exact) = match expect {
+        Expect::Exactly(n) => (n, Some(n)),
+        Expect::AtMost(n) => (n.min(max_frame), None),
+    };
+    let h = read_header(r, peer, tag, max, exact)?;
+    let len = usize::try_from(h.len).map_err(|_| CommError::Protocol {
+        peer,
+        msg: format!("a payload of {} bytes does not fit in memory here", h.len),
+    })?;
+    let mut payload = Vec::new();
+    while payload.len() < len {
+        let have = payload.len();
+        let next = if exact.is_some() {
+            len
+        } else {
+            len.min(have.saturating_mul(2).max(RECV_FIRST_ALLOC))
+        };
+        payload.resize(next, 0);
+        r.read_exact(&mut payload[have..])
+            .map_err(read_failed(peer))?;
+    }
     Ok(payload)
 }
 
@@ -255,6 +362,17 @@ impl Communicator {
                 cfg.rank, cfg.world
             )));
         }
+        if cfg.timeout.is_zero() {
+            return Err(CommError::Config(
+                "a timeout of 0: every blocking call needs time to finish".into(),
+            ));
+        }
+        // A one-rank job opens no connection, so it needs no token.
+        if cfg.world > 1 && cfg.token.is_empty() {
+            return Err(CommError::Config(
+                "the job token is empty: every rank needs the same non-empty shared token".into(),
+            ));
+        }
         let streams = connect_mesh(cfg)?;
         let mut readers = Vec::with_capacity(cfg.world);
         for (p, s) in streams.iter().enumerate() {
@@ -315,15 +433,21 @@ impl Communicator {
         let w = self.writers[peer]
             .as_mut()
             .ok_or_else(|| CommError::Config(format!("no connection to rank {peer}")))?;
-        send_frame(w, peer, tag, payload)?;
+        send_frame(w, peer, tag, payload, self.max_frame)?;
         self.counters.sent(kind, payload.len(), HEADER_LEN);
         Ok(())
     }
-    fn recv_from(&mut self, peer: usize, tag: u32, kind: Collective) -> Result<Vec<u8>> {
+    fn recv_from(
+        &mut self,
+        peer: usize,
+        tag: u32,
+        kind: Collective,
+        expect: Expect,
+    ) -> Result<Vec<u8>> {
         let r = self.readers[peer]
             .as_mut()
             .ok_or_else(|| CommError::Config(format!("no connection to rank {peer}")))?;
-        let p = recv_frame(r, peer, tag, self.max_frame)?;
+        let p = recv_frame(r, peer, tag, self.max_frame, expect)?;
         self.counters.received(kind, p.len(), HEADER_LEN);
         Ok(p)
     }
@@ -336,8 +460,11 @@ impl Communicator {
         kind: Collective,
         payload: &[u8],
         from: usize,
+        expect: Expect,
     ) -> Result<Vec<u8>> {
         let max = self.max_frame;
+        // Every rank runs the same step, so what this rank expects is what `to` expects.
+        let limit = expect.send_limit(max);
         let w = self.writers[to]
             .as_mut()
             .ok_or_else(|| CommError::Config(format!("no connection to rank {to}")))?;
@@ -347,15 +474,15 @@ impl Communicator {
         if payload.len() <= SMALL_FRAME {
             // Fits in the socket's send buffer, so sending first cannot deadlock, and no
             // thread is needed: latency-bound collectives (the sparse ones) gain the most.
-            send_frame(w, to, tag, payload)?;
-            let got = recv_frame(r, from, tag, max)?;
+            send_frame(w, to, tag, payload, limit)?;
+            let got = recv_frame(r, from, tag, max, expect)?;
             self.counters.sent(kind, payload.len(), HEADER_LEN);
             self.counters.received(kind, got.len(), HEADER_LEN);
             return Ok(got);
         }
         let (sent, got) = std::thread::scope(|s| {
-            let sender = s.spawn(move || send_frame(w, to, tag, payload));
-            let got = recv_frame(r, from, tag, max);
+            let sender = s.spawn(move || send_frame(w, to, tag, payload, limit));
+            let got = recv_frame(r, from, tag, max, expect);
             let sent = sender
                 .join()
                 .unwrap_or_else(|_| Err(CommError::Config("sender thread panicked".into())));
@@ -372,15 +499,23 @@ impl Communicator {
     /// between a pair arrive in order; other ranks need not take part).
     pub fn send(&mut self, peer: usize, payload: &[u8]) -> Result<()> {
         self.check_peer(peer)?;
-        self.p2p_sent[peer] = self.p2p_sent[peer].wrapping_add(1);
-        let tag = P2P | (self.p2p_sent[peer] & !P2P);
-        self.send_to(peer, tag, Collective::SendRecv, payload)
+        let n = self.p2p_sent[peer].wrapping_add(1);
+        self.send_to(peer, P2P | (n & !P2P), Collective::SendRecv, payload)?;
+        // Counted once sent: a message refused before sending (over max_frame) must not
+        // shift the numbering the receiver matches against.
+        self.p2p_sent[peer] = n;
+        Ok(())
     }
     pub fn recv(&mut self, peer: usize) -> Result<Vec<u8>> {
         self.check_peer(peer)?;
         self.p2p_received[peer] = self.p2p_received[peer].wrapping_add(1);
         let tag = P2P | (self.p2p_received[peer] & !P2P);
-        self.recv_from(peer, tag, Collective::SendRecv)
+        self.recv_from(
+            peer,
+            tag,
+            Collective::SendRecv,
+            Expect::AtMost(self.max_frame),
+        )
     }
 
     /// Returns when every rank has called it.
@@ -388,22 +523,30 @@ impl Communicator {
         let tag = self.next_tag();
         if self.rank == 0 {
             for p in 1..self.world {
-                self.recv_from(p, tag, Collective::Barrier)?;
+                self.recv_from(p, tag, Collective::Barrier, Expect::Exactly(0))?;
             }
             for p in 1..self.world {
                 self.send_to(p, tag, Collective::Barrier, &[])?;
             }
         } else {
             self.send_to(0, tag, Collective::Barrier, &[])?;
-            self.recv_from(0, tag, Collective::Barrier)?;
+            self.recv_from(0, tag, Collective::Barrier, Expect::Exactly(0))?;
         }
         Ok(())
     }
 
     /// `root`'s bytes on every rank, along a binomial tree (log₂ P rounds).
+    /// A `root` that is not a rank is an error, before any communication.
     pub fn broadcast(&mut self, root: usize, data: &[u8]) -> Result<Vec<u8>> {
+        if root >= self.world {
+            return Err(CommError::Config(format!(
+                "broadcast from root {root}, which is not a rank of this world of {}",
+                self.world
+            )));
+        }
         let tag = self.next_tag();
-        self.broadcast_tagged(root, data, tag, Collective::Broadcast)
+        let expect = Expect::AtMost(self.max_frame);
+        self.broadcast_tagged(root, data, tag, Collective::Broadcast, expect)
     }
     fn broadcast_tagged(
         &mut self,
@@ -411,6 +554,7 @@ impl Communicator {
         data: &[u8],
         tag: u32,
         kind: Collective,
+        expect: Expect,
     ) -> Result<Vec<u8>> {
         let p = self.world;
         let vr = (self.rank + p - root) % p;
@@ -425,7 +569,7 @@ impl Communicator {
                 }
             } else if vr < 2 * mask {
                 let src = (vr - mask + root) % p;
-                buf = Some(self.recv_from(src, tag, kind)?);
+                buf = Some(self.recv_from(src, tag, kind, expect)?);
             }
             mask <<= 1;
         }
@@ -450,7 +594,9 @@ impl Communicator {
             .as_mut()
             .ok_or_else(|| CommError::Config(format!("no connection to rank {from}")))?;
         let (sent, got) = std::thread::scope(|s| {
-            let sender = s.spawn(move || send_frame(w, to, tag, bytemuck::cast_slice(send)));
+            // The receiver expects exactly this segment's length: no max_frame limit.
+            let sender =
+                s.spawn(move || send_frame(w, to, tag, bytemuck::cast_slice(send), u64::MAX));
             let got = match add_scratch {
                 Some(scratch) => recv_f32_add(r, from, tag, recv, scratch),
                 None => recv_f32_into(r, from, tag, recv),
@@ -513,24 +659,18 @@ impl Communicator {
                 .flat_map(|&x| half::f16::from_f32(x).to_le_bytes())
                 .collect()
         };
-        let check = |got: &[u8], want: usize, peer: usize| -> Result<()> {
-            if got.len() == 2 * want {
-                Ok(())
-            } else {
-                Err(CommError::Protocol {
-                    peer,
-                    msg: format!("{} bytes for a half-precision segment of {want}", got.len()),
-                })
-            }
-        };
+        // Two bytes per value of the segment due: any other length is refused with the
+        // header, before the payload is read.
+        let f16_bytes = |seg: &std::ops::Range<usize>| Expect::Exactly(2 * seg.len() as u64);
         if p > 1 {
             let (right, left) = ((r + 1) % p, (r + p - 1) % p);
             for s in 0..p - 1 {
                 let send_seg = segment(n, p, (r + p - s) % p);
                 let recv_seg = segment(n, p, (r + 2 * p - s - 1) % p);
                 let payload = to_f16(&data[send_seg]);
-                let got = self.exchange(right, tag, Collective::Allreduce, &payload, left)?;
-                check(&got, recv_seg.len(), left)?;
+                let expect = f16_bytes(&recv_seg);
+                let got =
+                    self.exchange(right, tag, Collective::Allreduce, &payload, left, expect)?;
                 for (d, c) in data[recv_seg].iter_mut().zip(got.chunks_exact(2)) {
                     *d += half::f16::from_le_bytes([c[0], c[1]]).to_f32();
                 }
@@ -544,8 +684,9 @@ impl Communicator {
                 let send_seg = segment(n, p, (r + 1 + p - s) % p);
                 let recv_seg = segment(n, p, (r + p - s) % p);
                 let payload = to_f16(&data[send_seg]);
-                let got = self.exchange(right, tag, Collective::Allreduce, &payload, left)?;
-                check(&got, recv_seg.len(), left)?;
+                let expect = f16_bytes(&recv_seg);
+                let got =
+                    self.exchange(right, tag, Collective::Allreduce, &payload, left, expect)?;
                 for (d, c) in data[recv_seg].iter_mut().zip(got.chunks_exact(2)) {
                     *d = half::f16::from_le_bytes([c[0], c[1]]).to_f32();
                 }
@@ -587,7 +728,8 @@ impl Communicator {
             let count = d.min(p - d);
             let (to, from) = ((r + p - d) % p, (r + d) % p);
             let msg = pack_blocks(&have[..count]);
-            let got = self.exchange(to, tag, kind, &msg, from)?;
+            let expect = Expect::AtMost(self.max_frame);
+            let got = self.exchange(to, tag, kind, &msg, from, expect)?;
             let blocks = unpack_blocks(&got, count)
                 .map_err(|msg| CommError::Protocol { peer: from, msg })?;
             have.extend(blocks);
@@ -602,7 +744,9 @@ impl Communicator {
 
     /// TopKAllReduce: every rank's sparse vector gathered and summed (ranks' values added
     /// in rank order, so the result is identical everywhere). O(kP) traffic per rank.
+    /// A malformed `local` (see [`SparseVec::check`]) is an error before any communication.
     pub fn topk_allreduce(&mut self, local: &SparseVec) -> Result<SparseVec> {
+        check_local("topk_allreduce", local)?;
         let tag = self.next_tag();
         let blocks = self.allgather_tagged(&local.encode(), tag, Collective::TopkAllreduce)?;
         // Checked and summed in rank order (the same on every rank), read in place.
@@ -614,10 +758,14 @@ impl Communicator {
     /// result is then broadcast down the same tree: O(k log P) traffic per rank, any world
     /// size. Note that truncating at every level makes this the tree's result, which can
     /// differ from the top-k of the full sum when an index small on one side is large
-    /// after summation; that is the algorithm the paper defines.
+    /// after summation; that is the algorithm the paper defines. A malformed `local` (see
+    /// [`SparseVec::check`]) is an error before any communication.
     pub fn gtopk_allreduce(&mut self, local: &SparseVec, k: usize) -> Result<SparseVec> {
+        check_local("gtopk_allreduce", local)?;
         let tag = self.next_tag();
         let (p, r) = (self.world, self.rank);
+        // Every message is a ⊤ merge's result: at most k entries of 8 bytes and a count.
+        let expect = Expect::AtMost((k as u64).saturating_mul(8).saturating_add(4));
         let mut cur = top_merge(local, &SparseVec::default(), k);
         let mut mask = 1;
         while mask < p {
@@ -625,7 +773,7 @@ impl Communicator {
                 self.send_to(r - mask, tag, Collective::GtopkAllreduce, &cur.encode())?;
                 break;
             } else if r + mask < p {
-                let got = self.recv_from(r + mask, tag, Collective::GtopkAllreduce)?;
+                let got = self.recv_from(r + mask, tag, Collective::GtopkAllreduce, expect)?;
                 let theirs = SparseVec::decode(&got).map_err(|msg| CommError::Protocol {
                     peer: r + mask,
                     msg,
@@ -634,9 +782,19 @@ impl Communicator {
             }
             mask <<= 1;
         }
-        let bytes = self.broadcast_tagged(0, &cur.encode(), tag, Collective::GtopkAllreduce)?;
+        let bytes =
+            self.broadcast_tagged(0, &cur.encode(), tag, Collective::GtopkAllreduce, expect)?;
         SparseVec::decode(&bytes).map_err(|msg| CommError::Protocol { peer: 0, msg })
     }
+}
+
+/// A local sparse vector's shape, checked where it enters a collective: otherwise the
+/// local merge panics on unequal lengths, or the receivers refuse unsorted indices and
+/// blame this rank while the others wait out their timeouts.
+fn check_local(op: &str, local: &SparseVec) -> Result<()> {
+    local
+        .check()
+        .map_err(|e| CommError::Config(format!("{op}: this rank's sparse vector: {e}")))
 }
 
 /// Several blocks in one message: their lengths (u64 LE), then their bytes.
@@ -689,7 +847,190 @@ fn unpack_blocks(m: &[u8], count: usize) -> std::result::Result<Vec<Vec<u8>>, St
 
 #[cfg(test)]
 mod tests {
-    use super::{pack_blocks, unpack_blocks};
+    use super::{pack_blocks, recv_frame, unpack_blocks, CommConfig, Expect};
+    use crate::frame::{encode_header, FrameHeader};
+    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::cell::Cell;
+    use std::collections::HashMap;
+    use std::io::Write;
+    use std::net::{TcpListener, TcpStream};
+    use std::time::Duration;
+
+    /// The system allocator, noting the largest block each thread asks for, so that a
+    /// test can see what its own thread allocated while others run.
+    struct Tracking;
+    thread_local! {
+        static LARGEST: Cell<usize> = const { Cell::new(0) };
+    }
+    fn note(size: usize) {
+        let _ = LARGEST.try_with(|l| l.set(l.get().max(size)));
+    }
+    unsafe impl GlobalAlloc for Tracking {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            note(layout.size());
+            unsafe { System.alloc(layout) }
+        }
+        unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+            note(layout.size());
+            unsafe { System.alloc_zeroed(layout) }
+        }
+        unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+            note(new_size);
+            unsafe { System.realloc(ptr, layout, new_size) }
+        }
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            unsafe { System.dealloc(ptr, layout) }
+        }
+    }
+    #[global_allocator]
+    static ALLOCATOR: Tracking = Tracking;
+
+    /// A peer that announces `announced` payload bytes under tag 1, sends `sent` of them
+    /// and hangs up; the receiving end.
+    fn lying_peer(announced: u64, sent: usize) -> TcpStream {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut w = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (r, _) = l.accept().unwrap();
+        r.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        std::thread::spawn(move || {
+            let h = encode_header(&FrameHeader {
+                kind: 0,
+                tag: 1,
+                len: announced,
+            });
+            let _ = w.write_all(&h);
+            let body: Vec<u8> = (0..sent).map(|i| i as u8).collect();
+            let _ = w.write_all(&body);
+        });
+        r
+    }
+
+    #[test]
+    fn an_announced_length_alone_does_not_make_the_receiver_allocate_it() {
+        // 3 GiB announced (within the default 4 GiB max_frame), 3 MiB sent, then EOF.
+        let mut r = lying_peer(3 << 30, 3 << 20);
+        LARGEST.with(|l| l.set(0));
+        let e = recv_frame(&mut r, 1, 1, 1 << 32, Expect::AtMost(1 << 32)).unwrap_err();
+        let largest = LARGEST.with(|l| l.get());
+        assert!(e.to_string().contains("rank 1"), "{e}");
+        // The buffer grows with what arrived: at most about twice the 3 MiB.
+        assert!(
+            largest <= 8 << 20,
+            "allocated {largest} bytes for 3 MiB received"
+        );
+        // A tighter bound from the caller refuses the header outright.
+        let mut r = lying_peer(1000, 1000);
+        let e = recv_frame(&mut r, 1, 1, 1 << 32, Expect::AtMost(4 + 8 * 10)).unwrap_err();
+        assert!(e.to_string().contains("exceeds the maximum of 84"), "{e}");
+        let mut r = lying_peer(8, 8);
+        let e = recv_frame(&mut r, 1, 1, 1 << 32, Expect::Exactly(0)).unwrap_err();
+        assert!(e.to_string().contains("exceeds the maximum of 0"), "{e}");
+    }
+
+    #[test]
+    fn a_grown_buffer_holds_the_frame_exactly() {
+        for n in [0, 1, (1 << 20) - 1, 1 << 20, (5 << 20) + 3] {
+            let mut r = lying_peer(n as u64, n);
+            let got = recv_frame(&mut r, 1, 1, 1 << 32, Expect::AtMost(1 << 32)).unwrap();
+            assert_eq!(got.len(), n);
+            assert!(got.iter().enumerate().all(|(i, &b)| b == i as u8));
+            let mut r = lying_peer(n as u64, n);
+            let got = recv_frame(&mut r, 1, 1, 1 << 32, Expect::Exactly(n as u64)).unwrap();
+            assert_eq!(got.len(), n);
+        }
+    }
+
+    fn parse(vars: &[(&str, &str)]) -> Result<CommConfig, String> {
+        let mut env: HashMap<String, String> = [
+            ("RANK", "1"),
+            ("WORLD_SIZE", "2"),
+            ("MASTER_ADDR", "10.0.0.1"),
+            ("MASTER_PORT", "29500"),
+            ("GRADEX_TOKEN", "s3cret"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        for (k, v) in vars {
+            if v.is_empty() && k.starts_with('-') {
+                env.remove(&k[1..]);
+            } else {
+                env.insert(k.to_string(), v.to_string());
+            }
+        }
+        CommConfig::from_lookup(|k| env.get(k).cloned()).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn launch_variables_out_of_range_are_errors_naming_variable_and_value() {
+        let ok = parse(&[]).unwrap();
+        assert_eq!((ok.rank, ok.world, ok.master_port), (1, 2, 29500));
+        assert_eq!(ok.token, b"s3cret");
+        assert_eq!(ok.timeout, Duration::from_secs(60));
+        assert_eq!(
+            parse(&[("GRADEX_TIMEOUT_SECS", "2.5")]).unwrap().timeout,
+            Duration::from_millis(2500)
+        );
+        for bad in [
+            "-1", "inf", "-inf", "nan", "0", "0.0", "1e-12", "1e300", "abc", "",
+        ] {
+            let e = parse(&[("GRADEX_TIMEOUT_SECS", bad)]).unwrap_err();
+            assert!(
+                e.contains("GRADEX_TIMEOUT_SECS") && e.contains(&format!("{bad:?}")),
+                "{bad}: {e}"
+            );
+        }
+        for bad in ["65536", "-1", "99999999999", "http", ""] {
+            let e = parse(&[("MASTER_PORT", bad)]).unwrap_err();
+            assert!(
+                e.contains("MASTER_PORT") && e.contains(&format!("{bad:?}")),
+                "{bad}: {e}"
+            );
+        }
+        assert_eq!(
+            parse(&[("MASTER_PORT", "65535")]).unwrap().master_port,
+            65535
+        );
+        let e = parse(&[("RANK", "one")]).unwrap_err();
+        assert!(e.contains("RANK=\"one\""), "{e}");
+        let e = parse(&[("RANK", "2")]).unwrap_err();
+        assert!(e.contains("WORLD_SIZE"), "{e}");
+        let e = parse(&[("-MASTER_ADDR", "")]).unwrap_err();
+        assert!(e.contains("MASTER_ADDR is not set"), "{e}");
+    }
+
+    #[test]
+    fn empty_tokens_are_refused_and_a_token_files_line_ending_is_not_part_of_it() {
+        let e = parse(&[("GRADEX_TOKEN", "")]).unwrap_err();
+        assert!(e.contains("GRADEX_TOKEN is set but empty"), "{e}");
+        let dir = std::env::temp_dir().join(format!("comm-token-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for (contents, want) in [
+            (&b"s3cret\n"[..], Some(&b"s3cret"[..])),
+            (b"s3cret\r\n", Some(b"s3cret")),
+            (b"s3cret", Some(b"s3cret")),
+            // Only one line ending is the file's; anything else is the token's.
+            (b"s3cret\n\n", Some(b"s3cret\n")),
+            (b" s3cret ", Some(b" s3cret ")),
+            (b"", None),
+            (b"\n", None),
+        ] {
+            let f = dir.join("token");
+            std::fs::write(&f, contents).unwrap();
+            let f = f.to_str().unwrap().to_string();
+            let got = parse(&[("-GRADEX_TOKEN", ""), ("GRADEX_TOKEN_FILE", &f)]);
+            match want {
+                Some(t) => assert_eq!(got.unwrap().token, t, "{contents:?}"),
+                None => {
+                    let e = got.unwrap_err();
+                    assert!(e.contains("empty token"), "{contents:?}: {e}");
+                }
+            }
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+        let e = parse(&[("-GRADEX_TOKEN", "")]).unwrap_err();
+        assert!(e.contains("set GRADEX_TOKEN or GRADEX_TOKEN_FILE"), "{e}");
+    }
 
     #[test]
     fn packed_blocks_round_trip_and_bad_lengths_are_errors() {

@@ -2,30 +2,54 @@
 //! listener, connects to rank 0, authenticates and reports its listening port; rank 0
 //! answers with everyone's address; then each rank connects to the lower non-zero ranks
 //! and accepts the higher ones. Result: one authenticated connection per pair.
+//!
+//! The accepting side is open to anyone who can reach the port, so a connection that
+//! fails its handshake (a port scanner, garbage, a wrong token) or claims a rank that is
+//! not due is logged and dropped, and accepting goes on until the rendezvous deadline;
+//! each handshake has a short deadline of its own. Everything finishes by the rendezvous
+//! deadline (`CommConfig::timeout` from the start), whose error names the missing ranks
+//! and the last refusal.
 
-use crate::auth::handshake;
+use crate::auth::{handshake, read_before, write_before, Role};
 use crate::communicator::CommConfig;
 use crate::error::{CommError, Result};
-use std::io::{Read, Write};
+use std::io::{ErrorKind, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-fn accept_before(listener: &TcpListener, deadline: Instant) -> Result<TcpStream> {
+/// How long one accepted connection may take to authenticate (and, at rank 0, report its
+/// port), within what is left of the rendezvous: a rank answers in a round trip, while a
+/// silent stranger holds the listener this long at most before the next connection is
+/// taken.
+const HANDSHAKE_LIMIT: Duration = Duration::from_secs(5);
+
+/// The next connection on `listener`, with its address, or `None` once `deadline` has
+/// passed. Connections that died in the accept queue are skipped.
+fn accept_before(
+    listener: &TcpListener,
+    deadline: Instant,
+) -> Result<Option<(TcpStream, SocketAddr)>> {
     listener
         .set_nonblocking(true)
         .map_err(|e| CommError::Rendezvous(format!("listener: {e}")))?;
     loop {
         match listener.accept() {
-            Ok((s, _)) => {
+            Ok((s, addr)) => {
                 s.set_nonblocking(false)
                     .map_err(|e| CommError::Rendezvous(e.to_string()))?;
-                return Ok(s);
+                return Ok(Some((s, addr)));
             }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::WouldBlock
+                        | ErrorKind::Interrupted
+                        | ErrorKind::ConnectionAborted
+                        | ErrorKind::ConnectionReset
+                ) =>
+            {
                 if Instant::now() > deadline {
-                    return Err(CommError::Rendezvous(
-                        "timed out waiting for the other ranks to connect".into(),
-                    ));
+                    return Ok(None);
                 }
                 std::thread::sleep(Duration::from_millis(2));
             }
@@ -55,10 +79,75 @@ fn tune(s: &TcpStream, timeout: Duration) -> Result<()> {
         .map_err(|e| CommError::Rendezvous(format!("socket options: {e}")))
 }
 
-/// One stream per peer (None at our own index).
+/// Accepts connections until every rank in `expected` has joined `peers`, or the deadline
+/// passes. A connection that fails its handshake, claims a rank not in `expected` or
+/// already joined, or fails `admit` (rank 0 reads the peer's port there) is logged and
+/// dropped, and accepting goes on: a port scanner, a stray `nc`, garbage or a rank with
+/// the wrong token must not end the job. Each connection has [`HANDSHAKE_LIMIT`] at
+/// most. The timeout error names the missing ranks and the last refusal.
+fn accept_peers(
+    listener: &TcpListener,
+    cfg: &CommConfig,
+    deadline: Instant,
+    peers: &mut [Option<TcpStream>],
+    expected: std::ops::Range<usize>,
+    mut admit: impl FnMut(&mut TcpStream, usize, SocketAddr, Instant) -> Result<()>,
+) -> Result<()> {
+    let rank = cfg.rank;
+    let mut last_refusal: Option<String> = None;
+    loop {
+        let missing: Vec<usize> = expected.clone().filter(|&p| peers[p].is_none()).collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let Some((mut s, addr)) = accept_before(listener, deadline)? else {
+            let why = last_refusal
+                .map(|r| format!("; rank {rank} refused a peer: {r}"))
+                .unwrap_or_default();
+            return Err(CommError::Rendezvous(format!(
+                "rank {rank} timed out waiting for ranks {missing:?} to connect{why}"
+            )));
+        };
+        let who = format!("a connection from {addr}");
+        let limit = deadline.min(Instant::now() + HANDSHAKE_LIMIT);
+        let joined = tune(&s, cfg.timeout)
+            .and_then(|_| handshake(&mut s, &cfg.token, rank, Role::Server, &who, limit))
+            .and_then(|p| {
+                if !expected.contains(&p) {
+                    Err(CommError::Rendezvous(format!(
+                        "{who} claimed rank {p}; rank {rank} accepts ranks {expected:?} of a \
+                         world of {} (do the ranks agree on WORLD_SIZE?)",
+                        cfg.world
+                    )))
+                } else if peers[p].is_some() {
+                    Err(CommError::Rendezvous(format!(
+                        "{who} claimed rank {p}, which has already joined (two workers \
+                         started with the same RANK?)"
+                    )))
+                } else {
+                    admit(&mut s, p, addr, limit).map(|_| p)
+                }
+            });
+        match joined {
+            Ok(p) => peers[p] = Some(s),
+            Err(e) => {
+                eprintln!("comm: rank {rank} refused {who}: {e}");
+                last_refusal = Some(e.to_string());
+            }
+        }
+    }
+}
+
+/// One stream per peer (None at our own index), each tuned for the collectives (no
+/// Nagle, `cfg.timeout` on reads and writes). Everything here finishes by the rendezvous
+/// deadline, `cfg.timeout` from now.
 pub(crate) fn connect_mesh(cfg: &CommConfig) -> Result<Vec<Option<TcpStream>>> {
     let (rank, world) = (cfg.rank, cfg.world);
-    let deadline = Instant::now() + cfg.timeout;
+    // A timeout too long to add to the clock (a user's "forever") waits a century.
+    let deadline = Instant::now()
+        .checked_add(cfg.timeout)
+        .or_else(|| Instant::now().checked_add(Duration::from_secs(100 * 365 * 86_400)))
+        .ok_or_else(|| CommError::Config(format!("timeout {:?} is too long", cfg.timeout)))?;
     let mut peers: Vec<Option<TcpStream>> = (0..world).map(|_| None).collect();
     if world == 1 {
         return Ok(peers);
@@ -80,52 +169,56 @@ pub(crate) fn connect_mesh(cfg: &CommConfig) -> Result<Vec<Option<TcpStream>>> {
         let listener = TcpListener::bind(master)
             .map_err(|e| CommError::Rendezvous(format!("rank 0 cannot listen on {master}: {e}")))?;
         let mut table = vec![String::new(); world];
-        for _ in 1..world {
-            let mut s = accept_before(&listener, deadline)?;
-            tune(&s, cfg.timeout)?;
-            let peer = match handshake(&mut s, &cfg.token, 0, "a connecting rank") {
-                Ok(p) if p > 0 && p < world && peers[p].is_none() => p,
-                Ok(p) => {
-                    return Err(CommError::Rendezvous(format!(
-                        "a peer claimed rank {p}, which is out of range or taken"
-                    )))
-                }
-                Err(e) => {
-                    eprintln!("comm: refused a connection: {e}");
-                    return Err(e);
-                }
-            };
-            let mut port = [0u8; 2];
-            s.read_exact(&mut port).map_err(|e| CommError::Peer {
-                peer,
-                op: "rendezvous",
-                source: e,
-            })?;
-            let ip = s
-                .peer_addr()
-                .map_err(|e| CommError::Peer {
+        accept_peers(
+            &listener,
+            cfg,
+            deadline,
+            &mut peers,
+            1..world,
+            |s, peer, addr, limit| {
+                let mut port = [0u8; 2];
+                read_before(s, &mut port, limit).map_err(|e| CommError::Peer {
                     peer,
                     op: "rendezvous",
                     source: e,
-                })?
-                .ip();
-            table[peer] = SocketAddr::new(ip, u16::from_le_bytes(port)).to_string();
-            peers[peer] = Some(s);
-        }
+                })?;
+                table[peer] = SocketAddr::new(addr.ip(), u16::from_le_bytes(port)).to_string();
+                Ok(())
+            },
+        )?;
         let encoded = table.join("\n").into_bytes();
+        let mut msg = (encoded.len() as u32).to_le_bytes().to_vec();
+        msg.extend(encoded);
         for (p, s) in peers.iter_mut().enumerate().skip(1) {
             if let Some(s) = s {
-                s.write_all(&(encoded.len() as u32).to_le_bytes())
-                    .and_then(|_| s.write_all(&encoded))
-                    .map_err(|e| CommError::Peer {
-                        peer: p,
-                        op: "rendezvous",
-                        source: e,
-                    })?;
+                // A few bytes into an empty send buffer: the collectives' write timeout
+                // serves, even if the last rank joined at the deadline.
+                tune(s, cfg.timeout)?;
+                s.write_all(&msg).map_err(|e| CommError::Peer {
+                    peer: p,
+                    op: "rendezvous",
+                    source: e,
+                })?;
             }
         }
-        return Ok(peers);
+    } else {
+        join_as_nonzero(cfg, master, deadline, &mut peers)?;
     }
+    for s in peers.iter().flatten() {
+        tune(s, cfg.timeout)?;
+    }
+    Ok(peers)
+}
+
+/// A non-zero rank's part: authenticate to rank 0 and report our listening port, receive
+/// the address table, connect to the lower non-zero ranks and accept the higher ones.
+fn join_as_nonzero(
+    cfg: &CommConfig,
+    master: SocketAddr,
+    deadline: Instant,
+    peers: &mut [Option<TcpStream>],
+) -> Result<()> {
+    let (rank, world) = (cfg.rank, cfg.world);
     let listener = TcpListener::bind((cfg.bind_addr.as_str(), 0))
         .map_err(|e| CommError::Rendezvous(format!("cannot listen on {}: {e}", cfg.bind_addr)))?;
     let my_port = listener
@@ -134,20 +227,32 @@ pub(crate) fn connect_mesh(cfg: &CommConfig) -> Result<Vec<Option<TcpStream>>> {
         .port();
     let mut s = connect_before(master, deadline)?;
     tune(&s, cfg.timeout)?;
-    let zero = handshake(&mut s, &cfg.token, rank, "rank 0")?;
+    let zero = handshake(&mut s, &cfg.token, rank, Role::Client, "rank 0", deadline)?;
     if zero != 0 {
         return Err(CommError::Rendezvous(format!(
             "the master answered as rank {zero}"
         )));
     }
-    let io = |e| CommError::Peer {
-        peer: 0,
-        op: "rendezvous",
-        source: e,
+    let io = |e: std::io::Error| {
+        let source = if e.kind() == ErrorKind::UnexpectedEof {
+            std::io::Error::new(
+                e.kind(),
+                "rank 0 closed the connection before sending the address table: it refused \
+                 this rank (out of range or already joined; see rank 0's log) or failed",
+            )
+        } else {
+            e
+        };
+        CommError::Peer {
+            peer: 0,
+            op: "rendezvous",
+            source,
+        }
     };
-    s.write_all(&my_port.to_le_bytes()).map_err(io)?;
+    write_before(&mut s, &my_port.to_le_bytes(), deadline).map_err(io)?;
+    // Rank 0 answers once every rank has joined: this waits up to the deadline.
     let mut len = [0u8; 4];
-    s.read_exact(&mut len).map_err(io)?;
+    read_before(&mut s, &mut len, deadline).map_err(io)?;
     let len = u32::from_le_bytes(len) as usize;
     if len > 64 * world + 64 {
         return Err(CommError::Protocol {
@@ -156,7 +261,7 @@ pub(crate) fn connect_mesh(cfg: &CommConfig) -> Result<Vec<Option<TcpStream>>> {
         });
     }
     let mut table = vec![0u8; len];
-    s.read_exact(&mut table).map_err(io)?;
+    read_before(&mut s, &mut table, deadline).map_err(io)?;
     let table: Vec<String> = String::from_utf8_lossy(&table)
         .split('\n')
         .map(str::to_string)
@@ -178,7 +283,14 @@ pub(crate) fn connect_mesh(cfg: &CommConfig) -> Result<Vec<Option<TcpStream>>> {
         })?;
         let mut c = connect_before(addr, deadline)?;
         tune(&c, cfg.timeout)?;
-        let got = handshake(&mut c, &cfg.token, rank, &format!("rank {p}"))?;
+        let got = handshake(
+            &mut c,
+            &cfg.token,
+            rank,
+            Role::Client,
+            &format!("rank {p}"),
+            deadline,
+        )?;
         if got != p {
             return Err(CommError::Rendezvous(format!(
                 "{addr} answered as rank {got}, expected {p}"
@@ -186,16 +298,58 @@ pub(crate) fn connect_mesh(cfg: &CommConfig) -> Result<Vec<Option<TcpStream>>> {
         }
         peers[p] = Some(c);
     }
-    for _ in rank + 1..world {
-        let mut c = accept_before(&listener, deadline)?;
-        tune(&c, cfg.timeout)?;
-        let p = handshake(&mut c, &cfg.token, rank, "a higher rank")?;
-        if p <= rank || p >= world || peers[p].is_some() {
-            return Err(CommError::Rendezvous(format!(
-                "unexpected connection from rank {p}"
-            )));
-        }
-        peers[p] = Some(c);
+    accept_peers(
+        &listener,
+        cfg,
+        deadline,
+        peers,
+        rank + 1..world,
+        |_, _, _, _| Ok(()),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::HANDSHAKE_VERSION;
+
+    /// A client that sends a valid start of a hello and then a byte every 200 ms: under
+    /// per-read socket timeouts alone it held rank 0 for the whole hello (about 8 s here)
+    /// however short the rendezvous timeout.
+    #[test]
+    fn a_trickling_client_cannot_hold_rank_0_past_the_deadline() {
+        let port = crate::free_loopback_port().unwrap();
+        let timeout = Duration::from_millis(1500);
+        let cfg = CommConfig {
+            timeout,
+            ..CommConfig::loopback(0, 2, port, b"tok")
+        };
+        let start = Instant::now();
+        let (result, ()) = std::thread::scope(|s| {
+            let rank0 = s.spawn(|| connect_mesh(&cfg));
+            let trickler = s.spawn(|| {
+                let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+                let mut c = connect_before(addr, Instant::now() + timeout).unwrap();
+                let mut hello = b"GXH".to_vec();
+                hello.push(HANDSHAKE_VERSION);
+                hello.extend([1u8; 40]);
+                for b in hello {
+                    if c.write_all(&[b]).is_err() {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+            });
+            (rank0.join().unwrap(), trickler.join().unwrap())
+        });
+        let e = result.expect_err("rank 1 never joined").to_string();
+        assert!(
+            start.elapsed() < timeout + Duration::from_millis(1000),
+            "rank 0 returned after {:?}",
+            start.elapsed()
+        );
+        assert!(e.contains("timed out waiting for ranks [1]"), "{e}");
+        assert!(e.contains("rank 0 refused a peer"), "{e}");
+        assert!(e.contains("before the deadline"), "{e}");
     }
-    Ok(peers)
 }

@@ -34,6 +34,28 @@ impl SparseVec {
     pub fn is_empty(&self) -> bool {
         self.indices.is_empty()
     }
+    /// Checks the invariants the collectives and the wire form rely on (the fields are
+    /// public, so a vector built by hand can break them): one value per index, indices
+    /// strictly ascending. (A vector has no dense length here to check indices against.)
+    pub fn check(&self) -> Result<(), String> {
+        if self.values.len() != self.indices.len() {
+            return Err(format!(
+                "{} indices but {} values",
+                self.indices.len(),
+                self.values.len()
+            ));
+        }
+        if let Some(at) = self.indices.windows(2).position(|w| w[0] >= w[1]) {
+            return Err(format!(
+                "indices not strictly ascending: {} then {} at positions {at} and {} \
+                 (SparseVec::new sorts and merges duplicates)",
+                self.indices[at],
+                self.indices[at + 1],
+                at + 1
+            ));
+        }
+        Ok(())
+    }
     /// The wire form: entry count (u32), the indices, then the values (little-endian).
     pub fn encode(&self) -> Vec<u8> {
         let mut b = Vec::with_capacity(4 + 8 * self.len());
@@ -55,7 +77,8 @@ impl SparseVec {
 
 /// a + b: the union of the indices, values summed where both have one (a's value first,
 /// so a left fold over ranks sums each index in rank order on every rank). Written into
-/// `out`, whose buffers are reused.
+/// `out`, whose buffers are reused. Panics if a vector has fewer values than indices
+/// ([`SparseVec::check`] catches that).
 pub fn merge_sum_into(a: &SparseVec, b: &SparseVec, out: &mut SparseVec) {
     let (ai, bi) = (&a.indices[..], &b.indices[..]);
     // Cut to the indices' lengths, so that one bounds check covers both arrays.

@@ -430,13 +430,15 @@ fn byte_counters_measure_the_ring() {
 
 #[test]
 fn a_peer_with_the_wrong_token_is_refused() {
+    // Rank 0 refuses and logs the peer, then goes on accepting until its deadline: the
+    // timeout error carries the refusal. The peer itself learns that it was refused.
     let port = free_port();
     let results: Vec<Result<Communicator, CommError>> = std::thread::scope(|s| {
         let a = s.spawn(move || {
-            Communicator::connect(&config(0, 2, port, "right", Duration::from_secs(5)))
+            Communicator::connect(&config(0, 2, port, "right", Duration::from_secs(3)))
         });
         let b = s.spawn(move || {
-            Communicator::connect(&config(1, 2, port, "wrong", Duration::from_secs(5)))
+            Communicator::connect(&config(1, 2, port, "wrong", Duration::from_secs(3)))
         });
         vec![a.join().unwrap(), b.join().unwrap()]
     });
@@ -446,7 +448,193 @@ fn a_peer_with_the_wrong_token_is_refused() {
         .expect("rank 0 must refuse")
         .to_string();
     assert!(e0.contains("does not know the job token"), "{e0}");
-    assert!(results[1].is_err(), "rank 1 must not join");
+    assert!(e0.contains("rank 0 refused a peer"), "{e0}");
+    assert!(e0.contains("timed out waiting for ranks [1]"), "{e0}");
+    let e1 = results[1]
+        .as_ref()
+        .err()
+        .expect("rank 1 must not join")
+        .to_string();
+    assert!(e1.contains("different job tokens"), "{e1}");
+}
+
+/// Strangers at rank 0's port — a connection that closes at once (a port scanner, `nc`),
+/// garbage, a silent client, a worker with the wrong token — are refused one by one while
+/// the honest ranks join and compute correctly.
+#[test]
+fn strangers_at_the_masters_port_do_not_stop_the_job() {
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+    let (world, port) = (3, free_port());
+    let cfg = |rank, token| config(rank, world, port, token, Duration::from_secs(20));
+    let addr = format!("127.0.0.1:{port}");
+    let (sums, impostor) = std::thread::scope(|s| {
+        let rank0 = s.spawn(move || {
+            let mut c = Communicator::connect(&cfg(0, "secret")).unwrap();
+            let mut d = vec![1.0f32; 100];
+            c.allreduce(&mut d, ReduceOp::Sum).unwrap();
+            d
+        });
+        // Wait for rank 0's listener, then queue the strangers ahead of the ranks.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let first = loop {
+            match TcpStream::connect(&addr) {
+                Ok(c) => break c,
+                Err(e) => {
+                    assert!(Instant::now() < deadline, "rank 0 never listened: {e}");
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
+        };
+        drop(first); // closes at once
+        let mut garbage = TcpStream::connect(&addr).unwrap();
+        garbage.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
+        let silent = s.spawn({
+            let addr = addr.clone();
+            move || {
+                let mut c = TcpStream::connect(&addr).unwrap();
+                // Holds its connection open, saying nothing, until rank 0 gives up on it.
+                let _ = c.read(&mut [0u8; 1]);
+            }
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        let impostor = s.spawn(move || Communicator::connect(&cfg(1, "guess")).err());
+        let honest: Vec<_> = (1..world)
+            .map(|rank| {
+                s.spawn(move || {
+                    let mut c = Communicator::connect(&cfg(rank, "secret")).unwrap();
+                    let mut d = vec![1.0f32; 100];
+                    c.allreduce(&mut d, ReduceOp::Sum).unwrap();
+                    d
+                })
+            })
+            .collect();
+        let mut sums = vec![rank0.join().unwrap()];
+        sums.extend(honest.into_iter().map(|h| h.join().unwrap()));
+        drop(garbage);
+        silent.join().unwrap();
+        (sums, impostor.join().unwrap())
+    });
+    for d in sums {
+        assert!(d.iter().all(|&v| v == world as f32), "{d:?}");
+    }
+    let e = impostor.expect("the impostor must be refused").to_string();
+    assert!(e.contains("different job tokens"), "{e}");
+}
+
+#[test]
+fn a_broadcast_root_outside_the_world_is_an_error_before_any_communication() {
+    for world in [1, 3] {
+        let out = job(world, |c| {
+            let errors: Vec<String> = [world, world + 1, usize::MAX]
+                .iter()
+                .map(|&root| c.broadcast(root, b"x").unwrap_err().to_string())
+                .collect();
+            // Nothing was sent or consumed: the next collectives line up on every rank.
+            c.barrier().unwrap();
+            let b = c.broadcast(world - 1, b"from the last rank").unwrap();
+            (errors, b)
+        });
+        for (errors, b) in out {
+            for e in errors {
+                assert!(e.contains("not a rank of this world"), "{e}");
+            }
+            assert_eq!(b, b"from the last rank");
+        }
+    }
+}
+
+#[test]
+fn malformed_local_sparse_vectors_are_errors_before_any_communication() {
+    let bad = [
+        (
+            SparseVec {
+                indices: vec![1, 2, 3],
+                values: vec![1.0],
+            },
+            "3 indices but 1 values",
+        ),
+        (
+            SparseVec {
+                indices: vec![1],
+                values: vec![1.0, 2.0],
+            },
+            "1 indices but 2 values",
+        ),
+        (
+            SparseVec {
+                indices: vec![5, 2],
+                values: vec![1.0, 2.0],
+            },
+            "not strictly ascending",
+        ),
+        (
+            SparseVec {
+                indices: vec![2, 2],
+                values: vec![1.0, 2.0],
+            },
+            "not strictly ascending",
+        ),
+    ];
+    for world in [1, 3] {
+        let out = job(world, |c| {
+            let mut errors = Vec::new();
+            for (v, _) in &bad {
+                errors.push(c.gtopk_allreduce(v, 4).unwrap_err().to_string());
+                errors.push(c.topk_allreduce(v).unwrap_err().to_string());
+            }
+            // No rank sent anything: a well-formed call still works on every rank.
+            let good = SparseVec::new(vec![(c.rank() as u32, 1.0)]);
+            (errors, c.topk_allreduce(&good).unwrap())
+        });
+        for (errors, sum) in out {
+            for (e, (_, want)) in errors.chunks(2).zip(&bad) {
+                assert!(
+                    e[0].contains("gtopk_allreduce") && e[0].contains(want),
+                    "{e:?}"
+                );
+                assert!(
+                    e[1].contains("topk_allreduce") && e[1].contains(want),
+                    "{e:?}"
+                );
+                assert!(e[0].starts_with("configuration"), "{e:?}");
+            }
+            assert_eq!(sum.len(), world);
+        }
+    }
+}
+
+#[test]
+fn a_message_over_max_frame_is_refused_by_its_sender() {
+    let port = free_port();
+    let out: Vec<Option<String>> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..2)
+            .map(|rank| {
+                s.spawn(move || {
+                    let mut cfg = config(rank, 2, port, "t", Duration::from_secs(20));
+                    cfg.max_frame = 1000;
+                    let mut c = Communicator::connect(&cfg).unwrap();
+                    let refused = if rank == 0 {
+                        let e = c.send(1, &[7u8; 1001]).unwrap_err().to_string();
+                        c.send(1, &[7u8; 1000]).unwrap();
+                        Some(e)
+                    } else {
+                        assert_eq!(c.recv(0).unwrap(), [7u8; 1000]);
+                        None
+                    };
+                    // Dense allreduce segments are exact-length frames, not held to it.
+                    let mut d = vec![1.0f32; 1000];
+                    c.allreduce(&mut d, ReduceOp::Sum).unwrap();
+                    assert!(d.iter().all(|&v| v == 2.0));
+                    c.barrier().unwrap();
+                    refused
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let e = out[0].as_ref().unwrap();
+    assert!(e.contains("1001 bytes") && e.contains("max_frame"), "{e}");
 }
 
 #[test]
