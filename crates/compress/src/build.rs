@@ -88,11 +88,17 @@ pub fn build(spec: &MethodSpec, ctx: &Context) -> Result<Box<dyn Method>> {
             };
             Box::new(Dgc::new(cfg, ctx.world, ctx.rng(1))?)
         }
-        "gtopk" => Box::new(GTopK::new(
-            density(&mut o, "gtopk")?,
-            o.usize("dense_below")?.unwrap_or(0),
-            ctx.world,
-        )?),
+        "gtopk" => Box::new(
+            GTopK::new(
+                density(&mut o, "gtopk")?,
+                o.usize("dense_below")?.unwrap_or(0),
+                ctx.world,
+            )?
+            .with_warmup(
+                o.f64("warmup_epochs")?.unwrap_or(0.0),
+                o.f64_list("warmup_densities")?,
+            )?,
+        ),
         "sbc" => {
             let p = o.usize("preset")?.unwrap_or(1);
             let (delay, dens) = sbc::preset(p).ok_or_else(|| {

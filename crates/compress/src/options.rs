@@ -118,7 +118,20 @@ pub const METHODS: &[MethodInfo] = &[
     MethodInfo {
         name: "gtopk",
         summary: "gTop-k S-SGD (paper 002 Alg. 4): local top-k, gTopKAllReduce, put-back",
-        options: &[SPARSE_COMMON[0], SPARSE_COMMON[1]],
+        options: &[
+            SPARSE_COMMON[0],
+            SPARSE_COMMON[1],
+            (
+                "warmup_epochs",
+                "0",
+                "epochs of density warm-up (0: off; the paper's convergence runs: 4)",
+            ),
+            (
+                "warmup_densities",
+                "0.25,0.0725,0.015,0.004",
+                "densities of the warm-up stages, evenly spread over warmup_epochs (the paper's)",
+            ),
+        ],
     },
     MethodInfo {
         name: "sbc",

@@ -110,17 +110,25 @@ impl DgcConfig {
     }
     /// The density at a (fractional) epoch: the warm-up stage's, never below `density`.
     pub fn density_at(&self, epoch: f64) -> f64 {
-        if self.warmup_epochs <= 0.0
-            || epoch >= self.warmup_epochs
-            || self.warmup_densities.is_empty()
-        {
-            return self.density;
-        }
-        let stages = self.warmup_densities.len();
-        let stage = ((epoch.max(0.0) / self.warmup_epochs) * stages as f64).floor() as usize;
-        // A warm-up stage never sends less than the final density.
-        self.warmup_densities[stage.min(stages - 1)].max(self.density)
+        warmup_density(
+            self.density,
+            self.warmup_epochs,
+            &self.warmup_densities,
+            epoch,
+        )
     }
+}
+
+/// The density of a staged warm-up at a (fractional) epoch: `densities` spread evenly
+/// over the first `warmup_epochs`, then `density`; a stage never sends less than
+/// `density`. DGC's warm-up and gTop-k's (paper 002 §V) are both this schedule.
+pub fn warmup_density(density: f64, warmup_epochs: f64, densities: &[f64], epoch: f64) -> f64 {
+    if warmup_epochs <= 0.0 || epoch >= warmup_epochs || densities.is_empty() {
+        return density;
+    }
+    let stages = densities.len();
+    let stage = ((epoch.max(0.0) / warmup_epochs) * stages as f64).floor() as usize;
+    densities[stage.min(stages - 1)].max(density)
 }
 
 /// Momentum correction (Eq. 7, or Alg. 4 with Nesterov) for one tensor, with weight decay
