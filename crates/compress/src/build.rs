@@ -121,8 +121,12 @@ pub fn build(spec: &MethodSpec, ctx: &Context) -> Result<Box<dyn Method>> {
                 "fixed" => Coding::Fixed,
                 _ => Coding::Elias,
             };
+            let scale = match o.choice("norm", &["l2", "max"])?.as_str() {
+                "max" => qsgd::Scale::Max,
+                _ => qsgd::Scale::L2,
+            };
             let min_size = o.usize("min_size")?.unwrap_or(10_000);
-            Box::new(Qsgd::new(bits, bucket, coding, min_size, ctx.rng(2))?)
+            Box::new(Qsgd::new(bits, bucket, coding, min_size, ctx.rng(2))?.with_scale(scale))
         }
         "terngrad" => Box::new(TernGrad::new(
             ctx.rng(3),

@@ -175,6 +175,11 @@ pub const METHODS: &[MethodInfo] = &[
                 "elias (recursive code of gaps, signs, levels) or fixed",
             ),
             (
+                "norm",
+                "l2",
+                "bucket scale: l2 (Lemma 3.1's analysed form) or max (the paper's experiments, §4)",
+            ),
+            (
                 "min_size",
                 "10000",
                 "tensors with fewer elements are sent unquantized",

@@ -52,6 +52,49 @@ fn qsgd_is_unbiased_and_within_its_variance_bound() {
 }
 
 #[test]
+fn qsgd_scaled_by_the_max_is_unbiased_with_less_variance_and_more_nonzeros() {
+    let d = 512;
+    let v = heavy_tailed(d, 5);
+    let max = v.iter().fold(0f64, |m, &x| m.max((x as f64).abs()));
+    let s = 3u32;
+    let trials = 20_000;
+    let (mut mean, mut err2) = (vec![0f64; d], [0f64; 2]);
+    let mut nonzeros = [0usize; 2];
+    let mut rng = Rng::new(9);
+    for _ in 0..trials {
+        for (k, scale) in [qsgd::Scale::L2, qsgd::Scale::Max].into_iter().enumerate() {
+            let q = qsgd::quantize_with(&v, s, scale, &mut rng);
+            nonzeros[k] += q.entries.len();
+            let mut out = vec![0f32; d];
+            qsgd::dequantize_add(&q, s, &mut out);
+            for i in 0..d {
+                if k == 1 {
+                    mean[i] += out[i] as f64 / trials as f64;
+                }
+                err2[k] += (out[i] as f64 - v[i] as f64).powi(2) / trials as f64;
+            }
+        }
+    }
+    // Unbiased: within 5 standard errors (noise per coordinate ≤ unit²/4, unit = max/s).
+    let unit = max / s as f64;
+    let se = (unit * unit / 4.0 / trials as f64).sqrt();
+    for i in 0..d {
+        assert!(
+            (mean[i] - v[i] as f64).abs() <= 5.0 * se + 1e-7,
+            "coordinate {i}"
+        );
+    }
+    // The max is at most the 2-norm: finer levels, less variance, more values sent.
+    assert!(err2[1] < err2[0], "{err2:?}");
+    assert!(nonzeros[1] > nonzeros[0], "{nonzeros:?}");
+    // A NaN is not hidden by the max: the encoder refuses it.
+    let mut bad = v.clone();
+    bad[7] = f32::NAN;
+    let e = qsgd::encode_with(&bad, 2, 128, Coding::Elias, qsgd::Scale::Max, &mut rng).unwrap_err();
+    assert!(e.to_string().contains("inf or"), "{e}");
+}
+
+#[test]
 fn qsgd_messages_round_trip_with_both_codings() {
     let v = heavy_tailed(10_000, 6);
     for coding in [Coding::Elias, Coding::Fixed] {
