@@ -5,7 +5,9 @@
 
 use crate::counters::{ByteCounters, Collective};
 use crate::error::{CommError, Result};
-use crate::frame::{decode_header, encode_header, FrameHeader, HEADER_LEN};
+use crate::frame::{
+    decode_header, encode_header, FrameHeader, ABORT_MAX, HEADER_LEN, KIND_ABORT, KIND_DATA,
+};
 use crate::rendezvous::connect_mesh;
 use crate::sparse::{sum_encoded, top_merge, SparseVec};
 use std::io::{Read, Write};
@@ -169,6 +171,12 @@ pub struct Communicator {
     /// Point-to-point messages are matched per pair, not globally: counts per peer.
     p2p_sent: Vec<u32>,
     p2p_received: Vec<u32>,
+    /// Writers a send failed on, possibly mid-frame: no abort notice goes there (its
+    /// bytes could complete the interrupted frame's payload).
+    dirty: Vec<bool>,
+    /// Set once a collective failed because of a peer: (the failed rank, the cause).
+    /// The sockets are shut, and every later call returns this.
+    aborted: Option<(usize, String)>,
 }
 
 /// Frames up to this size are sent before receiving, without a sender thread: Linux's
@@ -190,7 +198,7 @@ fn send_frame(w: &mut TcpStream, peer: usize, tag: u32, payload: &[u8], limit: u
         )));
     }
     let h = encode_header(&FrameHeader {
-        kind: 0,
+        kind: KIND_DATA,
         tag,
         len: payload.len() as u64,
     });
@@ -222,7 +230,17 @@ fn read_header(
 ) -> Result<FrameHeader> {
     let mut h = [0u8; HEADER_LEN];
     r.read_exact(&mut h).map_err(read_failed(peer))?;
-    let h = decode_header(&h, max).map_err(|msg| CommError::Protocol { peer, msg })?;
+    let h =
+        decode_header(&h, max.max(ABORT_MAX)).map_err(|msg| CommError::Protocol { peer, msg })?;
+    if h.kind == KIND_ABORT {
+        return Err(read_abort(r, peer, h.len));
+    }
+    if h.len > max {
+        return Err(CommError::Protocol {
+            peer,
+            msg: format!("payload of {} bytes exceeds the maximum of {max}", h.len),
+        });
+    }
     if h.tag != tag {
         return Err(CommError::Protocol { peer, msg: format!("frame of collective #{} arrived during #{tag}: ranks called collectives in different orders", h.tag) });
     }
@@ -233,6 +251,44 @@ fn read_header(
         });
     }
     Ok(h)
+}
+
+/// Reads an abort notice's payload (its header said `len` bytes, at most [`ABORT_MAX`])
+/// and returns it as the error it reports.
+fn read_abort(r: &mut TcpStream, peer: usize, len: u64) -> CommError {
+    let mut b = vec![0u8; len as usize];
+    if let Err(e) = r.read_exact(&mut b) {
+        return read_failed(peer)(e);
+    }
+    if b.len() < 4 {
+        return CommError::Protocol {
+            peer,
+            msg: format!("an abort notice of {} bytes", b.len()),
+        };
+    }
+    CommError::PeerFailed {
+        failed: u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize,
+        reporter: peer,
+        cause: String::from_utf8_lossy(&b[4..]).into_owned(),
+    }
+}
+
+/// The abort notice for `failed` with `cause` (truncated to fit [`ABORT_MAX`]).
+fn abort_frame(failed: usize, cause: &str) -> Vec<u8> {
+    let mut end = cause.len().min(ABORT_MAX as usize - 4);
+    while !cause.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut payload = (failed as u32).to_le_bytes().to_vec();
+    payload.extend_from_slice(&cause.as_bytes()[..end]);
+    let mut f = encode_header(&FrameHeader {
+        kind: KIND_ABORT,
+        tag: 0,
+        len: payload.len() as u64,
+    })
+    .to_vec();
+    f.extend(payload);
+    f
 }
 
 /// What a receiver knows of the frame it waits for.
@@ -396,6 +452,8 @@ impl Communicator {
             seq: 0,
             p2p_sent: vec![0; cfg.world],
             p2p_received: vec![0; cfg.world],
+            dirty: vec![false; cfg.world],
+            aborted: None,
         })
     }
     /// Joins the job described by the environment (see [`CommConfig::from_env`]).
@@ -433,7 +491,10 @@ impl Communicator {
         let w = self.writers[peer]
             .as_mut()
             .ok_or_else(|| CommError::Config(format!("no connection to rank {peer}")))?;
-        send_frame(w, peer, tag, payload, self.max_frame)?;
+        if let Err(e) = send_frame(w, peer, tag, payload, self.max_frame) {
+            self.dirty[peer] |= matches!(e, CommError::Peer { .. });
+            return Err(e);
+        }
         self.counters.sent(kind, payload.len(), HEADER_LEN);
         Ok(())
     }
@@ -451,6 +512,90 @@ impl Communicator {
         self.counters.received(kind, p.len(), HEADER_LEN);
         Ok(p)
     }
+    /// The outcome of a concurrent send to `to` and receive: a failed send marks `to`'s
+    /// writer dirty; where both failed, the receive's error is the one returned (a send
+    /// usually fails second, because the peer it writes to stopped reading after a
+    /// failure of its own, which the receive reports or the notice carries).
+    fn settle<T>(&mut self, to: usize, sent: Result<()>, got: Result<T>) -> Result<T> {
+        if let Err(e) = &sent {
+            self.dirty[to] |= matches!(e, CommError::Peer { .. });
+        }
+        match (sent, got) {
+            (_, Err(g)) => Err(g),
+            (Err(s), Ok(_)) => Err(s),
+            (Ok(()), Ok(g)) => Ok(g),
+        }
+    }
+
+    /// Called with every public call's result. On an error that blames a peer, this rank
+    /// tells every other peer which rank failed (an abort notice, best effort, on writers
+    /// with no interrupted frame) and shuts its sockets, so that ranks blocked on it fail
+    /// at once and name the failed rank, not the neighbour through which the failure
+    /// reached them. A failed send whose peer had already sent a notice reports the
+    /// notice. Errors that blame no peer (a wrong argument) change nothing.
+    fn guard<T>(&mut self, r: Result<T>) -> Result<T> {
+        let e = match r {
+            Ok(v) => return Ok(v),
+            Err(e) => e,
+        };
+        if self.aborted.is_some() {
+            return Err(e);
+        }
+        let e = match e {
+            CommError::Peer {
+                peer, op: "send", ..
+            } => self.news_from(peer).unwrap_or(e),
+            e => e,
+        };
+        let Some(failed) = e.failed_rank() else {
+            return Err(e);
+        };
+        let cause = match &e {
+            CommError::PeerFailed { cause, .. } => cause.clone(),
+            e => e.to_string(),
+        };
+        let notice = abort_frame(failed, &cause);
+        let quick = Some(self.timeout.min(Duration::from_secs(1)));
+        for q in 0..self.world {
+            if q == self.rank || q == failed || self.dirty[q] {
+                continue;
+            }
+            if let Some(w) = self.writers[q].as_mut() {
+                let _ = w.set_write_timeout(quick);
+                let _ = w.write_all(&notice);
+            }
+        }
+        for s in self.writers.iter().chain(&self.readers).flatten() {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+        self.aborted = Some((failed, cause));
+        Err(e)
+    }
+
+    /// An abort notice `peer` may have sent before this rank's send to it failed (it
+    /// stopped reading when it failed): read with a short timeout; anything else is
+    /// ignored (the connection is given up anyway).
+    fn news_from(&mut self, peer: usize) -> Option<CommError> {
+        let r = self.readers.get_mut(peer)?.as_mut()?;
+        r.set_read_timeout(Some(Duration::from_millis(200))).ok()?;
+        let mut h = [0u8; HEADER_LEN];
+        r.read_exact(&mut h).ok()?;
+        let h = decode_header(&h, ABORT_MAX).ok()?;
+        (h.kind == KIND_ABORT).then(|| read_abort(r, peer, h.len))
+    }
+
+    /// The error of a call on a communicator that gave up after a peer failed.
+    fn check_alive(&self) -> Result<()> {
+        match &self.aborted {
+            Some((failed, cause)) => Err(CommError::PeerFailed {
+                failed: *failed,
+                reporter: self.rank,
+                cause: format!("this communicator gave up after: {cause}"),
+            }),
+            None => Ok(()),
+        }
+    }
+
     /// Sends `payload` to `to` while receiving from `from`, concurrently (a ring step; both
     /// directions busy, and no deadlock when both sides' socket buffers are full).
     fn exchange(
@@ -474,7 +619,10 @@ impl Communicator {
         if payload.len() <= SMALL_FRAME {
             // Fits in the socket's send buffer, so sending first cannot deadlock, and no
             // thread is needed: latency-bound collectives (the sparse ones) gain the most.
-            send_frame(w, to, tag, payload, limit)?;
+            if let Err(e) = send_frame(w, to, tag, payload, limit) {
+                self.dirty[to] |= matches!(e, CommError::Peer { .. });
+                return Err(e);
+            }
             let got = recv_frame(r, from, tag, max, expect)?;
             self.counters.sent(kind, payload.len(), HEADER_LEN);
             self.counters.received(kind, got.len(), HEADER_LEN);
@@ -488,8 +636,7 @@ impl Communicator {
                 .unwrap_or_else(|_| Err(CommError::Config("sender thread panicked".into())));
             (sent, got)
         });
-        sent?;
-        let got = got?;
+        let got = self.settle(to, sent, got)?;
         self.counters.sent(kind, payload.len(), HEADER_LEN);
         self.counters.received(kind, got.len(), HEADER_LEN);
         Ok(got)
@@ -498,6 +645,11 @@ impl Communicator {
     /// Point-to-point send, matched by the next `recv` from this rank on `peer` (messages
     /// between a pair arrive in order; other ranks need not take part).
     pub fn send(&mut self, peer: usize, payload: &[u8]) -> Result<()> {
+        self.check_alive()?;
+        let r = self.send_unguarded(peer, payload);
+        self.guard(r)
+    }
+    fn send_unguarded(&mut self, peer: usize, payload: &[u8]) -> Result<()> {
         self.check_peer(peer)?;
         let n = self.p2p_sent[peer].wrapping_add(1);
         self.send_to(peer, P2P | (n & !P2P), Collective::SendRecv, payload)?;
@@ -507,6 +659,11 @@ impl Communicator {
         Ok(())
     }
     pub fn recv(&mut self, peer: usize) -> Result<Vec<u8>> {
+        self.check_alive()?;
+        let r = self.recv_unguarded(peer);
+        self.guard(r)
+    }
+    fn recv_unguarded(&mut self, peer: usize) -> Result<Vec<u8>> {
         self.check_peer(peer)?;
         self.p2p_received[peer] = self.p2p_received[peer].wrapping_add(1);
         let tag = P2P | (self.p2p_received[peer] & !P2P);
@@ -520,6 +677,11 @@ impl Communicator {
 
     /// Returns when every rank has called it.
     pub fn barrier(&mut self) -> Result<()> {
+        self.check_alive()?;
+        let r = self.barrier_unguarded();
+        self.guard(r)
+    }
+    fn barrier_unguarded(&mut self) -> Result<()> {
         let tag = self.next_tag();
         if self.rank == 0 {
             for p in 1..self.world {
@@ -538,6 +700,11 @@ impl Communicator {
     /// `root`'s bytes on every rank, along a binomial tree (log₂ P rounds).
     /// A `root` that is not a rank is an error, before any communication.
     pub fn broadcast(&mut self, root: usize, data: &[u8]) -> Result<Vec<u8>> {
+        self.check_alive()?;
+        let r = self.broadcast_unguarded(root, data);
+        self.guard(r)
+    }
+    fn broadcast_unguarded(&mut self, root: usize, data: &[u8]) -> Result<Vec<u8>> {
         if root >= self.world {
             return Err(CommError::Config(format!(
                 "broadcast from root {root}, which is not a rank of this world of {}",
@@ -608,8 +775,7 @@ impl Communicator {
                 got,
             )
         });
-        sent?;
-        got?;
+        self.settle(to, sent, got)?;
         self.counters
             .sent(Collective::Allreduce, send.len() * 4, HEADER_LEN);
         self.counters
@@ -621,6 +787,11 @@ impl Communicator {
     /// with bitwise-identical values: each segment is summed once, in ring order, and then
     /// copied. Segments travel as their own bytes; the allgather receives in place.
     pub fn allreduce(&mut self, data: &mut [f32], op: ReduceOp) -> Result<()> {
+        self.check_alive()?;
+        let r = self.allreduce_unguarded(data, op);
+        self.guard(r)
+    }
+    fn allreduce_unguarded(&mut self, data: &mut [f32], op: ReduceOp) -> Result<()> {
         let tag = self.next_tag();
         let (p, r, n) = (self.world, self.rank, data.len());
         if p > 1 {
@@ -652,6 +823,11 @@ impl Communicator {
     /// the rank that completes it and copied from there, so every rank ends with identical
     /// values, all representable in f16.
     pub fn allreduce_f16(&mut self, data: &mut [f32], op: ReduceOp) -> Result<()> {
+        self.check_alive()?;
+        let r = self.allreduce_f16_unguarded(data, op);
+        self.guard(r)
+    }
+    fn allreduce_f16_unguarded(&mut self, data: &mut [f32], op: ReduceOp) -> Result<()> {
         let tag = self.next_tag();
         let (p, r, n) = (self.world, self.rank, data.len());
         let to_f16 = |v: &[f32]| -> Vec<u8> {
@@ -704,6 +880,11 @@ impl Communicator {
 
     /// Every rank's buffer (of any length) on every rank.
     pub fn allgather_v(&mut self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
+        self.check_alive()?;
+        let r = self.allgather_v_unguarded(data);
+        self.guard(r)
+    }
+    fn allgather_v_unguarded(&mut self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
         let tag = self.next_tag();
         self.allgather_tagged(data, tag, Collective::AllgatherV)
     }
@@ -746,6 +927,11 @@ impl Communicator {
     /// in rank order, so the result is identical everywhere). O(kP) traffic per rank.
     /// A malformed `local` (see [`SparseVec::check`]) is an error before any communication.
     pub fn topk_allreduce(&mut self, local: &SparseVec) -> Result<SparseVec> {
+        self.check_alive()?;
+        let r = self.topk_allreduce_unguarded(local);
+        self.guard(r)
+    }
+    fn topk_allreduce_unguarded(&mut self, local: &SparseVec) -> Result<SparseVec> {
         check_local("topk_allreduce", local)?;
         let tag = self.next_tag();
         let blocks = self.allgather_tagged(&local.encode(), tag, Collective::TopkAllreduce)?;
@@ -761,6 +947,11 @@ impl Communicator {
     /// after summation; that is the algorithm the paper defines. A malformed `local` (see
     /// [`SparseVec::check`]) is an error before any communication.
     pub fn gtopk_allreduce(&mut self, local: &SparseVec, k: usize) -> Result<SparseVec> {
+        self.check_alive()?;
+        let r = self.gtopk_allreduce_unguarded(local, k);
+        self.guard(r)
+    }
+    fn gtopk_allreduce_unguarded(&mut self, local: &SparseVec, k: usize) -> Result<SparseVec> {
         check_local("gtopk_allreduce", local)?;
         let tag = self.next_tag();
         let (p, r) = (self.world, self.rank);

@@ -18,6 +18,25 @@ pub enum CommError {
     Config(String),
     #[error("nccl: {0}")]
     Nccl(String),
+    /// A collective failed because of rank `failed`; `reporter` is the rank whose notice
+    /// (or whose own failure) brought the news.
+    #[error("rank {failed} failed: {cause} (reported by rank {reporter})")]
+    PeerFailed {
+        failed: usize,
+        reporter: usize,
+        cause: String,
+    },
+}
+
+impl CommError {
+    /// The rank this error blames, if it blames one.
+    pub fn failed_rank(&self) -> Option<usize> {
+        match self {
+            CommError::Peer { peer, .. } | CommError::Protocol { peer, .. } => Some(*peer),
+            CommError::PeerFailed { failed, .. } => Some(*failed),
+            _ => None,
+        }
+    }
 }
 
 pub type Result<T> = std::result::Result<T, CommError>;

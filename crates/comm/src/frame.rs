@@ -4,6 +4,14 @@
 
 pub const FRAME_VERSION: u8 = 1;
 pub const HEADER_LEN: usize = 16;
+/// `kind` of an ordinary frame.
+pub const KIND_DATA: u8 = 0;
+/// `kind` of the notice a rank sends its peers when a collective fails because of a peer:
+/// the payload is the failed rank (u32, little-endian) and the cause as UTF-8, at most
+/// [`ABORT_MAX`] bytes in all. A receiver returns it as its own error, so every rank
+/// names the rank that failed, not the neighbour the failure reached it through.
+pub const KIND_ABORT: u8 = 1;
+pub const ABORT_MAX: u64 = 1024;
 const MAGIC: [u8; 2] = *b"GX";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -671,6 +671,56 @@ fn a_dead_peer_ends_the_collective_with_an_error_naming_it() {
     );
 }
 
+/// With more ranks than a dead one's neighbours, every survivor still names it: the
+/// ranks that see it fail tell the others (an abort notice), instead of each naming the
+/// neighbour whose connection closed.
+#[test]
+fn every_survivor_names_the_dead_rank_not_its_neighbour() {
+    for (world, dead) in [(5usize, 2usize), (6, 0)] {
+        let port = free_port();
+        let timeout = Duration::from_secs(5);
+        let start = Instant::now();
+        let errors: Vec<Option<String>> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..world)
+                .map(|rank| {
+                    s.spawn(move || {
+                        let mut c = Communicator::connect(&config(rank, world, port, "t", timeout))
+                            .unwrap();
+                        if rank == dead {
+                            return None; // dies: its sockets close
+                        }
+                        let mut d = vec![1.0f32; 200_000];
+                        let first = c
+                            .allreduce(&mut d, ReduceOp::Sum)
+                            .err()
+                            .map(|e| e.to_string());
+                        // A communicator that gave up says so at once, naming the same rank.
+                        let again = c.barrier().unwrap_err().to_string();
+                        assert!(again.contains(&format!("rank {dead} failed")), "{again}");
+                        first
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert!(
+            start.elapsed() < timeout,
+            "world {world}: took {:?}",
+            start.elapsed()
+        );
+        for (rank, e) in errors.iter().enumerate() {
+            if rank == dead {
+                continue;
+            }
+            let e = e.as_ref().expect("the survivors must fail");
+            assert!(
+                e.contains(&format!("rank {dead}")),
+                "world {world}, rank {rank}: {e}"
+            );
+        }
+    }
+}
+
 #[test]
 fn the_frame_decoder_rejects_garbage_without_panicking() {
     let mut r = Rng::new(9);
