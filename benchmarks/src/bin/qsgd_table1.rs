@@ -57,6 +57,10 @@ struct Args {
     /// Evaluate on at most this many test samples.
     #[arg(long)]
     eval_samples: Option<usize>,
+    /// QSGD's bucket scale: l2 (the 2-norm, Lemma 3.1's form) or max (the largest
+    /// magnitude, what the paper's experiments use, §4 "QSGD variants").
+    #[arg(long, default_value = "l2", value_parser = ["l2", "max"])]
+    norm: String,
     #[command(flatten)]
     common: table::CommonArgs,
 }
@@ -212,7 +216,7 @@ fn main() -> Result<()> {
         let cfg = Config {
             method: if preset.is_some() { "qsgd" } else { "dense" }.to_string(),
             method_opts: preset
-                .map(|p| vec![format!("preset={p}")])
+                .map(|p| vec![format!("preset={p}"), format!("norm={}", args.norm)])
                 .unwrap_or_default(),
             out: args.out.join(label.to_lowercase().replace(' ', "-")),
             ..base.clone()
@@ -285,8 +289,17 @@ fn print_table(args: &Args, base: &Config, rows: &[Value]) {
         _ => String::new(),
     };
     println!(
-        "QSGD Table 1 ({} preset: {} on {}, {} workers x {}, {length})",
-        args.preset, base.model, base.dataset, base.workers, base.batch_size
+        "QSGD Table 1 ({} preset: {} on {}, {} workers x {}, {length}; buckets scaled by their {})",
+        args.preset,
+        base.model,
+        base.dataset,
+        base.workers,
+        base.batch_size,
+        if args.norm == "max" {
+            "largest magnitude"
+        } else {
+            "2-norm"
+        }
     );
     let num =
         |row: &Value, key: &str, d: usize, s: f64| table::cell(row[key].as_f64().map(|x| x * s), d);
