@@ -206,28 +206,32 @@ fn every_method_trains_with_identical_parameters_and_its_compression_ratio() {
     }
 }
 
+/// The resume tests' job: BASE with DGC at 5 % after a one-epoch warm-up.
+fn dgc_job() -> Vec<String> {
+    let mut v: Vec<String> = BASE.iter().map(|s| s.to_string()).collect();
+    v.extend(
+        [
+            "--method",
+            "dgc",
+            "--method-opt",
+            "density=0.05",
+            "--method-opt",
+            "warmup_epochs=1",
+            "--lr",
+            "0.05",
+        ]
+        .map(String::from),
+    );
+    v
+}
+
 #[test]
 fn a_resumed_run_continues_bit_for_bit() {
     // 512 samples / (2 workers × 16) = 16 steps per epoch.
     let (a, b) = (tmp("straight"), tmp("resumed"));
     let common = |out: &Path, epochs: &str| -> Vec<String> {
-        let mut v: Vec<String> = BASE.iter().map(|s| s.to_string()).collect();
-        v.extend(
-            [
-                "--method",
-                "dgc",
-                "--method-opt",
-                "density=0.05",
-                "--method-opt",
-                "warmup_epochs=1",
-                "--lr",
-                "0.05",
-                "--epochs",
-                epochs,
-                "--out",
-            ]
-            .map(String::from),
-        );
+        let mut v = dgc_job();
+        v.extend(["--epochs", epochs, "--out"].map(String::from));
         v.push(out.display().to_string());
         v
     };
@@ -289,24 +293,8 @@ fn a_run_stopped_inside_an_epoch_resumes_bit_for_bit() {
     // the second (DGC's warm-up epoch ends there).
     let (a, b) = (tmp("steps-straight"), tmp("steps-resumed"));
     let args = |out: &Path, steps: &str, resume: bool| -> Vec<String> {
-        let mut v: Vec<String> = BASE.iter().map(|s| s.to_string()).collect();
-        v.extend(
-            [
-                "--method",
-                "dgc",
-                "--method-opt",
-                "density=0.05",
-                "--method-opt",
-                "warmup_epochs=1",
-                "--lr",
-                "0.05",
-                "--log-every",
-                "4",
-                "--steps",
-                steps,
-            ]
-            .map(String::from),
-        );
+        let mut v = dgc_job();
+        v.extend(["--log-every", "4", "--steps", steps].map(String::from));
         if resume {
             v.push("--resume".into());
         }
