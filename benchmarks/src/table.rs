@@ -264,6 +264,19 @@ pub fn row_with_compression(cells: Value, job: &Job, from_epoch: f64) -> Value {
     Value::Object(row)
 }
 
+/// Runs a table's jobs in order, labelled, after checking every configuration (a mistake
+/// in the last job's shows before the first one trains) and creating `out`.
+pub fn run_plan(out: &Path, plan: &[(String, Config)]) -> Result<Vec<Job>> {
+    for (label, cfg) in plan {
+        cfg.validate()
+            .with_context(|| format!("the {label} run's configuration"))?;
+    }
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    plan.iter()
+        .map(|(label, cfg)| run_job(cfg, label))
+        .collect()
+}
+
 /// Runs `cfg` (its `out` is the run directory) as `cfg.workers` local processes of the
 /// current binary, which must call [`run_worker_if_asked`] first thing in `main`; their
 /// logs go to standard error. Fails with the first failing worker's error.

@@ -241,33 +241,31 @@ fn main() -> Result<()> {
         .iter()
         .map(|n| model(&args, n))
         .collect::<Result<Vec<_>>>()?;
-    // Every job's configuration, checked before the first one starts.
-    let mut planned = Vec::new();
-    for (i, m) in models.iter().enumerate() {
-        for &method in m.methods {
+    let planned: Vec<(&Model, &str)> = models
+        .iter()
+        .flat_map(|m| m.methods.iter().map(move |&method| (m, method)))
+        .collect();
+    let plan: Vec<(String, Config)> = planned
+        .iter()
+        .map(|&(m, method)| {
             let cfg = job_config(&args, m, method, warmup);
-            cfg.validate()
-                .with_context(|| format!("the {} {method} run's configuration", m.label))?;
-            planned.push((i, method, cfg));
-        }
-    }
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("creating {}", args.out.display()))?;
+            (format!("{} {method}", m.label), cfg)
+        })
+        .collect();
+    let jobs = table::run_plan(&args.out, &plan)?;
     let mut rows = Vec::new();
     let mut curves = Vec::new();
     let mut baseline = None;
-    for (i, method, cfg) in &planned {
-        let m = &models[*i];
-        let job = table::run_job(cfg, &format!("{} {method}", m.label))?;
-        if *method == "Baseline" {
-            baseline = Some((job.final_metric(), top5(&job)));
+    for (&(m, method), job) in planned.iter().zip(&jobs) {
+        if method == "Baseline" {
+            baseline = Some((job.final_metric(), top5(job)));
         }
-        let from = if *method == "Deep Gradient Compression" {
+        let from = if method == "Deep Gradient Compression" {
             warmup
         } else {
             0.0
         };
-        rows.push(row(m, method, &job, baseline, from));
+        rows.push(row(m, method, job, baseline, from));
         curves.push((format!("{} {method}", m.label), job.eval_curve()));
     }
     table::write_table(

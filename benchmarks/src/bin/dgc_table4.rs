@@ -222,9 +222,9 @@ fn main() -> Result<()> {
     if let Some(dir) = &args.speech_dir {
         tasks.push(speech_task(&args, dir.clone()));
     }
-    // Every job's configuration, checked before the first one starts.
     let mut planned = Vec::new();
-    for (i, task) in tasks.iter().enumerate() {
+    let mut plan = Vec::new();
+    for task in &tasks {
         let slug = if task.name.starts_with("Language") {
             "lm"
         } else {
@@ -248,23 +248,19 @@ fn main() -> Result<()> {
             ..task.base.clone()
         };
         for (cfg, method) in [(dense, "Baseline"), (dgc, "Deep Gradient Compression")] {
-            cfg.validate()
-                .with_context(|| format!("the {} {method} run's configuration", task.name))?;
-            planned.push((i, method, cfg));
+            planned.push((task, method));
+            plan.push((format!("{} {method}", task.name), cfg));
         }
     }
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("creating {}", args.out.display()))?;
+    let jobs = table::run_plan(&args.out, &plan)?;
     let mut rows = Vec::new();
     let mut curves = Vec::new();
     let mut baseline = None;
-    for (i, method, cfg) in &planned {
-        let task = &tasks[*i];
-        let job = table::run_job(cfg, &format!("{} {method}", task.name))?;
-        if *method == "Baseline" {
+    for (&(task, method), job) in planned.iter().zip(&jobs) {
+        if method == "Baseline" {
             baseline = job.final_metric();
         }
-        rows.push(row(task, method, &job, baseline));
+        rows.push(row(task, method, job, baseline));
         curves.push((format!("{} {method}", task.name), job.eval_curve()));
     }
     table::write_table(

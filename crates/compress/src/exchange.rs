@@ -1,6 +1,7 @@
 //! Pieces every method's exchange is built from: timing of the compression and
 //! communication parts, the dense averaged allreduce, the allgather of encoded messages
-//! decoded peer by peer, and the sparse-to-dense scatter.
+//! decoded peer by peer, the sparse-to-dense scatter, and the density arithmetic (k of n,
+//! the staged warm-up DGC and gTop-k share).
 
 use crate::codec::CodecError;
 use crate::method::{Update, UpdateKind, WireStats};
@@ -103,6 +104,42 @@ pub(crate) fn keep_count(density: f64, n: usize) -> usize {
     } else {
         ((density * n as f64).ceil() as usize).clamp(1, n)
     }
+}
+
+/// The density of a staged warm-up at a (fractional) epoch: `densities` spread evenly
+/// over the first `warmup_epochs`, then `density`; a stage never sends less than
+/// `density`. DGC's warm-up and gTop-k's (paper 002 §V) are both this schedule.
+pub(crate) fn warmup_density(
+    density: f64,
+    warmup_epochs: f64,
+    densities: &[f64],
+    epoch: f64,
+) -> f64 {
+    if warmup_epochs <= 0.0 || epoch >= warmup_epochs || densities.is_empty() {
+        return density;
+    }
+    let stages = densities.len();
+    let stage = ((epoch.max(0.0) / warmup_epochs) * stages as f64).floor() as usize;
+    densities[stage.min(stages - 1)].max(density)
+}
+
+/// Checks a staged warm-up's options: `epochs` finite and ≥ 0, each density in (0, 1],
+/// and some densities where `epochs` > 0.
+pub(crate) fn check_warmup(method: &str, epochs: f64, densities: &[f64]) -> Result<()> {
+    if !(epochs >= 0.0 && epochs.is_finite()) {
+        return Err(CompressError::Config(format!(
+            "{method}: warmup_epochs must be a finite number ≥ 0, got {epochs}"
+        )));
+    }
+    if epochs > 0.0 && densities.is_empty() {
+        return Err(CompressError::Config(format!(
+            "{method}: warmup_epochs > 0 needs warmup_densities"
+        )));
+    }
+    for &d in densities {
+        crate::options::check_density(&format!("{method} warm-up"), d)?;
+    }
+    Ok(())
 }
 
 /// Allgathers this rank's encoded `message` and hands every rank's message (this one's

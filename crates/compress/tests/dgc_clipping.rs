@@ -5,8 +5,8 @@
 
 mod common;
 
-use common::job;
-use compress::{build, Context, MethodSpec, ParamSpec, StepInfo};
+use common::{ctx, job};
+use compress::{build, MethodSpec, ParamSpec, StepInfo};
 
 /// The averaged update of one DGC step on 4 ranks whose gradients are all `value`
 /// everywhere (1,000 elements), with everything sent and no momentum: the clipped
@@ -24,15 +24,7 @@ fn averaged_update(value: f32) -> Vec<f32> {
         ]
         .map(String::from)
         .to_vec();
-        let cx = Context {
-            rank,
-            world: 4,
-            seed: 1,
-            momentum: 0.0,
-            nesterov: false,
-            weight_decay: 0.0,
-        };
-        let mut m = build(&MethodSpec::parse("dgc", &opts).unwrap(), &cx).unwrap();
+        let mut m = build(&MethodSpec::parse("dgc", &opts).unwrap(), &ctx(rank, 4)).unwrap();
         m.init(&[ParamSpec::new("w", &[1000])]).unwrap();
         m.begin_step(StepInfo {
             step: 0,

@@ -3,22 +3,14 @@
 
 mod common;
 
-use common::job;
-use compress::{build, Context, MethodSpec, ParamSpec, StepInfo};
+use common::{ctx, job};
+use compress::{build, MethodSpec, ParamSpec, StepInfo};
 
 #[test]
 fn gtopk_warms_up_through_the_papers_densities() {
     let sent = job(2, |rank, c| {
         let opts: Vec<String> = vec!["density=0.001".into(), "warmup_epochs=4".into()];
-        let cx = Context {
-            rank,
-            world: 2,
-            seed: 1,
-            momentum: 0.0,
-            nesterov: false,
-            weight_decay: 0.0,
-        };
-        let mut m = build(&MethodSpec::parse("gtopk", &opts).unwrap(), &cx).unwrap();
+        let mut m = build(&MethodSpec::parse("gtopk", &opts).unwrap(), &ctx(rank, 2)).unwrap();
         m.init(&[ParamSpec::new("w", &[10_000])]).unwrap();
         let g: Vec<f32> = (0..10_000)
             .map(|i| ((i * 7919) % 10_007) as f32 - 5000.0)

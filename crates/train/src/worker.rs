@@ -325,13 +325,11 @@ impl Worker {
         if mine[0] == Some(step) {
             Ok(files[0].clone())
         } else {
-            if self.rank == 0 || mine[0].is_some() {
-                eprintln!(
-                    "rank {}: resuming from its previous checkpoint (step {step}): its newest ({}) is not held by every rank",
-                    self.rank,
-                    mine[0].map_or("missing".to_string(), |s| format!("step {s}"))
-                );
-            }
+            eprintln!(
+                "rank {}: resuming from its previous checkpoint (step {step}): its newest ({}) is not held by every rank",
+                self.rank,
+                mine[0].map_or("missing".to_string(), |s| format!("step {s}"))
+            );
             Ok(files[1].clone())
         }
     }

@@ -54,6 +54,18 @@ fn records(dir: &Path) -> Vec<Value> {
         .collect()
 }
 
+/// The records of one kind ("step" or "eval"), in file order.
+fn records_of(dir: &Path, kind: &str) -> Vec<Value> {
+    records(dir)
+        .into_iter()
+        .filter(|r| r["kind"] == kind)
+        .collect()
+}
+
+fn summary(dir: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap()
+}
+
 /// Every tensor of a rank's checkpoint, by name.
 fn checkpoint(dir: &Path, rank: usize) -> Vec<(String, Vec<f32>)> {
     train::checkpoint::load(&train::checkpoint::path(dir, rank))
@@ -151,9 +163,7 @@ fn every_method_trains_with_identical_parameters_and_its_compression_ratio() {
             params(&dir, 1),
             "{method}: ranks hold different parameters"
         );
-        let s: Value =
-            serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap())
-                .unwrap();
+        let s = summary(&dir);
         for key in [
             "final_metric",
             "metric_name",
@@ -327,9 +337,6 @@ fn assert_same_run(a: &Path, b: &Path) {
             assert!(va == vb, "rank {rank}: {na} differs after resuming");
         }
     }
-    let summary = |d: &Path| -> Value {
-        serde_json::from_str(&std::fs::read_to_string(d.join("summary.json")).unwrap()).unwrap()
-    };
     let (sa, sb) = (summary(a), summary(b));
     for k in [
         "steps",
@@ -343,9 +350,8 @@ fn assert_same_run(a: &Path, b: &Path) {
     }
     // The training records (the resumed run logs no step twice); timings differ.
     let steps = |d: &Path| -> Vec<(u64, u64, u64)> {
-        records(d)
+        records_of(d, "step")
             .iter()
-            .filter(|r| r["kind"] == "step")
             .map(|r| {
                 let n = |k: &str| r[k].as_u64().unwrap();
                 (n("step"), n("bytes_sent"), n("message_bytes"))
@@ -413,15 +419,12 @@ fn a_dead_worker_ends_the_job_naming_it_and_the_checkpoint_resumes() {
     let o = train(&["--resume", "--out", out], &[]);
     assert!(o.status.success(), "{}", text(&o));
     // What the dead run logged after step 16 is gone, not logged twice.
-    let steps: Vec<u64> = records(&dir)
+    let steps: Vec<u64> = records_of(&dir, "step")
         .iter()
-        .filter(|r| r["kind"] == "step")
         .map(|r| r["step"].as_u64().unwrap())
         .collect();
     assert!(steps.windows(2).all(|w| w[0] < w[1]), "{steps:?}");
-    let s: Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
-    assert_eq!(s["steps"], 48);
+    assert_eq!(summary(&dir)["steps"], 48);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -616,10 +619,7 @@ fn mnist_from_unpacked_idx_files_evaluates_every_test_image() {
         &[],
     );
     assert!(o.status.success(), "{}", text(&o));
-    let evals: Vec<Value> = records(&out)
-        .into_iter()
-        .filter(|r| r["kind"] == "eval")
-        .collect();
+    let evals: Vec<Value> = records_of(&out, "eval");
     assert!(!evals.is_empty());
     for e in &evals {
         assert_eq!(e["eval_count"], 37, "{e}");
@@ -675,19 +675,15 @@ fn imagenet_folders_train_and_evaluate_top1_and_top5() {
         &[],
     );
     assert!(o.status.success(), "{}", text(&o));
-    let evals: Vec<Value> = records(&out)
-        .into_iter()
-        .filter(|r| r["kind"] == "eval")
-        .collect();
+    let evals: Vec<Value> = records_of(&out, "eval");
     assert_eq!(evals.len(), 2, "one evaluation per epoch");
     for e in &evals {
         assert_eq!(e["eval_count"], 18, "{e}");
         let (top1, top5) = (e["metric"].as_f64().unwrap(), e["top5"].as_f64().unwrap());
         assert!(top5 >= top1 && top5 <= 1.0, "{e}");
     }
-    let summary: Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
-    assert_eq!(summary["final_top5"], evals[1]["top5"], "{summary}");
+    let s = summary(&out);
+    assert_eq!(s["final_top5"], evals[1]["top5"], "{s}");
     assert!(text(&o).contains("(top-5 "), "{}", text(&o));
 
     // A validation split without one of the training classes is refused before any
@@ -798,10 +794,7 @@ fn eval_every_adds_mid_epoch_evaluations_without_changing_training() {
     // (At the default rate of 0.1 these synthetic images diverge by step 29.)
     let (plain, _) = dense_run("eval-at-epochs", 40, &["--lr", "0.02"]);
     let (fine, o) = dense_run("eval-every-6", 40, &["--lr", "0.02", "--eval-every", "6"]);
-    let evals: Vec<Value> = records(&fine)
-        .into_iter()
-        .filter(|r| r["kind"] == "eval")
-        .collect();
+    let evals: Vec<Value> = records_of(&fine, "eval");
     let steps: Vec<u64> = evals.iter().filter_map(|r| r["step"].as_u64()).collect();
     // Every 6th step, the epochs' ends (16, 32) and the last step, each once.
     assert_eq!(steps, [6, 12, 16, 18, 24, 30, 32, 36, 40], "{}", text(&o));

@@ -34,7 +34,9 @@
 //! With every switch off DGC is exactly gradient dropping (`topk`), which a test checks.
 
 use crate::codec::zero_run;
-use crate::exchange::{allgather_average, check_len, dense_average, keep_count, Meter};
+use crate::exchange::{
+    allgather_average, check_len, check_warmup, dense_average, keep_count, warmup_density, Meter,
+};
 use crate::method::{Method, ParamSpec, StateTensors, StepInfo, Update, UpdateKind};
 use crate::select::{exact_topk, sampled_threshold};
 use crate::{CompressError, Result};
@@ -82,9 +84,7 @@ impl DgcConfig {
     }
     pub fn validate(&self) -> Result<()> {
         crate::options::check_density("dgc", self.density)?;
-        for &d in &self.warmup_densities {
-            crate::options::check_density("dgc warm-up", d)?;
-        }
+        check_warmup("dgc", self.warmup_epochs, &self.warmup_densities)?;
         if self.masking && !self.momentum_correction {
             return Err(CompressError::Config(
                 "dgc: masking=true needs momentum_correction=true (without it the momentum lives in the optimizer, which DGC does not mask)".into(),
@@ -96,15 +96,8 @@ impl DgcConfig {
                 self.sample_fraction
             )));
         }
-        if self.clip < 0.0 || self.warmup_epochs < 0.0 {
-            return Err(CompressError::Config(
-                "dgc: clip and warmup_epochs must be ≥ 0".into(),
-            ));
-        }
-        if self.warmup_epochs > 0.0 && self.warmup_densities.is_empty() {
-            return Err(CompressError::Config(
-                "dgc: warmup_epochs > 0 needs warmup_densities".into(),
-            ));
+        if self.clip < 0.0 {
+            return Err(CompressError::Config("dgc: clip must be ≥ 0".into()));
         }
         Ok(())
     }
@@ -117,18 +110,6 @@ impl DgcConfig {
             epoch,
         )
     }
-}
-
-/// The density of a staged warm-up at a (fractional) epoch: `densities` spread evenly
-/// over the first `warmup_epochs`, then `density`; a stage never sends less than
-/// `density`. DGC's warm-up and gTop-k's (paper 002 §V) are both this schedule.
-pub fn warmup_density(density: f64, warmup_epochs: f64, densities: &[f64], epoch: f64) -> f64 {
-    if warmup_epochs <= 0.0 || epoch >= warmup_epochs || densities.is_empty() {
-        return density;
-    }
-    let stages = densities.len();
-    let stage = ((epoch.max(0.0) / warmup_epochs) * stages as f64).floor() as usize;
-    densities[stage.min(stages - 1)].max(density)
 }
 
 /// Momentum correction (Eq. 7, or Alg. 4 with Nesterov) for one tensor, with weight decay

@@ -21,7 +21,7 @@
 //! the root from another, and the dropped part is then neither applied nor put back.
 //! That is the paper's algorithm; `lost_mass` in the tests measures how rare it is.
 
-use crate::exchange::{check_len, dense_average, keep_count, Meter};
+use crate::exchange::{check_len, check_warmup, dense_average, keep_count, warmup_density, Meter};
 use crate::method::{Method, ParamSpec, StateTensors, Update, UpdateKind};
 use crate::select::exact_topk;
 use crate::{CompressError, Result};
@@ -54,19 +54,7 @@ impl GTopK {
 
     /// Adds the staged density warm-up (`epochs` ≤ 0: none).
     pub fn with_warmup(mut self, epochs: f64, densities: Vec<f64>) -> Result<Self> {
-        if !(epochs >= 0.0 && epochs.is_finite()) {
-            return Err(CompressError::Config(format!(
-                "gtopk: warmup_epochs must be a finite number ≥ 0, got {epochs}"
-            )));
-        }
-        if epochs > 0.0 && densities.is_empty() {
-            return Err(CompressError::Config(
-                "gtopk: warmup_epochs > 0 needs warmup_densities".into(),
-            ));
-        }
-        for &d in &densities {
-            crate::options::check_density("gtopk", d)?;
-        }
+        check_warmup("gtopk", epochs, &densities)?;
         self.warmup_epochs = epochs;
         self.warmup_densities = densities;
         Ok(self)
@@ -74,7 +62,7 @@ impl GTopK {
 
     /// The density of the current step.
     pub fn density_now(&self) -> f64 {
-        crate::methods::dgc::warmup_density(
+        warmup_density(
             self.density,
             self.warmup_epochs,
             &self.warmup_densities,

@@ -12,6 +12,18 @@ pub fn free_port() -> u16 {
     comm::free_loopback_port().unwrap()
 }
 
+/// A rank's context with seed 1, no momentum and no weight decay (struct-update the rest).
+pub fn ctx(rank: usize, world: usize) -> compress::Context {
+    compress::Context {
+        rank,
+        world,
+        seed: 1,
+        momentum: 0.0,
+        nesterov: false,
+        weight_decay: 0.0,
+    }
+}
+
 /// Runs `f(rank, comm)` on every rank of a loopback job (one thread each); rank order.
 pub fn job<T: Send>(world: usize, f: impl Fn(usize, &mut Communicator) -> T + Sync) -> Vec<T> {
     let port = free_port();
