@@ -106,7 +106,7 @@ pub fn build(spec: &MethodSpec, ctx: &Context) -> Result<Box<dyn Method>> {
             })?;
             let delay = o.usize("delay")?.unwrap_or(delay);
             let dens = o.f64("density")?.unwrap_or(dens);
-            Box::new(Sbc::new(delay, dens, ctx.world)?)
+            Box::new(Sbc::new(delay, dens, ctx.world)?.with_masking(o.bool("masking")?))
         }
         "qsgd" => {
             let name = o.raw("preset").unwrap_or_default();

@@ -10,7 +10,9 @@
 //!    compression thread, while backward continues); it returns an [`Update`];
 //! 3. the optimizer applies each update (see [`UpdateKind`]);
 //! 4. [`Method::after_step`] for each parameter, in index order: methods with
-//!    communication delay (SBC, FedAvg) or periodic averaging (`local`) communicate here.
+//!    communication delay (SBC, FedAvg) or periodic averaging (`local`) communicate here;
+//!    then [`Method::take_momentum_mask`] names the positions whose optimizer momentum
+//!    the trainer zeros (SBC's momentum masking).
 //!
 //! Scale convention: every method returns the *average* over workers (the papers' sums
 //! divided by the world size), so the learning rate means the same as for dense SGD.
@@ -144,6 +146,15 @@ pub trait Method: Send {
         _weights: &mut [f32],
     ) -> Result<Option<WireStats>> {
         Ok(None)
+    }
+    /// The positions of parameter `index` whose optimizer momentum the trainer must zero,
+    /// because the last [`Method::after_step`] sent them: momentum factor masking for a
+    /// method whose momentum lives in the optimizer (SBC, paper 003 §VII-A, after DGC
+    /// §3.2). Taken once: a second call before the next `after_step` returns nothing. The
+    /// trainer asks after every `after_step`, so a method that masks must return the
+    /// positions of that call, in the parameter's coordinates, ascending.
+    fn take_momentum_mask(&mut self, _index: usize) -> Vec<u32> {
+        Vec::new()
     }
     /// Whether [`Method::exchange`] reads the weights. The trainer copies a parameter's
     /// weights out for the exchange only when it does (DGC with momentum correction and

@@ -152,6 +152,11 @@ pub const METHODS: &[MethodInfo] = &[
                 "",
                 "fraction p kept per side (overrides the preset)",
             ),
+            (
+                "masking",
+                "true",
+                "momentum masking: zero the optimizer's momentum where an exchange sent (§VII-A)",
+            ),
         ],
     },
     MethodInfo {

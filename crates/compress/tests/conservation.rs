@@ -213,6 +213,34 @@ fn dgc_with_every_technique_off_is_gradient_dropping() {
 }
 
 #[test]
+fn sbc_without_masking_names_no_positions() {
+    let world = 2;
+    let out = job(world, |rank, c| {
+        let mut m = method(
+            "sbc",
+            &["delay=1", "density=0.01", "masking=false"],
+            &ctx(rank, world, 0.0),
+        );
+        let mut w: Vec<f32> = vec![0.25; SIZES[0]];
+        m.begin_step(StepInfo::default());
+        let g = grad(rank, 0, 0);
+        let u = m.exchange(c, 0, &w, &g).unwrap();
+        for (x, d) in w.iter_mut().zip(&u.values) {
+            *x -= 0.5 * d;
+        }
+        let stats = m
+            .after_step(c, 0, &mut w)
+            .unwrap()
+            .expect("delay 1 syncs every step");
+        (stats.sent_values, m.take_momentum_mask(0))
+    });
+    for (sent, mask) in out {
+        assert!(sent > 0);
+        assert!(mask.is_empty());
+    }
+}
+
+#[test]
 fn sbc_conserves_the_weight_updates() {
     // Each rank takes local steps w -= lr·g; every `delay` steps SBC exchanges. What the
     // ranks moved locally = world × (movement of the shared weights) + residuals.
@@ -236,10 +264,14 @@ fn sbc_conserves_the_weight_updates() {
                 }
             }
             for p in 0..SIZES.len() {
-                let before = w[p].clone();
                 let stats = m.after_step(c, p, &mut w[p]).unwrap();
                 assert_eq!(stats.is_some(), (step + 1) % delay == 0);
-                let _ = before;
+                // Momentum masking names exactly the positions this rank sent, once.
+                let mask = m.take_momentum_mask(p);
+                assert_eq!(mask.len(), stats.map_or(0, |s| s.sent_values));
+                assert!(mask.windows(2).all(|w| w[0] < w[1]));
+                assert!(mask.iter().all(|&i| (i as usize) < SIZES[p]));
+                assert!(m.take_momentum_mask(p).is_empty());
             }
         }
         let residual: Vec<Vec<f64>> = (0..SIZES.len())

@@ -301,7 +301,7 @@ fn options_are_checked_against_the_method_table() {
         .to_string();
     assert!(e.contains("2bit"), "{e}");
     let m = build(&parse("sbc", &["preset=3"]).unwrap(), &ctx).unwrap();
-    assert_eq!(m.describe(), "sbc(delay=100, density=0.01)");
+    assert_eq!(m.describe(), "sbc(delay=100, density=0.01, masking=true)");
     let m = build(&parse("qsgd", &["preset=8bit-8192"]).unwrap(), &ctx).unwrap();
     assert!(
         m.describe().contains("bits=8, s=255, bucket=8192"),

@@ -147,3 +147,38 @@ fn fused_sgd_momentum_follows_the_formula() {
     }
     assert_eq!(sgd.momentum_buffers()[0].1.to_vec::<f64>().unwrap(), buf);
 }
+
+/// Momentum masking (SBC): the buffer is zero at the masked positions and unchanged
+/// elsewhere, and the next step starts those positions' momentum afresh.
+#[test]
+fn masked_momentum_is_zero_where_masked_and_intact_elsewhere() {
+    use nn::optim::{Optimizer, Sgd};
+    use tensor::{Device, Tensor};
+    let p = Tensor::from_vec(vec![1.0f32; 6], vec![2, 3], Device::Cpu).unwrap();
+    let mut sgd = Sgd::new(0.1, 0.9, false, 0.0).unwrap();
+    // Before any update there is no buffer: nothing to mask, no error.
+    sgd.zero_momentum_at(0, &[1, 2]).unwrap();
+    let g = Tensor::from_vec(
+        vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0],
+        vec![2, 3],
+        Device::Cpu,
+    )
+    .unwrap();
+    sgd.update(0, &p, &g).unwrap();
+    sgd.zero_momentum_at(0, &[1, 4]).unwrap();
+    let buf = sgd.momentum_buffers()[0].1.to_vec::<f32>().unwrap();
+    assert_eq!(buf, vec![1.0, 0.0, 3.0, 4.0, 0.0, 6.0]);
+    // buf = 0.9·buf + g: the masked entries restart from the gradient alone.
+    let before = p.to_vec::<f32>().unwrap();
+    sgd.update(0, &p, &g).unwrap();
+    let buf = sgd.momentum_buffers()[0].1.to_vec::<f32>().unwrap();
+    let want = [1.9f32, 2.0, 5.7, 7.6, 5.0, 11.4];
+    for (a, b) in buf.iter().zip(want) {
+        assert!((a - b).abs() < 1e-6, "{buf:?} vs {want:?}");
+    }
+    let after = p.to_vec::<f32>().unwrap();
+    assert!((before[1] - after[1] - 0.2).abs() < 1e-6);
+    // A position past the parameter is an error that names it.
+    let e = sgd.zero_momentum_at(0, &[6]).unwrap_err().to_string();
+    assert!(e.contains("position 6") && e.contains("6 elements"), "{e}");
+}

@@ -103,6 +103,29 @@ impl Buckets {
             }
         }
     }
+
+    /// Sorts positions in bucket `b`'s vector into its members: (parameter, positions
+    /// within it), only members that got any, in member order. A position past the
+    /// bucket's end is dropped (a method only names positions of what it was given).
+    pub fn split_positions(&self, b: usize, positions: &[u32]) -> Vec<(usize, Vec<usize>)> {
+        let mut out: Vec<(usize, Vec<usize>)> = Vec::new();
+        for &p in positions {
+            let p = p as usize;
+            let member = self.members[b].iter().copied().find(|&i| {
+                let off = self.place[i].1;
+                p >= off && p < off + self.sizes[i]
+            });
+            if let Some(i) = member {
+                let local = p - self.place[i].1;
+                match out.iter_mut().find(|(j, _)| *j == i) {
+                    Some((_, v)) => v.push(local),
+                    None => out.push((i, vec![local])),
+                }
+            }
+        }
+        out.sort_by_key(|(i, _)| *i);
+        out
+    }
 }
 
 /// A bucket being filled during backward.
@@ -228,6 +251,19 @@ mod tests {
         // The limit caps a bucket: 600 + 600 > 1000 starts a new one.
         let capped = Buckets::plan(&[600, 600, 300], 1000);
         assert_eq!(capped.members, vec![vec![0], vec![1, 2]]);
+    }
+
+    #[test]
+    fn positions_split_into_their_members() {
+        let b = Buckets::plan(&[2, 3, 1], 10);
+        // Bucket 0 is [p0 p0 p1 p1 p1 p2]: positions 1, 2, 4 and 5.
+        assert_eq!(
+            b.split_positions(0, &[1, 2, 4, 5, 9]),
+            vec![(0, vec![1]), (1, vec![0, 2]), (2, vec![0])]
+        );
+        assert!(b.split_positions(0, &[]).is_empty());
+        let alone = Buckets::plan(&[4, 4], 0);
+        assert_eq!(alone.split_positions(1, &[3, 0]), vec![(1, vec![3, 0])]);
     }
 
     #[test]

@@ -65,6 +65,8 @@ pub enum Reply {
         index: usize,
         weights: Vec<f32>,
         stats: Option<WireStats>,
+        /// Positions (in the bucket's coordinates) whose optimizer momentum to zero.
+        momentum_mask: Vec<u32>,
     },
     Reduced(Vec<f32>),
     Broadcast(Vec<u8>),
@@ -173,6 +175,7 @@ impl Exchanger {
                                 index,
                                 weights,
                                 stats,
+                                momentum_mask: method.take_momentum_mask(index),
                             })
                             .map_err(|e| format!("synchronising parameter {index}: {e}")),
                         Job::Allreduce(mut v) => comm

@@ -736,11 +736,17 @@ impl Worker {
                     index,
                     weights,
                     stats,
+                    momentum_mask,
                 } => {
                     for (i, part) in buckets.split(index, weights) {
                         let p = &self.params[i].tensor;
                         no_grad(|| {
                             p.assign(&Tensor::from_vec(part, p.dims().to_vec(), Device::Cpu)?)
+                        })?;
+                    }
+                    for (i, positions) in buckets.split_positions(index, &momentum_mask) {
+                        self.opt.zero_momentum_at(i, &positions).with_context(|| {
+                            format!("masking the momentum of {}", self.params[i].name)
                         })?;
                     }
                     if let Some(s) = stats {

@@ -216,6 +216,60 @@ fn every_method_trains_with_identical_parameters_and_its_compression_ratio() {
     }
 }
 
+#[test]
+fn sbc_masks_the_momentum_of_what_it_sent() {
+    // SBC(2) at 1 % with a 4-step delay, 8 steps: the last step synchronises, so with
+    // masking each rank's momentum is zero at the ~1 % of positions it has just sent.
+    let zeros = |masking: &str| -> (usize, usize) {
+        let dir = tmp(&format!("sbc-mask-{masking}"));
+        let mut args: Vec<&str> = BASE.to_vec();
+        let mask = format!("masking={masking}");
+        let out = dir.to_str().unwrap().to_string();
+        args.extend([
+            "--method",
+            "sbc",
+            "--method-opt",
+            "preset=2",
+            "--method-opt",
+            "delay=4",
+            "--method-opt",
+            &mask,
+            "--momentum",
+            "0.9",
+            "--steps",
+            "8",
+            "--lr",
+            "0.05",
+            "--out",
+            &out,
+        ]);
+        let o = train(&args, &[]);
+        assert!(o.status.success(), "masking={masking}: {}", text(&o));
+        assert_eq!(params(&dir, 0), params(&dir, 1), "masking={masking}");
+        let (mut zero, mut total) = (0, 0);
+        for rank in 0..2 {
+            for (name, v) in checkpoint(&dir, rank) {
+                if name.starts_with("optim/") {
+                    zero += v.iter().filter(|x| **x == 0.0).count();
+                    total += v.len();
+                }
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        (zero, total)
+    };
+    let (on, total) = zeros("true");
+    let (off, total_off) = zeros("false");
+    eprintln!("momentum zeros: {on} with masking, {off} without, of {total}");
+    assert_eq!(total, total_off);
+    assert!(total > 0, "no momentum buffers in the checkpoints");
+    // One side of at most 1 % per tensor is sent; dead units leave zeros in both runs.
+    assert!(
+        on >= off + total / 200,
+        "masking left {on} zeros of {total} momentum values, {off} without it"
+    );
+}
+
 /// The resume tests' job: BASE with DGC at 5 % after a one-epoch warm-up.
 fn dgc_job() -> Vec<String> {
     let mut v: Vec<String> = BASE.iter().map(|s| s.to_string()).collect();

@@ -9,8 +9,10 @@
 //! paper's optimal b* (`codec::golomb`). Every rank then sets
 //! `W = W_sync + (1/N)·Σᵢ Bᵢ` and `W_sync = W`, so all ranks hold the same weights after
 //! each exchange. Momentum correction is implicit (the update already contains the
-//! optimizer's momentum). The paper also masks the local momentum at the sent positions;
-//! that needs the optimizer's buffers and is not done here.
+//! optimizer's momentum). Momentum masking (§VII-A, adopted from DGC; option `masking`,
+//! on by default): after each exchange the trainer zeros the optimizer's momentum at the
+//! positions this rank sent ([`Method::take_momentum_mask`]), so the momentum of a weight
+//! whose accumulated update has just been applied does not keep pushing it the same way.
 //!
 //! Presets: SBC(1) = no delay, p = 0.1 %; SBC(2) = 10 steps, 1 %; SBC(3) = 100 steps, 1 %.
 
@@ -115,6 +117,9 @@ pub struct Sbc {
     sizes: Vec<usize>,
     w_sync: Vec<Vec<f32>>,
     residual: Vec<Vec<f32>>,
+    masking: bool,
+    /// Per parameter, the positions the last exchange sent (kept only with `masking`).
+    sent: Vec<Vec<u32>>,
 }
 
 impl Sbc {
@@ -133,7 +138,15 @@ impl Sbc {
             sizes: Vec::new(),
             w_sync: Vec::new(),
             residual: Vec::new(),
+            masking: true,
+            sent: Vec::new(),
         })
+    }
+
+    /// Momentum masking on (the default, as in the paper) or off.
+    pub fn with_masking(mut self, masking: bool) -> Self {
+        self.masking = masking;
+        self
     }
 }
 
@@ -142,12 +155,16 @@ impl Method for Sbc {
         "sbc"
     }
     fn describe(&self) -> String {
-        format!("sbc(delay={}, density={})", self.delay, self.density)
+        format!(
+            "sbc(delay={}, density={}, masking={})",
+            self.delay, self.density, self.masking
+        )
     }
     fn init(&mut self, params: &[ParamSpec]) -> Result<()> {
         self.sizes = params.iter().map(|p| p.numel()).collect();
         self.w_sync = self.sizes.iter().map(|_| Vec::new()).collect();
         self.residual = self.sizes.iter().map(|&n| vec![0.0; n]).collect();
+        self.sent = self.sizes.iter().map(|_| Vec::new()).collect();
         Ok(())
     }
     fn begin_step(&mut self, info: StepInfo) {
@@ -206,10 +223,13 @@ impl Method for Sbc {
             for &p in &pos {
                 r[p as usize] -= mean;
             }
-            encode(mean, &pos, n).map(|b| (b, pos.len()))
+            encode(mean, &pos, n).map(|b| (b, pos))
         });
-        let (message, sent) = message?;
-        m.stats.sent_values = sent;
+        let (message, positions) = message?;
+        m.stats.sent_values = positions.len();
+        if self.masking {
+            self.sent[index] = positions;
+        }
         let mut sum = vec![0f32; n];
         allgather_decode(comm, &mut m, "sbc", index, &message, |b| {
             decode_add(b, &mut sum).map(|_| ())
@@ -222,6 +242,12 @@ impl Method for Sbc {
             weights[..n].copy_from_slice(&ws[..n]);
         });
         Ok(Some(m.stats))
+    }
+    fn take_momentum_mask(&mut self, index: usize) -> Vec<u32> {
+        self.sent
+            .get_mut(index)
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
     fn state(&self) -> StateTensors {
         let mut s = crate::methods::named_state("w_sync", &self.w_sync);

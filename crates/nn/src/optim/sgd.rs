@@ -37,6 +37,33 @@ impl Sgd {
         v.sort_by_key(|p| p.0);
         v
     }
+    /// Zeros parameter `index`'s momentum at `positions` (flat, in its element order):
+    /// momentum factor masking for a method that sent those positions (SBC). Nothing to do
+    /// before the first update of the parameter or without momentum. The buffer goes to
+    /// the host and back, which costs one copy each way; masking runs once per exchange
+    /// of a method with communication delay, not once per step.
+    pub fn zero_momentum_at(&mut self, index: usize, positions: &[usize]) -> Result<()> {
+        let Some(buf) = self.buffers.get(&index) else {
+            return Ok(());
+        };
+        if positions.is_empty() {
+            return Ok(());
+        }
+        // f64 holds every float dtype exactly, so the round trip changes only the zeros.
+        let mut host = buf.to_vec_f64()?;
+        for &p in positions {
+            let n = host.len();
+            *host.get_mut(p).ok_or_else(|| {
+                Error::msg(format!(
+                    "Sgd: momentum mask position {p} of parameter {index}, which has {n} elements"
+                ))
+            })? = 0.0;
+        }
+        let masked =
+            Tensor::from_vec(host, buf.dims().to_vec(), buf.device())?.to_dtype(buf.dtype())?;
+        self.buffers.insert(index, masked);
+        Ok(())
+    }
     /// Restores one momentum buffer (a resumed run continues bit for bit).
     pub fn set_momentum_buffer(&mut self, index: usize, buf: Tensor) {
         self.buffers.insert(index, buf.detach());
