@@ -19,6 +19,7 @@ fn wrong_arguments_fail_before_any_job() {
                 "needs --data-dir with MNIST's IDX files",
             ),
             (&["--preset", "fast"], "--preset fast"),
+            (&["--optimizer", "lamb"], "lamb"),
         ],
     );
 }
@@ -42,6 +43,13 @@ fn six_jobs_write_the_table_and_ratios_follow_the_methods() {
             "SBC (3)"
         ]
     );
+    // The MNIST row's optimizer is Adam (paper 003, Table III); gradient dropping then
+    // runs without DGC's momentum correction, which is momentum SGD's.
+    for r in &rows {
+        assert_eq!(r["optimizer"], "adam", "{r}");
+    }
+    let gd = rows[1]["method_config"].as_str().unwrap_or_default();
+    assert!(gd.contains("momentum_correction=false"), "{gd}");
     let msg = |i: usize| rows[i]["message_compression_ratio"].as_f64().unwrap_or(0.0);
     for r in &rows {
         let acc = r["accuracy"].as_f64().unwrap_or(-1.0);

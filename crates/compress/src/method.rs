@@ -156,6 +156,12 @@ pub trait Method: Send {
     fn take_momentum_mask(&mut self, _index: usize) -> Vec<u32> {
         Vec::new()
     }
+    /// Whether the method applies momentum and weight decay itself and returns
+    /// [`UpdateKind::Direction`] updates (DGC's momentum correction), taking over momentum
+    /// SGD's role: the trainer then needs SGD, whose momentum and decay it was given.
+    fn replaces_optimizer(&self) -> bool {
+        false
+    }
     /// Whether [`Method::exchange`] reads the weights. The trainer copies a parameter's
     /// weights out for the exchange only when it does (DGC with momentum correction and
     /// weight decay, SBC); the others are passed an empty slice.

@@ -145,7 +145,7 @@ fn fused_sgd_momentum_follows_the_formula() {
             );
         }
     }
-    assert_eq!(sgd.momentum_buffers()[0].1.to_vec::<f64>().unwrap(), buf);
+    assert_eq!(sgd.state()[0].2.to_vec::<f64>().unwrap(), buf);
 }
 
 /// Momentum masking (SBC): the buffer is zero at the masked positions and unchanged
@@ -157,7 +157,7 @@ fn masked_momentum_is_zero_where_masked_and_intact_elsewhere() {
     let p = Tensor::from_vec(vec![1.0f32; 6], vec![2, 3], Device::Cpu).unwrap();
     let mut sgd = Sgd::new(0.1, 0.9, false, 0.0).unwrap();
     // Before any update there is no buffer: nothing to mask, no error.
-    sgd.zero_momentum_at(0, &[1, 2]).unwrap();
+    sgd.mask_momentum(0, &[1, 2]).unwrap();
     let g = Tensor::from_vec(
         vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0],
         vec![2, 3],
@@ -165,13 +165,13 @@ fn masked_momentum_is_zero_where_masked_and_intact_elsewhere() {
     )
     .unwrap();
     sgd.update(0, &p, &g).unwrap();
-    sgd.zero_momentum_at(0, &[1, 4]).unwrap();
-    let buf = sgd.momentum_buffers()[0].1.to_vec::<f32>().unwrap();
+    sgd.mask_momentum(0, &[1, 4]).unwrap();
+    let buf = sgd.state()[0].2.to_vec::<f32>().unwrap();
     assert_eq!(buf, vec![1.0, 0.0, 3.0, 4.0, 0.0, 6.0]);
     // buf = 0.9·buf + g: the masked entries restart from the gradient alone.
     let before = p.to_vec::<f32>().unwrap();
     sgd.update(0, &p, &g).unwrap();
-    let buf = sgd.momentum_buffers()[0].1.to_vec::<f32>().unwrap();
+    let buf = sgd.state()[0].2.to_vec::<f32>().unwrap();
     let want = [1.9f32, 2.0, 5.7, 7.6, 5.0, 11.4];
     for (a, b) in buf.iter().zip(want) {
         assert!((a - b).abs() < 1e-6, "{buf:?} vs {want:?}");
@@ -179,6 +179,65 @@ fn masked_momentum_is_zero_where_masked_and_intact_elsewhere() {
     let after = p.to_vec::<f32>().unwrap();
     assert!((before[1] - after[1] - 0.2).abs() < 1e-6);
     // A position past the parameter is an error that names it.
-    let e = sgd.zero_momentum_at(0, &[6]).unwrap_err().to_string();
+    let e = sgd.mask_momentum(0, &[6]).unwrap_err().to_string();
     assert!(e.contains("position 6") && e.contains("6 elements"), "{e}");
+}
+
+/// Adam's state round-trips through `state`/`load_state` (a resumed run continues bit for
+/// bit), masking zeros the first moment only, and another optimizer's state is refused.
+#[test]
+fn adam_state_round_trips_and_masks_the_first_moment() {
+    use nn::optim::{Adam, Optimizer, Sgd};
+    use tensor::{Device, Tensor};
+    let t = |v: Vec<f32>| Tensor::from_vec(v, vec![4], Device::Cpu).unwrap();
+    let grads = [vec![0.5f32, -1.0, 2.0, 0.25], vec![1.0, 1.0, -3.0, 0.5]];
+    let (pa, pb) = (t(vec![1.0; 4]), t(vec![1.0; 4]));
+    let mut a = Adam::new(0.01, 0.9, 0.999, 1e-8, 1e-4);
+    a.update(0, &pa, &t(grads[0].clone())).unwrap();
+    // A second optimizer restored from the first's state takes the same next step.
+    let mut b = Adam::new(0.01, 0.9, 0.999, 1e-8, 1e-4);
+    pb.assign(&pa).unwrap();
+    let state = a.state();
+    let keys: Vec<&str> = state.iter().map(|e| e.1).collect();
+    assert_eq!(keys, ["m", "v", "step"]);
+    for (i, k, x) in state {
+        b.load_state(i, k, x).unwrap();
+    }
+    a.update(0, &pa, &t(grads[1].clone())).unwrap();
+    b.update(0, &pb, &t(grads[1].clone())).unwrap();
+    assert_eq!(pa.to_vec::<f32>().unwrap(), pb.to_vec::<f32>().unwrap());
+    // Masking: m is zero at 1 and 3, v untouched.
+    let v_before = a.state()[1].2.to_vec::<f32>().unwrap();
+    a.mask_momentum(0, &[1, 3]).unwrap();
+    let st = a.state();
+    let m = st[0].2.to_vec::<f32>().unwrap();
+    assert!(
+        m[1] == 0.0 && m[3] == 0.0 && m[0] != 0.0 && m[2] != 0.0,
+        "{m:?}"
+    );
+    assert_eq!(st[1].2.to_vec::<f32>().unwrap(), v_before);
+    assert_eq!(st[2].2.to_vec::<f32>().unwrap(), vec![2.0]);
+    // SGD's state in Adam, Adam's in SGD, a broken step count: errors, not a wrong run.
+    let e = b
+        .load_state(0, "momentum", t(vec![0.0; 4]))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("another optimizer"), "{e}");
+    let mut sgd = Sgd::new(0.1, 0.9, false, 0.0).unwrap();
+    let e = sgd
+        .load_state(0, "m", t(vec![0.0; 4]))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("another optimizer"), "{e}");
+    let one = Tensor::from_vec(vec![2.5f32], vec![1], Device::Cpu).unwrap();
+    assert!(b.load_state(0, "step", one).is_err());
+    // State restored without its step count cannot take a step.
+    let mut c = Adam::new(0.01, 0.9, 0.999, 1e-8, 0.0);
+    c.load_state(0, "m", t(vec![0.0; 4])).unwrap();
+    c.load_state(0, "v", t(vec![0.0; 4])).unwrap();
+    let e = c
+        .update(0, &pa, &t(grads[0].clone()))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("without its step count"), "{e}");
 }

@@ -48,6 +48,18 @@ pub enum Backend {
     Nccl,
 }
 
+/// The optimizer that applies each exchanged gradient.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ValueEnum)]
+#[serde(rename_all = "lowercase")]
+#[value(rename_all = "lowercase")]
+pub enum OptimizerChoice {
+    /// SGD with --momentum (and --nesterov), as torch.optim.SGD.
+    Sgd,
+    /// Adam as torch.optim.Adam: β1 is --momentum, β2 --adam-beta2, ε --adam-eps; L2
+    /// --weight-decay added to the gradient.
+    Adam,
+}
+
 /// Whether the launcher pins each local worker to its own share of the CPUs. A config
 /// file may write it as a word (`"auto"`, `"true"`, `"false"`, as the flag takes) or as a
 /// TOML boolean (`pin_cores = false`), which is what a TOML writer reaches for first.
@@ -114,8 +126,11 @@ pub struct Config {
     pub milestones: Vec<f64>,
     pub gamma: f64,
     pub warmup_epochs: f64,
+    pub optimizer: OptimizerChoice,
     pub momentum: f64,
     pub nesterov: bool,
+    pub adam_beta2: f64,
+    pub adam_eps: f64,
     pub weight_decay: f64,
     pub clip: f64,
     pub seed: u64,
@@ -152,8 +167,11 @@ impl Default for Config {
             milestones: Vec::new(),
             gamma: 0.1,
             warmup_epochs: 0.0,
+            optimizer: OptimizerChoice::Sgd,
             momentum: 0.9,
             nesterov: false,
+            adam_beta2: 0.999,
+            adam_eps: 1e-8,
             weight_decay: 1e-4,
             clip: 0.0,
             seed: 1,
@@ -235,12 +253,23 @@ pub struct Args {
     /// Linear learning-rate warm-up over this many epochs (from 0.1 of the base rate).
     #[arg(long)]
     pub warmup_epochs: Option<f64>,
-    /// SGD momentum (DGC's momentum correction uses it instead of the optimizer).
+    /// Optimizer (default sgd). adam needs a method that leaves momentum to the optimizer
+    /// (not dgc's momentum correction).
+    #[arg(long, value_enum)]
+    pub optimizer: Option<OptimizerChoice>,
+    /// SGD momentum (default 0.9; DGC's momentum correction uses it instead of the
+    /// optimizer). With --optimizer adam, Adam's β1.
     #[arg(long)]
     pub momentum: Option<f64>,
-    /// Nesterov momentum.
+    /// Nesterov momentum (SGD only).
     #[arg(long)]
     pub nesterov: Option<bool>,
+    /// Adam's β2 (default 0.999, PyTorch's).
+    #[arg(long)]
+    pub adam_beta2: Option<f64>,
+    /// Adam's ε (default 1e-8, PyTorch's).
+    #[arg(long)]
+    pub adam_eps: Option<f64>,
     /// With --workers N > 1, pinning gives each worker its own share
     /// of the C CPUs this process may use (C/N each; with N > C, one CPU per N/C workers),
     /// and its thread pool as many threads (unless RAYON_NUM_THREADS says otherwise). auto
@@ -350,8 +379,11 @@ impl Config {
             milestones,
             gamma,
             warmup_epochs,
+            optimizer,
             momentum,
             nesterov,
+            adam_beta2,
+            adam_eps,
             pin_cores,
             weight_decay,
             clip,
@@ -406,6 +438,17 @@ impl Config {
         if self.nesterov && self.momentum == 0.0 {
             bail!("--nesterov needs --momentum > 0");
         }
+        if self.optimizer == OptimizerChoice::Adam {
+            if self.nesterov {
+                bail!("--nesterov is SGD's; --optimizer adam has no Nesterov form here");
+            }
+            if !(0.0..1.0).contains(&self.adam_beta2) {
+                bail!("--adam-beta2 must be in [0, 1)");
+            }
+            if !(self.adam_eps > 0.0 && self.adam_eps.is_finite()) {
+                bail!("--adam-eps must be positive");
+            }
+        }
         if self.steps == Some(0) || self.epochs == Some(0) {
             bail!("--steps and --epochs must be at least 1");
         }
@@ -430,6 +473,23 @@ impl Config {
             bail!("--schedule step needs --milestones PERIOD (epochs, > 0)");
         }
         let spec = compress::MethodSpec::parse(&self.method, &self.method_opts)?;
+        // Build the method once here, so a bad option value (density=2) is an error before
+        // any worker starts rather than one from every worker.
+        let method = compress::build(
+            &spec,
+            &compress::Context {
+                rank: 0,
+                world: self.workers,
+                seed: self.seed,
+                momentum: self.momentum,
+                nesterov: self.nesterov,
+                weight_decay: self.weight_decay,
+            },
+        )
+        .context("method configuration")?;
+        if self.optimizer == OptimizerChoice::Adam && method.replaces_optimizer() {
+            bail!("--optimizer adam with {}: the method applies SGD momentum and weight decay itself (DGC's momentum correction); use --optimizer sgd, or --method-opt momentum_correction=false --method-opt masking=false", method.describe());
+        }
         match self.backend {
             Backend::Tcp => {}
             // NCCL reduces GPU buffers in place: the dense f32 allreduce maps onto it

@@ -7,9 +7,10 @@
 //!    graph) are sent with zero gradients, in index order, so every rank issues the same
 //!    collectives;
 //! 3. the training thread waits for the remaining updates (that wait is the step's idle
-//!    time), then applies them in index order: `Gradient` updates through SGD (momentum,
-//!    weight decay), `Direction` updates as `w −= lr·d`;
-//! 4. methods that communicate weights (delay, periodic averaging) do so after the step.
+//!    time), then applies them in index order: `Gradient` updates through the optimizer
+//!    (SGD with momentum and weight decay, or Adam), `Direction` updates as `w −= lr·d`;
+//! 4. methods that communicate weights (delay, periodic averaging) do so after the step,
+//!    and the optimizer's momentum is zeroed where a method asks (SBC's masking).
 //!
 //! With `--backend nccl` (dense only) the hooks hand the GPU gradient tensors themselves
 //! to the compression thread, which averages them with NCCL; nothing is copied to the
@@ -22,7 +23,7 @@
 //!
 //! `--resume`: the ranks first agree on the newest checkpoint generation they all hold
 //! (a job that died while its ranks were saving leaves them one epoch apart), then each
-//! restores parameters, buffers, momentum, the method's state, the position and the
+//! restores parameters, buffers, the optimizer's state, the method's state, the position and the
 //! carried language-model state; a checkpoint written inside an epoch resumes by skipping
 //! that epoch's finished batches (the loader's order and augmentation are deterministic
 //! per epoch). Bytes and wall time continue from the checkpoint's, and `metrics.jsonl`
@@ -30,14 +31,14 @@
 
 use crate::bucket::{Buckets, Collector};
 use crate::checkpoint::{self, Position};
-use crate::config::Config;
+use crate::config::{Config, OptimizerChoice};
 use crate::exchanger::{Exchanger, Job, Reply};
 use crate::metrics::{EvalRecord, MetricsWriter, StepRecord, Summary};
 use crate::task::Task;
 use anyhow::{bail, Context, Result};
 use comm::Communicator;
 use compress::{build, MethodSpec, ParamSpec, StepInfo, UpdateKind, WireStats};
-use nn::optim::{Optimizer, Sgd};
+use nn::optim::{Adam, Optimizer, Sgd};
 use nn::Ctx;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -69,7 +70,7 @@ pub struct Worker {
     task: Task,
     params: Vec<nn::NamedTensor>,
     buffers: Vec<nn::NamedTensor>,
-    opt: Sgd,
+    opt: Box<dyn Optimizer>,
     ex: Exchanger,
     /// Groups the hooks' gradients into buckets and sends each when complete.
     collector: Arc<Collector>,
@@ -102,6 +103,16 @@ fn fault_injection(rank: usize, step: usize) {
     }
 }
 
+/// A checkpoint's name for an optimizer state entry: SGD's momentum keeps the name it had
+/// before Adam (`optim/{i}`), so older checkpoints still resume; others add their key.
+fn optim_name(index: usize, key: &str) -> String {
+    if key == "momentum" {
+        format!("optim/{index}")
+    } else {
+        format!("optim/{index}/{key}")
+    }
+}
+
 fn tensor_f32(t: &Tensor) -> Vec<f32> {
     t.to_vec::<f32>().unwrap_or_default()
 }
@@ -130,7 +141,21 @@ impl Worker {
         let buckets = Buckets::plan(&sizes, cfg.bucket_elems);
         method.init(&buckets.specs(&specs))?;
         let method_config = method.describe();
-        let opt = Sgd::new(cfg.lr, cfg.momentum, cfg.nesterov, cfg.weight_decay)?;
+        let opt: Box<dyn Optimizer> = match cfg.optimizer {
+            OptimizerChoice::Sgd => Box::new(Sgd::new(
+                cfg.lr,
+                cfg.momentum,
+                cfg.nesterov,
+                cfg.weight_decay,
+            )?),
+            OptimizerChoice::Adam => Box::new(Adam::new(
+                cfg.lr,
+                cfg.momentum,
+                cfg.adam_beta2,
+                cfg.adam_eps,
+                cfg.weight_decay,
+            )),
+        };
         let nccl = cfg.backend == crate::config::Backend::Nccl;
         let ex = Exchanger::spawn(comm, method, nccl.then_some(device))?;
         let collector = Arc::new(Collector::new(buckets, ex.jobs.clone(), ex.reads_weights));
@@ -237,8 +262,8 @@ impl Worker {
                 b.tensor.dims().to_vec(),
             ));
         }
-        for (i, t) in self.opt.momentum_buffers() {
-            tensors.push((format!("optim/{i}"), tensor_f32(&t), t.dims().to_vec()));
+        for (i, key, t) in self.opt.state() {
+            tensors.push((optim_name(i, key), tensor_f32(&t), t.dims().to_vec()));
         }
         for (k, v) in self.ex.state()? {
             let n = v.len();
@@ -356,7 +381,8 @@ impl Worker {
         let mut method_state = Vec::new();
         let (mut carried_h, mut carried_c) = (None, None);
         for (name, data, shape) in &saved.tensors {
-            if let Some(i) = name.strip_prefix("optim/") {
+            if let Some(rest) = name.strip_prefix("optim/") {
+                let (i, key) = rest.split_once('/').unwrap_or((rest, "momentum"));
                 let i: usize = i
                     .parse()
                     .with_context(|| format!("checkpoint tensor {name}"))?;
@@ -364,17 +390,31 @@ impl Worker {
                     .params
                     .get(i)
                     .with_context(|| format!("checkpoint tensor {name}: no parameter {i}"))?;
-                if shape != p.tensor.dims() {
+                // Adam's step count is one number; every other entry has the parameter's shape.
+                if key != "step" && shape != p.tensor.dims() {
                     bail!(
                         "checkpoint tensor {name} has shape {shape:?}, parameter {} {:?}",
                         p.name,
                         p.tensor.dims()
                     );
                 }
-                self.opt.set_momentum_buffer(
-                    i,
-                    Tensor::from_vec(data.clone(), shape.clone(), p.tensor.device())?,
-                );
+                let device = if key == "step" {
+                    Device::Cpu
+                } else {
+                    p.tensor.device()
+                };
+                self.opt
+                    .load_state(
+                        i,
+                        key,
+                        Tensor::from_vec(data.clone(), shape.clone(), device)?,
+                    )
+                    .with_context(|| {
+                        format!(
+                            "checkpoint tensor {name}, for --optimizer {}",
+                            self.opt.name()
+                        )
+                    })?;
             } else if let Some(k) = name.strip_prefix("method/") {
                 method_state.push((k.to_string(), data.clone()));
             } else if let Some(k) = name.strip_prefix("state/") {
@@ -745,7 +785,7 @@ impl Worker {
                         })?;
                     }
                     for (i, positions) in buckets.split_positions(index, &momentum_mask) {
-                        self.opt.zero_momentum_at(i, &positions).with_context(|| {
+                        self.opt.mask_momentum(i, &positions).with_context(|| {
                             format!("masking the momentum of {}", self.params[i].name)
                         })?;
                     }

@@ -424,6 +424,93 @@ fn assert_same_run(a: &Path, b: &Path) {
     assert_eq!(ra, shared, "metrics.jsonl step records");
 }
 
+#[test]
+fn adam_trains_masks_its_first_moment_and_resumes_bit_for_bit() {
+    // Paper 003 trains its LeNet with Adam: SBC(2) with a 4-step delay under Adam, 16
+    // steps an epoch, so both epochs end on a synchronisation.
+    let (a, b) = (tmp("adam-straight"), tmp("adam-resumed"));
+    let job = |out: &Path, epochs: &str| -> Vec<String> {
+        let mut v: Vec<String> = BASE.iter().map(|s| s.to_string()).collect();
+        v.extend(
+            [
+                "--method",
+                "sbc",
+                "--method-opt",
+                "preset=2",
+                "--method-opt",
+                "delay=4",
+                "--optimizer",
+                "adam",
+                "--lr",
+                "0.001",
+                "--epochs",
+                epochs,
+                "--out",
+            ]
+            .map(String::from),
+        );
+        v.push(out.display().to_string());
+        v
+    };
+    let run = |args: Vec<String>| {
+        let refs: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+        let o = train(&refs, &[]);
+        assert!(o.status.success(), "{}", text(&o));
+    };
+    run(job(&a, "2"));
+    run(job(&b, "1"));
+    let o = train(
+        &["--resume", "--epochs", "2", "--out", b.to_str().unwrap()],
+        &[],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert_same_run(&a, &b);
+    let steps = records_of(&a, "step");
+    let loss = |r: &Value| r["loss"].as_f64().unwrap();
+    let (first, last) = (loss(&steps[0]), loss(&steps[steps.len() - 1]));
+    assert!(
+        last < 0.9 * first,
+        "adam: loss {first} -> {last} did not fall"
+    );
+    assert_eq!(params(&a, 0), params(&a, 1));
+    // Adam's state per parameter: m, v and the step count (32); the last step synchronised,
+    // so the first moment is zero at the ~1 % of positions sent, the second is not.
+    let ck = checkpoint(&a, 0);
+    let (mut m_zero, mut v_zero, mut total) = (0, 0, 0);
+    for (name, v) in &ck {
+        if name.starts_with("optim/") && name.ends_with("/m") {
+            m_zero += v.iter().filter(|x| **x == 0.0).count();
+            total += v.len();
+        } else if name.starts_with("optim/") && name.ends_with("/v") {
+            v_zero += v.iter().filter(|x| **x == 0.0).count();
+        } else if name.starts_with("optim/") && name.ends_with("/step") {
+            assert_eq!(v, &vec![32.0], "{name}");
+        }
+    }
+    assert!(total > 0, "no adam state in the checkpoint");
+    assert!(
+        m_zero >= v_zero + total / 200,
+        "m: {m_zero} zeros, v: {v_zero}, of {total}"
+    );
+    // An SGD run cannot resume Adam's checkpoint: an error naming the tensor.
+    let o = train(
+        &[
+            "--resume",
+            "--optimizer",
+            "sgd",
+            "--epochs",
+            "3",
+            "--out",
+            a.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(!o.status.success());
+    assert!(text(&o).contains("another optimizer"), "{}", text(&o));
+    let _ = std::fs::remove_dir_all(&a);
+    let _ = std::fs::remove_dir_all(&b);
+}
+
 fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for e in std::fs::read_dir(from).unwrap() {
@@ -591,6 +678,38 @@ fn wrong_configurations_fail_before_any_worker_starts() {
             &["--schedule", "weird"],
             "[possible values: constant, step, multistep, cosine]",
         ),
+        // A bad method option value: one error from the launcher, not one per worker.
+        (
+            &["--method", "dgc", "--method-opt", "density=2"],
+            "method configuration: dgc: density 2 must be in (0, 1]",
+        ),
+        (
+            &["--method", "dgc", "--optimizer", "adam"],
+            "--optimizer adam with dgc(",
+        ),
+        (
+            &[
+                "--method",
+                "dense",
+                "--optimizer",
+                "adam",
+                "--nesterov",
+                "true",
+            ],
+            "--nesterov is SGD's",
+        ),
+        (
+            &[
+                "--method",
+                "dense",
+                "--optimizer",
+                "adam",
+                "--adam-eps",
+                "0",
+            ],
+            "--adam-eps must be positive",
+        ),
+        (&["--optimizer", "lamb"], "[possible values: sgd, adam]"),
     ];
     for (args, want) in cases {
         let o = train(args, &[]);

@@ -209,6 +209,10 @@ impl Method for Dgc {
     fn reads_weights(&self) -> bool {
         self.cfg.momentum_correction && self.cfg.weight_decay != 0.0
     }
+    /// With momentum correction the velocity, decay included, is DGC's own.
+    fn replaces_optimizer(&self) -> bool {
+        self.cfg.momentum_correction
+    }
     fn exchange(
         &mut self,
         comm: &mut Communicator,

@@ -2,7 +2,7 @@
 //! (dampening 0): d = g + wd·p; buf = m·buf + d (buf = d at the first step);
 //! d = d + m·buf (Nesterov) or buf; p ← p − lr·d.
 
-use super::Optimizer;
+use super::{zeroed_at, Optimizer, StateEntry};
 use std::collections::HashMap;
 use tensor::{no_grad, Error, Result, SgdStep, Tensor};
 
@@ -26,47 +26,6 @@ impl Sgd {
             weight_decay,
             buffers: HashMap::new(),
         })
-    }
-}
-
-impl Sgd {
-    /// The momentum buffers by parameter index (for checkpoints), in index order.
-    pub fn momentum_buffers(&self) -> Vec<(usize, Tensor)> {
-        let mut v: Vec<(usize, Tensor)> =
-            self.buffers.iter().map(|(&i, t)| (i, t.clone())).collect();
-        v.sort_by_key(|p| p.0);
-        v
-    }
-    /// Zeros parameter `index`'s momentum at `positions` (flat, in its element order):
-    /// momentum factor masking for a method that sent those positions (SBC). Nothing to do
-    /// before the first update of the parameter or without momentum. The buffer goes to
-    /// the host and back, which costs one copy each way; masking runs once per exchange
-    /// of a method with communication delay, not once per step.
-    pub fn zero_momentum_at(&mut self, index: usize, positions: &[usize]) -> Result<()> {
-        let Some(buf) = self.buffers.get(&index) else {
-            return Ok(());
-        };
-        if positions.is_empty() {
-            return Ok(());
-        }
-        // f64 holds every float dtype exactly, so the round trip changes only the zeros.
-        let mut host = buf.to_vec_f64()?;
-        for &p in positions {
-            let n = host.len();
-            *host.get_mut(p).ok_or_else(|| {
-                Error::msg(format!(
-                    "Sgd: momentum mask position {p} of parameter {index}, which has {n} elements"
-                ))
-            })? = 0.0;
-        }
-        let masked =
-            Tensor::from_vec(host, buf.dims().to_vec(), buf.device())?.to_dtype(buf.dtype())?;
-        self.buffers.insert(index, masked);
-        Ok(())
-    }
-    /// Restores one momentum buffer (a resumed run continues bit for bit).
-    pub fn set_momentum_buffer(&mut self, index: usize, buf: Tensor) {
-        self.buffers.insert(index, buf.detach());
     }
 }
 
@@ -120,5 +79,40 @@ impl Optimizer for Sgd {
     }
     fn set_lr(&mut self, lr: f64) {
         self.lr = lr;
+    }
+    fn name(&self) -> &'static str {
+        "sgd"
+    }
+    fn state(&self) -> Vec<StateEntry> {
+        let mut v: Vec<StateEntry> = self
+            .buffers
+            .iter()
+            .map(|(&i, t)| (i, "momentum", t.clone()))
+            .collect();
+        v.sort_by_key(|e| e.0);
+        v
+    }
+    fn load_state(&mut self, index: usize, key: &str, t: Tensor) -> Result<()> {
+        if key != "momentum" {
+            return Err(Error::msg(format!(
+                "sgd keeps a momentum buffer per parameter, not '{key}' (a checkpoint of another optimizer?)"
+            )));
+        }
+        self.buffers.insert(index, t.detach());
+        Ok(())
+    }
+    fn mask_momentum(&mut self, index: usize, positions: &[usize]) -> Result<()> {
+        if positions.is_empty() {
+            return Ok(());
+        }
+        if let Some(buf) = self.buffers.get(&index) {
+            let masked = zeroed_at(
+                buf,
+                positions,
+                &format!("sgd momentum of parameter {index}"),
+            )?;
+            self.buffers.insert(index, masked);
+        }
+        Ok(())
     }
 }
