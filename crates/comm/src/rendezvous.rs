@@ -18,45 +18,22 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 /// How long one accepted connection may take to authenticate (and, at rank 0, report its
-/// port), within what is left of the rendezvous: a rank answers in a round trip, while a
-/// silent stranger holds the listener this long at most before the next connection is
-/// taken.
+/// port), within what is left of the rendezvous: a rank answers in a round trip. Each
+/// handshake runs on a thread of its own, so a silent stranger holds only its own thread
+/// this long, not the listener.
 const HANDSHAKE_LIMIT: Duration = Duration::from_secs(5);
 
-/// The next connection on `listener`, with its address, or `None` once `deadline` has
-/// passed. Connections that died in the accept queue are skipped.
-fn accept_before(
-    listener: &TcpListener,
-    deadline: Instant,
-) -> Result<Option<(TcpStream, SocketAddr)>> {
-    listener
-        .set_nonblocking(true)
-        .map_err(|e| CommError::Rendezvous(format!("listener: {e}")))?;
-    loop {
-        match listener.accept() {
-            Ok((s, addr)) => {
-                s.set_nonblocking(false)
-                    .map_err(|e| CommError::Rendezvous(e.to_string()))?;
-                return Ok(Some((s, addr)));
-            }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    ErrorKind::WouldBlock
-                        | ErrorKind::Interrupted
-                        | ErrorKind::ConnectionAborted
-                        | ErrorKind::ConnectionReset
-                ) =>
-            {
-                if Instant::now() > deadline {
-                    return Ok(None);
-                }
-                std::thread::sleep(Duration::from_millis(2));
-            }
-            Err(e) => return Err(CommError::Rendezvous(format!("accept: {e}"))),
-        }
-    }
-}
+/// Handshakes in flight at once; beyond this the listener waits for one to finish, so a
+/// flood of connections costs a bounded number of threads.
+const MAX_PENDING_HANDSHAKES: usize = 64;
+
+/// After the deadline, how long to wait for handshakes that end at the deadline, so the
+/// timeout error can say why they were refused.
+const REFUSAL_GRACE: Duration = Duration::from_millis(300);
+
+/// A connection whose handshake thread has finished: the stream, the peer's address, the
+/// handshake's own deadline and the rank it proved (or why not).
+type Handshaken = (TcpStream, SocketAddr, Instant, Result<usize>);
 
 fn connect_before(addr: SocketAddr, deadline: Instant) -> Result<TcpStream> {
     loop {
@@ -80,11 +57,13 @@ fn tune(s: &TcpStream, timeout: Duration) -> Result<()> {
 }
 
 /// Accepts connections until every rank in `expected` has joined `peers`, or the deadline
-/// passes. A connection that fails its handshake, claims a rank not in `expected` or
-/// already joined, or fails `admit` (rank 0 reads the peer's port there) is logged and
-/// dropped, and accepting goes on: a port scanner, a stray `nc`, garbage or a rank with
-/// the wrong token must not end the job. Each connection has [`HANDSHAKE_LIMIT`] at
-/// most. The timeout error names the missing ranks and the last refusal.
+/// passes. Each connection is authenticated on a thread of its own (at most
+/// [`HANDSHAKE_LIMIT`], [`MAX_PENDING_HANDSHAKES`] at a time), so a silent stranger
+/// delays nobody; the checks that follow and `admit` (rank 0 reads the peer's port there)
+/// run here, in the order handshakes finish. A connection that fails its handshake, claims
+/// a rank not in `expected` or already joined, or fails `admit` is logged and dropped, and
+/// accepting goes on: a port scanner, a stray `nc`, garbage or a rank with the wrong token
+/// must not end the job. The timeout error names the missing ranks and the last refusal.
 fn accept_peers(
     listener: &TcpListener,
     cfg: &CommConfig,
@@ -95,45 +74,117 @@ fn accept_peers(
 ) -> Result<()> {
     let rank = cfg.rank;
     let mut last_refusal: Option<String> = None;
-    loop {
-        let missing: Vec<usize> = expected.clone().filter(|&p| peers[p].is_none()).collect();
-        if missing.is_empty() {
-            return Ok(());
-        }
-        let Some((mut s, addr)) = accept_before(listener, deadline)? else {
-            let why = last_refusal
-                .map(|r| format!("; rank {rank} refused a peer: {r}"))
-                .unwrap_or_default();
-            return Err(CommError::Rendezvous(format!(
-                "rank {rank} timed out waiting for ranks {missing:?} to connect{why}"
-            )));
-        };
+    let (done_tx, done) = std::sync::mpsc::channel::<Handshaken>();
+    let mut pending = 0usize;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| CommError::Rendezvous(format!("listener: {e}")))?;
+    let mut settle = |(mut s, addr, limit, proved): Handshaken, peers: &mut [Option<TcpStream>]| {
         let who = format!("a connection from {addr}");
-        let limit = deadline.min(Instant::now() + HANDSHAKE_LIMIT);
-        let joined = tune(&s, cfg.timeout)
-            .and_then(|_| handshake(&mut s, &cfg.token, rank, Role::Server, &who, limit))
-            .and_then(|p| {
-                if !expected.contains(&p) {
-                    Err(CommError::Rendezvous(format!(
-                        "{who} claimed rank {p}; rank {rank} accepts ranks {expected:?} of a \
-                         world of {} (do the ranks agree on WORLD_SIZE?)",
-                        cfg.world
-                    )))
-                } else if peers[p].is_some() {
-                    Err(CommError::Rendezvous(format!(
-                        "{who} claimed rank {p}, which has already joined (two workers \
-                         started with the same RANK?)"
-                    )))
-                } else {
-                    admit(&mut s, p, addr, limit).map(|_| p)
-                }
-            });
+        let joined = proved.and_then(|p| {
+            if !expected.contains(&p) {
+                Err(CommError::Rendezvous(format!(
+                    "{who} claimed rank {p}; rank {rank} accepts ranks {expected:?} of a \
+                     world of {} (do the ranks agree on WORLD_SIZE?)",
+                    cfg.world
+                )))
+            } else if peers[p].is_some() {
+                Err(CommError::Rendezvous(format!(
+                    "{who} claimed rank {p}, which has already joined (two workers \
+                     started with the same RANK?)"
+                )))
+            } else {
+                admit(&mut s, p, addr, limit).map(|_| p)
+            }
+        });
         match joined {
             Ok(p) => peers[p] = Some(s),
             Err(e) => {
                 eprintln!("comm: rank {rank} refused {who}: {e}");
                 last_refusal = Some(e.to_string());
             }
+        }
+    };
+    loop {
+        while let Ok(h) = done.try_recv() {
+            pending -= 1;
+            settle(h, peers);
+        }
+        let missing: Vec<usize> = expected.clone().filter(|&p| peers[p].is_none()).collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            // Handshakes limited by the deadline end now: their refusals explain the wait.
+            let grace = Instant::now() + REFUSAL_GRACE;
+            while pending > 0 {
+                match done.recv_timeout(grace.saturating_duration_since(Instant::now())) {
+                    Ok(h) => {
+                        pending -= 1;
+                        settle(h, peers);
+                    }
+                    Err(_) => break,
+                }
+            }
+            let missing: Vec<usize> = expected.clone().filter(|&p| peers[p].is_none()).collect();
+            if missing.is_empty() {
+                return Ok(());
+            }
+            let why = last_refusal
+                .map(|r| format!("; rank {rank} refused a peer: {r}"))
+                .unwrap_or_default();
+            let busy = if pending > 0 {
+                format!("; {pending} connections were still authenticating")
+            } else {
+                String::new()
+            };
+            return Err(CommError::Rendezvous(format!(
+                "rank {rank} timed out waiting for ranks {missing:?} to connect{why}{busy}"
+            )));
+        }
+        if pending >= MAX_PENDING_HANDSHAKES {
+            std::thread::sleep(Duration::from_millis(2));
+            continue;
+        }
+        match listener.accept() {
+            Ok((s, addr)) => {
+                let limit = deadline.min(Instant::now() + HANDSHAKE_LIMIT);
+                let (tx, token, timeout) = (done_tx.clone(), cfg.token.clone(), cfg.timeout);
+                // Detached: a thread still authenticating when the ranks have all joined
+                // ends by its own limit, and its send then finds nobody listening.
+                let spawned = std::thread::Builder::new()
+                    .name("comm-handshake".into())
+                    .spawn(move || {
+                        let who = format!("a connection from {addr}");
+                        let mut s = s;
+                        let proved = s
+                            .set_nonblocking(false)
+                            .map_err(|e| CommError::Rendezvous(e.to_string()))
+                            .and_then(|_| tune(&s, timeout))
+                            .and_then(|_| {
+                                handshake(&mut s, &token, rank, Role::Server, &who, limit)
+                            });
+                        let _ = tx.send((s, addr, limit, proved));
+                    });
+                match spawned {
+                    Ok(_) => pending += 1,
+                    Err(e) => {
+                        eprintln!("comm: rank {rank} dropped a connection from {addr}: no thread for its handshake: {e}");
+                    }
+                }
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::WouldBlock
+                        | ErrorKind::Interrupted
+                        | ErrorKind::ConnectionAborted
+                        | ErrorKind::ConnectionReset
+                ) =>
+            {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Err(e) => return Err(CommError::Rendezvous(format!("accept: {e}"))),
         }
     }
 }
@@ -312,6 +363,41 @@ fn join_as_nonzero(
 mod tests {
     use super::*;
     use crate::auth::HANDSHAKE_VERSION;
+
+    /// Silent strangers at the master's port (connected, sending nothing) used to hold
+    /// rank 0's listener for their whole handshake limit one after another: three of them
+    /// delayed the rendezvous by 15 s. Authenticated on threads of their own, they delay
+    /// nobody.
+    #[test]
+    fn silent_strangers_do_not_delay_the_ranks() {
+        let port = crate::free_loopback_port().unwrap();
+        let timeout = Duration::from_secs(30);
+        let cfg = |rank| CommConfig {
+            timeout,
+            ..CommConfig::loopback(rank, 2, port, b"tok")
+        };
+        let (c0, c1) = (cfg(0), cfg(1));
+        let start = Instant::now();
+        let (r0, r1, strangers) = std::thread::scope(|s| {
+            let rank0 = s.spawn(|| connect_mesh(&c0));
+            let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+            // Connected before rank 1, so they are first in the accept queue.
+            let strangers: Vec<TcpStream> = (0..3)
+                .map(|_| connect_before(addr, Instant::now() + timeout).unwrap())
+                .collect();
+            std::thread::sleep(Duration::from_millis(100));
+            let rank1 = s.spawn(|| connect_mesh(&c1));
+            (rank0.join().unwrap(), rank1.join().unwrap(), strangers)
+        });
+        let took = start.elapsed();
+        drop(strangers);
+        let (p0, p1) = (r0.expect("rank 0"), r1.expect("rank 1"));
+        assert!(p0[1].is_some() && p1[0].is_some());
+        assert!(
+            took < HANDSHAKE_LIMIT,
+            "the rendezvous took {took:?} with three silent strangers waiting"
+        );
+    }
 
     /// A client that sends a valid start of a hello and then a byte every 200 ms: under
     /// per-read socket timeouts alone it held rank 0 for the whole hello (about 8 s here)
