@@ -46,6 +46,16 @@ const BASE: [&str; 12] = [
     "128",
 ];
 
+/// SBC(2) with a 4-step delay (the masking and Adam tests).
+const SBC2_DELAY4: [&str; 6] = [
+    "--method",
+    "sbc",
+    "--method-opt",
+    "preset=2",
+    "--method-opt",
+    "delay=4",
+];
+
 fn records(dir: &Path) -> Vec<Value> {
     std::fs::read_to_string(dir.join("metrics.jsonl"))
         .unwrap()
@@ -225,13 +235,8 @@ fn sbc_masks_the_momentum_of_what_it_sent() {
         let mut args: Vec<&str> = BASE.to_vec();
         let mask = format!("masking={masking}");
         let out = dir.to_str().unwrap().to_string();
+        args.extend(SBC2_DELAY4);
         args.extend([
-            "--method",
-            "sbc",
-            "--method-opt",
-            "preset=2",
-            "--method-opt",
-            "delay=4",
             "--method-opt",
             &mask,
             "--momentum",
@@ -289,29 +294,37 @@ fn dgc_job() -> Vec<String> {
     v
 }
 
-#[test]
-fn a_resumed_run_continues_bit_for_bit() {
-    // 512 samples / (2 workers × 16) = 16 steps per epoch.
-    let (a, b) = (tmp("straight"), tmp("resumed"));
-    let common = |out: &Path, epochs: &str| -> Vec<String> {
-        let mut v = dgc_job();
-        v.extend(["--epochs", epochs, "--out"].map(String::from));
-        v.push(out.display().to_string());
-        v
-    };
-    let run = |args: Vec<String>| {
+/// Runs `job` for 2 epochs straight, and for 1 epoch then `--resume`d to 2, and checks
+/// that both end the same ([`assert_same_run`]); returns the two run directories
+/// (`{prefix}straight`, `{prefix}resumed`).
+fn straight_and_resumed(prefix: &str, job: Vec<String>) -> (PathBuf, PathBuf) {
+    let (a, b) = (
+        tmp(&format!("{prefix}straight")),
+        tmp(&format!("{prefix}resumed")),
+    );
+    let run = |out: &Path, epochs: &str| {
+        let mut args = job.clone();
+        args.extend(["--epochs", epochs, "--out"].map(String::from));
+        args.push(out.display().to_string());
         let refs: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
         let o = train(&refs, &[]);
         assert!(o.status.success(), "{}", text(&o));
     };
-    run(common(&a, "2"));
-    run(common(&b, "1"));
+    run(&a, "2");
+    run(&b, "1");
     let o = train(
         &["--resume", "--epochs", "2", "--out", b.to_str().unwrap()],
         &[],
     );
     assert!(o.status.success(), "{}", text(&o));
     assert_same_run(&a, &b);
+    (a, b)
+}
+
+#[test]
+fn a_resumed_run_continues_bit_for_bit() {
+    // 512 samples / (2 workers × 16) = 16 steps per epoch.
+    let (a, b) = straight_and_resumed("", dgc_job());
 
     // A checkpoint of another world size is refused, naming both.
     let o = train(
@@ -428,43 +441,14 @@ fn assert_same_run(a: &Path, b: &Path) {
 fn adam_trains_masks_its_first_moment_and_resumes_bit_for_bit() {
     // Paper 003 trains its LeNet with Adam: SBC(2) with a 4-step delay under Adam, 16
     // steps an epoch, so both epochs end on a synchronisation.
-    let (a, b) = (tmp("adam-straight"), tmp("adam-resumed"));
-    let job = |out: &Path, epochs: &str| -> Vec<String> {
-        let mut v: Vec<String> = BASE.iter().map(|s| s.to_string()).collect();
-        v.extend(
-            [
-                "--method",
-                "sbc",
-                "--method-opt",
-                "preset=2",
-                "--method-opt",
-                "delay=4",
-                "--optimizer",
-                "adam",
-                "--lr",
-                "0.001",
-                "--epochs",
-                epochs,
-                "--out",
-            ]
+    let mut job: Vec<String> = BASE.iter().map(|s| s.to_string()).collect();
+    job.extend(
+        SBC2_DELAY4
+            .into_iter()
+            .chain(["--optimizer", "adam", "--lr", "0.001"])
             .map(String::from),
-        );
-        v.push(out.display().to_string());
-        v
-    };
-    let run = |args: Vec<String>| {
-        let refs: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
-        let o = train(&refs, &[]);
-        assert!(o.status.success(), "{}", text(&o));
-    };
-    run(job(&a, "2"));
-    run(job(&b, "1"));
-    let o = train(
-        &["--resume", "--epochs", "2", "--out", b.to_str().unwrap()],
-        &[],
     );
-    assert!(o.status.success(), "{}", text(&o));
-    assert_same_run(&a, &b);
+    let (a, b) = straight_and_resumed("adam-", job);
     let steps = records_of(&a, "step");
     let loss = |r: &Value| r["loss"].as_f64().unwrap();
     let (first, last) = (loss(&steps[0]), loss(&steps[steps.len() - 1]));
