@@ -10,9 +10,10 @@ use crate::frame::{
 };
 use crate::rendezvous::connect_mesh;
 use crate::sparse::{sum_encoded, top_merge, SparseVec};
+use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 #[derive(Clone, Debug)]
 pub struct CommConfig {
@@ -179,6 +180,11 @@ pub struct Communicator {
     aborted: Option<(usize, String)>,
 }
 
+/// How long a rank whose receive timed out listens for the other ranks' notices before
+/// naming the rank it traced the stall to ([`Communicator::trace_stall`]). Ranks blocked
+/// behind a hung rank time out within microseconds of each other; this is far longer.
+const STALL_GRACE: Duration = Duration::from_millis(300);
+
 /// Frames up to this size are sent before receiving, without a sender thread: Linux's
 /// default TCP send buffer holds them, so the write completes before the peer reads.
 const SMALL_FRAME: usize = 64 * 1024;
@@ -254,8 +260,22 @@ fn read_header(
 }
 
 /// Reads an abort notice's payload (its header said `len` bytes, at most [`ABORT_MAX`])
-/// and returns it as the error it reports.
+/// and returns it as the error it reports. A second notice may follow on the same
+/// connection (see [`Communicator::trace_stall`]); the guard listens for it.
 fn read_abort(r: &mut TcpStream, peer: usize, len: u64) -> CommError {
+    read_notice(r, peer, len)
+}
+
+/// Whether a socket error is a read or write timeout (Linux reports EAGAIN).
+fn is_timeout(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock
+    )
+}
+
+/// One abort notice's payload (at most [`ABORT_MAX`] bytes) as the error it reports.
+fn read_notice(r: &mut TcpStream, peer: usize, len: u64) -> CommError {
     let mut b = vec![0u8; len as usize];
     if let Err(e) = r.read_exact(&mut b) {
         return read_failed(peer)(e);
@@ -545,6 +565,20 @@ impl Communicator {
             CommError::Peer {
                 peer, op: "send", ..
             } => self.news_from(peer).unwrap_or(e),
+            // A receive that timed out: the peer may be alive and waiting on a rank that
+            // hangs, its own timeout a few microseconds behind ours. Its notice, naming
+            // the hung rank, arrives on this very connection; give it that long.
+            CommError::Peer {
+                peer,
+                op: "receive",
+                ref source,
+            } if matches!(
+                source.kind(),
+                std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock
+            ) =>
+            {
+                self.news_from(peer).unwrap_or(e)
+            }
             e => e,
         };
         let Some(failed) = e.failed_rank() else {
@@ -554,7 +588,45 @@ impl Communicator {
             CommError::PeerFailed { cause, .. } => cause.clone(),
             e => e.to_string(),
         };
-        let notice = abort_frame(failed, &cause);
+        self.notify(failed, &cause);
+        // A receive that timed out, or a notice: the rank named may itself have been
+        // waiting on another (a hang, not a death). Trace it.
+        let traced = match &e {
+            CommError::Peer {
+                op: "receive",
+                source,
+                ..
+            } if is_timeout(source) => self.trace_stall(failed, None),
+            CommError::PeerFailed {
+                reporter, cause, ..
+            } => self.trace_stall(*reporter, Some((failed, cause.clone()))),
+            _ => None,
+        };
+        let (failed, cause, e) = match traced.filter(|t| t.0 != failed) {
+            // The rank named was itself waiting: name the rank the wait leads to, and tell
+            // the others that too (a second notice; the tracing ranks keep the last).
+            Some((culprit, reporter, why)) => {
+                self.notify(culprit, &why);
+                let e = CommError::PeerFailed {
+                    failed: culprit,
+                    reporter,
+                    cause: why.clone(),
+                };
+                (culprit, why, e)
+            }
+            None => (failed, cause, e),
+        };
+        for s in self.writers.iter().chain(&self.readers).flatten() {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+        self.aborted = Some((failed, cause));
+        Err(e)
+    }
+
+    /// Sends every peer but `failed` (and writers with an interrupted frame) an abort
+    /// notice naming `failed`, best effort, with a short write timeout.
+    fn notify(&mut self, failed: usize, cause: &str) {
+        let notice = abort_frame(failed, cause);
         let quick = Some(self.timeout.min(Duration::from_secs(1)));
         for q in 0..self.world {
             if q == self.rank || q == failed || self.dirty[q] {
@@ -565,16 +637,85 @@ impl Communicator {
                 let _ = w.write_all(&notice);
             }
         }
-        for s in self.writers.iter().chain(&self.readers).flatten() {
-            let _ = s.shutdown(std::net::Shutdown::Both);
+    }
+
+    /// After a failure blamed on `start` (a receive from it timed out, or it sent a
+    /// notice, which is `known`: whom it named, and why) and this rank's own notice:
+    /// collects the notices other ranks send for [`STALL_GRACE`] and follows "R waited
+    /// for S" from `start` to a rank that reported nothing: the one that hangs or died.
+    /// Returns (that rank, the rank whose notice named it, its cause), or `None` when
+    /// `start` reported nothing. A rank that hangs rather than dies times out every rank
+    /// waiting on it, and the ranks waiting on those, within microseconds of each other;
+    /// without this each named whichever neighbour's notice had not reached it yet.
+    fn trace_stall(
+        &mut self,
+        start: usize,
+        known: Option<(usize, String)>,
+    ) -> Option<(usize, usize, String)> {
+        let until = Instant::now() + STALL_GRACE;
+        let mut waited_for: HashMap<usize, (usize, String)> = HashMap::new();
+        if let Some(k) = known {
+            waited_for.insert(start, k);
         }
-        self.aborted = Some((failed, cause));
-        Err(e)
+        let mut open: Vec<bool> = (0..self.world)
+            .map(|q| q != self.rank && self.readers[q].is_some())
+            .collect();
+        while Instant::now() < until && open.iter().any(|&o| o) {
+            for q in 0..self.world {
+                let Some(r) = self.readers[q].as_mut().filter(|_| open[q]) else {
+                    continue;
+                };
+                let mut h = [0u8; HEADER_LEN];
+                let peeked = r.set_nonblocking(true).and_then(|_| r.peek(&mut h));
+                let _ = r.set_nonblocking(false);
+                match peeked {
+                    Ok(0) => open[q] = false, // closed
+                    Ok(n) if n < HEADER_LEN => {}
+                    Ok(_) => {
+                        // A notice arrives whole (one write of at most 1 KiB); anything
+                        // else (data the stall left unread) ends listening to this peer.
+                        open[q] = false;
+                        let wait = Some(Duration::from_millis(50));
+                        let h = r
+                            .set_read_timeout(wait)
+                            .and_then(|_| r.read_exact(&mut h))
+                            .ok()
+                            .and_then(|_| decode_header(&h, ABORT_MAX).ok())
+                            .filter(|h| h.kind == KIND_ABORT);
+                        if let Some(h) = h {
+                            if let CommError::PeerFailed { failed, cause, .. } =
+                                read_notice(r, q, h.len)
+                            {
+                                waited_for.insert(q, (failed, cause));
+                                open[q] = true; // a resolved notice may follow
+                            }
+                        }
+                    }
+                    Err(e) if is_timeout(&e) || e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(_) => open[q] = false,
+                }
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let mut at = start;
+        let mut found = None;
+        let mut seen = vec![false; self.world];
+        seen[self.rank] = true;
+        while let Some((next, cause)) = waited_for.get(&at) {
+            if seen[at] || *next >= self.world || seen[*next] {
+                break;
+            }
+            seen[at] = true;
+            found = Some((*next, at, cause.clone()));
+            at = *next;
+        }
+        found
     }
 
     /// An abort notice `peer` may have sent before this rank's send to it failed (it
-    /// stopped reading when it failed): read with a short timeout; anything else is
-    /// ignored (the connection is given up anyway).
+    /// stopped reading when it failed), or that it sends just after this rank's receive
+    /// from it timed out: read with a short timeout; anything else is ignored (the
+    /// connection is given up anyway).
     fn news_from(&mut self, peer: usize) -> Option<CommError> {
         let r = self.readers.get_mut(peer)?.as_mut()?;
         r.set_read_timeout(Some(Duration::from_millis(200))).ok()?;

@@ -721,6 +721,50 @@ fn every_survivor_names_the_dead_rank_not_its_neighbour() {
     }
 }
 
+/// A rank that hangs (alive, its sockets open, calling nothing) rather than dies: every
+/// other rank's wait ends by its timeout, the ranks downstream of the hung one a few
+/// microseconds after their neighbour's. Each must name the hung rank, not the neighbour
+/// whose own timeout has not fired yet.
+#[test]
+fn every_rank_names_a_hung_rank_not_its_neighbour() {
+    for (world, hung) in [(4usize, 2usize), (5, 0)] {
+        let port = free_port();
+        let timeout = Duration::from_secs(1);
+        let errors: Vec<Option<String>> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..world)
+                .map(|rank| {
+                    s.spawn(move || {
+                        let mut c = Communicator::connect(&config(rank, world, port, "t", timeout))
+                            .unwrap();
+                        if rank == hung {
+                            // Hangs past everyone's timeout and tracing, then leaves.
+                            std::thread::sleep(timeout * 2);
+                            return None;
+                        }
+                        let mut d = vec![1.0f32; 50_000];
+                        c.allreduce(&mut d, ReduceOp::Sum)
+                            .err()
+                            .map(|e| e.to_string())
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for (rank, e) in errors.iter().enumerate() {
+            if rank == hung {
+                continue;
+            }
+            let e = e.as_ref().expect("the others must fail");
+            // Either its own timeout on the hung rank, or a notice naming it.
+            assert!(
+                e.starts_with(&format!("rank {hung}:"))
+                    || e.contains(&format!("rank {hung} failed")),
+                "world {world}, rank {rank}: {e}"
+            );
+        }
+    }
+}
+
 #[test]
 fn the_frame_decoder_rejects_garbage_without_panicking() {
     let mut r = Rng::new(9);
