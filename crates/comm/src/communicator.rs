@@ -661,8 +661,8 @@ impl Communicator {
             .map(|q| q != self.rank && self.readers[q].is_some())
             .collect();
         while Instant::now() < until && open.iter().any(|&o| o) {
-            for q in 0..self.world {
-                let Some(r) = self.readers[q].as_mut().filter(|_| open[q]) else {
+            for (q, reader) in self.readers.iter_mut().enumerate() {
+                let Some(r) = reader.as_mut().filter(|_| open[q]) else {
                     continue;
                 };
                 let mut h = [0u8; HEADER_LEN];
