@@ -42,6 +42,8 @@ pub enum Job {
     /// A sum over ranks (evaluation counts, the loss).
     Allreduce(Vec<f32>),
     Broadcast(Vec<u8>),
+    /// Every rank's bytes, in rank order (the resume's checkpoint steps).
+    Allgather(Vec<u8>),
     State,
     LoadState(compress::StateTensors),
     Counters,
@@ -70,6 +72,7 @@ pub enum Reply {
     },
     Reduced(Vec<f32>),
     Broadcast(Vec<u8>),
+    Gathered(Vec<Vec<u8>>),
     State(compress::StateTensors),
     Loaded,
     Counters(Traffic),
@@ -135,7 +138,10 @@ impl Exchanger {
                     }
                 };
                 for job in rx.iter() {
-                    let bookkeeping = matches!(job, Job::Allreduce(_) | Job::Broadcast(_));
+                    let bookkeeping = matches!(
+                        job,
+                        Job::Allreduce(_) | Job::Broadcast(_) | Job::Allgather(_)
+                    );
                     let before = comm.counters().total();
                     let reply = match job {
                         Job::Stop => return,
@@ -186,6 +192,10 @@ impl Exchanger {
                             .broadcast(0, &b)
                             .map(Reply::Broadcast)
                             .map_err(|e| format!("broadcast: {e}")),
+                        Job::Allgather(b) => comm
+                            .allgather_v(&b)
+                            .map(Reply::Gathered)
+                            .map_err(|e| format!("allgather: {e}")),
                         Job::State => Ok(Reply::State(method.state())),
                         Job::LoadState(s) => method
                             .load_state(&s)
@@ -268,6 +278,13 @@ impl Exchanger {
         match self.recv()? {
             Reply::Broadcast(v) => Ok(v),
             _ => anyhow::bail!("compression thread: unexpected reply to a broadcast"),
+        }
+    }
+    pub fn allgather(&self, b: Vec<u8>) -> Result<Vec<Vec<u8>>> {
+        self.send(Job::Allgather(b))?;
+        match self.recv()? {
+            Reply::Gathered(v) => Ok(v),
+            _ => anyhow::bail!("compression thread: unexpected reply to an allgather"),
         }
     }
     pub fn counters(&self) -> Result<Traffic> {

@@ -303,22 +303,29 @@ impl Worker {
                 *slot = Some(p.step);
             }
         }
-        // Each rank fills its own slots of a summed vector: step + 1 (0: no file), in
-        // 20-bit halves so that every value is exact in f32.
-        let mut v = vec![0f32; 4 * self.world];
-        for (g, s) in mine.iter().enumerate() {
-            let x = s.map_or(0u64, |s| s as u64 + 1);
-            if x >> 40 != 0 {
-                bail!("checkpoint step {x} is beyond what resuming supports");
-            }
-            v[4 * self.rank + 2 * g] = (x >> 20) as f32;
-            v[4 * self.rank + 2 * g + 1] = (x & 0xF_FFFF) as f32;
-        }
-        let all = self.ex.allreduce(v)?;
-        let step_of = |r: usize, g: usize| -> Option<usize> {
-            let x = ((all[4 * r + 2 * g] as u64) << 20) | all[4 * r + 2 * g + 1] as u64;
-            (x > 0).then(|| (x - 1) as usize)
-        };
+        // Each rank's two generations as 8-byte steps + 1 (0: no file).
+        let encode = |s: Option<usize>| s.map_or(0u64, |s| s as u64 + 1).to_le_bytes();
+        let all = self
+            .ex
+            .allgather([encode(mine[0]), encode(mine[1])].concat())?;
+        let decoded: Vec<[Option<usize>; 2]> = all
+            .iter()
+            .enumerate()
+            .map(|(r, b)| {
+                let x = |g: usize| -> Result<Option<usize>> {
+                    let raw = b.get(8 * g..8 * g + 8).with_context(|| {
+                        format!(
+                            "rank {r} sent {} bytes of checkpoint steps, not 16",
+                            b.len()
+                        )
+                    })?;
+                    let x = u64::from_le_bytes(raw.try_into()?);
+                    Ok((x > 0).then(|| (x - 1) as usize))
+                };
+                Ok([x(0)?, x(1)?])
+            })
+            .collect::<Result<_>>()?;
+        let step_of = |r: usize, g: usize| -> Option<usize> { decoded[r][g] };
         let holds = |r: usize, s: usize| step_of(r, 0) == Some(s) || step_of(r, 1) == Some(s);
         let chosen = mine
             .iter()
