@@ -3,6 +3,7 @@
 //! sequence tag that receivers check, so a rank that diverges fails loudly instead of
 //! mixing up messages.
 
+use crate::auth::read_before;
 use crate::counters::{ByteCounters, Collective};
 use crate::error::{CommError, Result};
 use crate::frame::{
@@ -185,6 +186,9 @@ pub struct Communicator {
 /// behind a hung rank time out within microseconds of each other; this is far longer.
 const STALL_GRACE: Duration = Duration::from_millis(300);
 
+/// The largest data frame a rank tracing a stall reads past to reach a notice behind it.
+const STALL_SKIP_MAX: u64 = 1 << 20;
+
 /// Frames up to this size are sent before receiving, without a sender thread: Linux's
 /// default TCP send buffer holds them, so the write completes before the peer reads.
 const SMALL_FRAME: usize = 64 * 1024;
@@ -266,6 +270,40 @@ fn read_abort(r: &mut TcpStream, peer: usize, len: u64) -> CommError {
     read_notice(r, peer, len)
 }
 
+/// While tracing a stall, reads the frame whose header is waiting on `r`, by `deadline`:
+/// a notice is returned as its error; a data frame of at most [`STALL_SKIP_MAX`] bytes
+/// is read and dropped (returned as a protocol error, which the caller ignores); `None`
+/// when the peer has nothing more to say (a larger frame, garbage, the deadline, EOF).
+fn next_notice(
+    r: &mut TcpStream,
+    peer: usize,
+    deadline: Instant,
+    scratch: &mut Vec<u8>,
+) -> Option<CommError> {
+    let mut h = [0u8; HEADER_LEN];
+    read_before(r, &mut h, deadline).ok()?;
+    let h = decode_header(&h, STALL_SKIP_MAX.max(ABORT_MAX)).ok()?;
+    if h.kind == KIND_ABORT {
+        if h.len > ABORT_MAX {
+            return None;
+        }
+        let mut b = vec![0u8; h.len as usize];
+        read_before(r, &mut b, deadline).ok()?;
+        return Some(parse_notice(peer, &b));
+    }
+    let mut left = h.len as usize;
+    scratch.resize(64 * 1024, 0);
+    while left > 0 {
+        let n = left.min(scratch.len());
+        read_before(r, &mut scratch[..n], deadline).ok()?;
+        left -= n;
+    }
+    Some(CommError::Protocol {
+        peer,
+        msg: "a data frame, skipped".into(),
+    })
+}
+
 /// Whether a socket error is a read or write timeout (Linux reports EAGAIN).
 fn is_timeout(e: &std::io::Error) -> bool {
     matches!(
@@ -274,12 +312,25 @@ fn is_timeout(e: &std::io::Error) -> bool {
     )
 }
 
-/// One abort notice's payload (at most [`ABORT_MAX`] bytes) as the error it reports.
+/// One abort notice's payload (at most [`ABORT_MAX`] bytes) as the error it reports. A
+/// longer announced notice is a protocol error before anything is allocated: the data
+/// limit `max_frame` does not apply to notices.
 fn read_notice(r: &mut TcpStream, peer: usize, len: u64) -> CommError {
+    if len > ABORT_MAX {
+        return CommError::Protocol {
+            peer,
+            msg: format!("an abort notice of {len} bytes (at most {ABORT_MAX})"),
+        };
+    }
     let mut b = vec![0u8; len as usize];
     if let Err(e) = r.read_exact(&mut b) {
         return read_failed(peer)(e);
     }
+    parse_notice(peer, &b)
+}
+
+/// An abort notice's payload (the failed rank, then the cause) as the error it reports.
+fn parse_notice(peer: usize, b: &[u8]) -> CommError {
     if b.len() < 4 {
         return CommError::Protocol {
             peer,
@@ -562,23 +613,24 @@ impl Communicator {
             return Err(e);
         }
         let e = match e {
-            CommError::Peer {
-                peer, op: "send", ..
-            } => self.news_from(peer).unwrap_or(e),
-            // A receive that timed out: the peer may be alive and waiting on a rank that
-            // hangs, its own timeout a few microseconds behind ours. Its notice, naming
-            // the hung rank, arrives on this very connection; give it that long.
+            // A send that broke: the peer stopped reading after a failure of its own, and
+            // its notice, sent before it closed, is already here. (A send that timed out
+            // is traced below instead, after this rank's own notice has gone out.)
             CommError::Peer {
                 peer,
-                op: "receive",
+                op: "send",
                 ref source,
-            } if matches!(
-                source.kind(),
-                std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock
-            ) =>
-            {
-                self.news_from(peer).unwrap_or(e)
-            }
+            } if !is_timeout(source) => self.news_from(peer).unwrap_or(e),
+            // A notice naming a rank outside the world blames its sender.
+            CommError::PeerFailed {
+                failed, reporter, ..
+            } if failed >= self.world => CommError::Protocol {
+                peer: reporter,
+                msg: format!(
+                    "an abort notice names rank {failed} of a world of {}",
+                    self.world
+                ),
+            },
             e => e,
         };
         let Some(failed) = e.failed_rank() else {
@@ -589,11 +641,11 @@ impl Communicator {
             e => e.to_string(),
         };
         self.notify(failed, &cause);
-        // A receive that timed out, or a notice: the rank named may itself have been
-        // waiting on another (a hang, not a death). Trace it.
+        // A receive or send that timed out, or a notice: the rank named may itself have
+        // been waiting on another (a hang, not a death). Trace it.
         let traced = match &e {
             CommError::Peer {
-                op: "receive",
+                op: "receive" | "send",
                 source,
                 ..
             } if is_timeout(source) => self.trace_stall(failed, None),
@@ -633,26 +685,42 @@ impl Communicator {
                 continue;
             }
             if let Some(w) = self.writers[q].as_mut() {
-                let _ = w.set_write_timeout(quick);
-                let _ = w.write_all(&notice);
+                let sent = w
+                    .set_write_timeout(quick)
+                    .and_then(|_| w.write_all(&notice));
+                // A notice cut off part-way must not be followed by a second one there.
+                self.dirty[q] |= sent.is_err();
             }
         }
     }
 
-    /// After a failure blamed on `start` (a receive from it timed out, or it sent a
-    /// notice, which is `known`: whom it named, and why) and this rank's own notice:
-    /// collects the notices other ranks send for [`STALL_GRACE`] and follows "R waited
-    /// for S" from `start` to a rank that reported nothing: the one that hangs or died.
-    /// Returns (that rank, the rank whose notice named it, its cause), or `None` when
-    /// `start` reported nothing. A rank that hangs rather than dies times out every rank
-    /// waiting on it, and the ranks waiting on those, within microseconds of each other;
-    /// without this each named whichever neighbour's notice had not reached it yet.
+    /// After a failure blamed on `start` (a receive from it or a send to it timed out,
+    /// or it sent a notice, which is `known`: whom it named, and why) and this rank's own
+    /// notice: collects the notices other ranks send for [`STALL_GRACE`] and follows "R
+    /// waited for S" from `start` to a rank that reported nothing: the one that hangs or
+    /// died. Returns (that rank, the rank whose notice named it, its cause), or `None`
+    /// when `start` reported nothing. A rank that hangs rather than dies times out every
+    /// rank waiting on it, and the ranks waiting on those, within microseconds of each
+    /// other; without this each named whichever neighbour's notice had not reached it.
+    ///
+    /// A notice's sender traces too, and sends a corrected notice at the end of its own
+    /// grace, then closes: after a notice from `start`, this listens to `start` until it
+    /// closes, two graces at most. Data frames of up to [`STALL_SKIP_MAX`] bytes that the
+    /// stall left unread are skipped to reach a notice queued behind them; every read has
+    /// the listening deadline, so a trickling peer cannot hold this past it.
     fn trace_stall(
         &mut self,
         start: usize,
         known: Option<(usize, String)>,
     ) -> Option<(usize, usize, String)> {
-        let until = Instant::now() + STALL_GRACE;
+        let now = Instant::now();
+        let until = now + STALL_GRACE;
+        let until_start = if known.is_some() {
+            now + 2 * STALL_GRACE
+        } else {
+            until
+        };
+        let deadline_of = |q: usize| if q == start { until_start } else { until };
         let mut waited_for: HashMap<usize, (usize, String)> = HashMap::new();
         if let Some(k) = known {
             waited_for.insert(start, k);
@@ -660,9 +728,18 @@ impl Communicator {
         let mut open: Vec<bool> = (0..self.world)
             .map(|q| q != self.rank && self.readers[q].is_some())
             .collect();
-        while Instant::now() < until && open.iter().any(|&o| o) {
+        let mut scratch = Vec::new();
+        loop {
+            let now = Instant::now();
+            let listening = |q: usize, open: &[bool]| open[q] && now < deadline_of(q);
+            if !(0..self.world).any(|q| listening(q, &open)) {
+                break;
+            }
             for (q, reader) in self.readers.iter_mut().enumerate() {
-                let Some(r) = reader.as_mut().filter(|_| open[q]) else {
+                if !listening(q, &open) {
+                    continue;
+                }
+                let Some(r) = reader.as_mut() else {
                     continue;
                 };
                 let mut h = [0u8; HEADER_LEN];
@@ -672,23 +749,14 @@ impl Communicator {
                     Ok(0) => open[q] = false, // closed
                     Ok(n) if n < HEADER_LEN => {}
                     Ok(_) => {
-                        // A notice arrives whole (one write of at most 1 KiB); anything
-                        // else (data the stall left unread) ends listening to this peer.
-                        open[q] = false;
-                        let wait = Some(Duration::from_millis(50));
-                        let h = r
-                            .set_read_timeout(wait)
-                            .and_then(|_| r.read_exact(&mut h))
-                            .ok()
-                            .and_then(|_| decode_header(&h, ABORT_MAX).ok())
-                            .filter(|h| h.kind == KIND_ABORT);
-                        if let Some(h) = h {
-                            if let CommError::PeerFailed { failed, cause, .. } =
-                                read_notice(r, q, h.len)
-                            {
+                        let deadline = deadline_of(q);
+                        match next_notice(r, q, deadline, &mut scratch) {
+                            Some(CommError::PeerFailed { failed, cause, .. }) => {
+                                // The sender's corrected notice may follow: keep listening.
                                 waited_for.insert(q, (failed, cause));
-                                open[q] = true; // a resolved notice may follow
                             }
+                            Some(_) => {} // a data frame skipped
+                            None => open[q] = false,
                         }
                     }
                     Err(e) if is_timeout(&e) || e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -1220,13 +1288,17 @@ mod tests {
     /// A peer that announces `announced` payload bytes under tag 1, sends `sent` of them
     /// and hangs up; the receiving end.
     fn lying_peer(announced: u64, sent: usize) -> TcpStream {
+        lying_peer_of_kind(0, announced, sent)
+    }
+
+    fn lying_peer_of_kind(kind: u8, announced: u64, sent: usize) -> TcpStream {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let mut w = TcpStream::connect(l.local_addr().unwrap()).unwrap();
         let (r, _) = l.accept().unwrap();
         r.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         std::thread::spawn(move || {
             let h = encode_header(&FrameHeader {
-                kind: 0,
+                kind,
                 tag: 1,
                 len: announced,
             });
@@ -1257,6 +1329,22 @@ mod tests {
         let mut r = lying_peer(8, 8);
         let e = recv_frame(&mut r, 1, 1, 1 << 32, Expect::Exactly(0)).unwrap_err();
         assert!(e.to_string().contains("exceeds the maximum of 0"), "{e}");
+    }
+
+    /// An abort notice is at most 1 KiB: announcing 3 GiB of one (within max_frame) is a
+    /// protocol error, with nothing allocated for it.
+    #[test]
+    fn an_oversized_abort_notice_is_refused_unallocated() {
+        let mut r = lying_peer_of_kind(crate::frame::KIND_ABORT, 3 << 30, 100);
+        LARGEST.with(|l| l.set(0));
+        let e = recv_frame(&mut r, 1, 1, 1 << 32, Expect::AtMost(1 << 32)).unwrap_err();
+        let largest = LARGEST.with(|l| l.get());
+        assert!(
+            e.to_string()
+                .contains("an abort notice of 3221225472 bytes"),
+            "{e}"
+        );
+        assert!(largest < 1 << 20, "allocated {largest} bytes");
     }
 
     #[test]

@@ -727,7 +727,14 @@ fn every_survivor_names_the_dead_rank_not_its_neighbour() {
 /// whose own timeout has not fired yet.
 #[test]
 fn every_rank_names_a_hung_rank_not_its_neighbour() {
-    for (world, hung) in [(4usize, 2usize), (5, 0)] {
+    // (world, hung rank, collective): the ring allreduce, and Bruck's allgather, where a
+    // rank further ahead may have queued data ahead of its notice.
+    for (world, hung, gather) in [
+        (4usize, 2usize, false),
+        (5, 0, false),
+        (5, 1, true),
+        (6, 3, true),
+    ] {
         let port = free_port();
         let timeout = Duration::from_secs(1);
         let errors: Vec<Option<String>> = std::thread::scope(|s| {
@@ -740,6 +747,12 @@ fn every_rank_names_a_hung_rank_not_its_neighbour() {
                             // Hangs past everyone's timeout and tracing, then leaves.
                             std::thread::sleep(timeout * 2);
                             return None;
+                        }
+                        if gather {
+                            return c
+                                .allgather_v(&vec![rank as u8; 30_000])
+                                .err()
+                                .map(|e| e.to_string());
                         }
                         let mut d = vec![1.0f32; 50_000];
                         c.allreduce(&mut d, ReduceOp::Sum)
@@ -759,7 +772,7 @@ fn every_rank_names_a_hung_rank_not_its_neighbour() {
             assert!(
                 e.starts_with(&format!("rank {hung}:"))
                     || e.contains(&format!("rank {hung} failed")),
-                "world {world}, rank {rank}: {e}"
+                "world {world}, gather {gather}, rank {rank}: {e}"
             );
         }
     }

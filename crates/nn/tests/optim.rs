@@ -216,7 +216,8 @@ fn adam_state_round_trips_and_masks_the_first_moment() {
         "{m:?}"
     );
     assert_eq!(st[1].2.to_vec::<f32>().unwrap(), v_before);
-    assert_eq!(st[2].2.to_vec::<f32>().unwrap(), vec![2.0]);
+    // The step count as its high and low 24 bits.
+    assert_eq!(st[2].2.to_vec::<f32>().unwrap(), vec![0.0, 2.0]);
     // SGD's state in Adam, Adam's in SGD, a broken step count: errors, not a wrong run.
     let e = b
         .load_state(0, "momentum", t(vec![0.0; 4]))
@@ -229,15 +230,36 @@ fn adam_state_round_trips_and_masks_the_first_moment() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("another optimizer"), "{e}");
-    let one = Tensor::from_vec(vec![2.5f32], vec![1], Device::Cpu).unwrap();
-    assert!(b.load_state(0, "step", one).is_err());
-    // State restored without its step count cannot take a step.
-    let mut c = Adam::new(0.01, 0.9, 0.999, 1e-8, 0.0);
-    c.load_state(0, "m", t(vec![0.0; 4])).unwrap();
-    c.load_state(0, "v", t(vec![0.0; 4])).unwrap();
-    let e = c
-        .update(0, &pa, &t(grads[0].clone()))
-        .unwrap_err()
-        .to_string();
-    assert!(e.contains("without its step count"), "{e}");
+    let step = |v: Vec<f32>| Tensor::from_vec(v.clone(), vec![v.len()], Device::Cpu).unwrap();
+    assert!(b.load_state(0, "step", step(vec![0.0, 2.5])).is_err());
+    assert!(b.load_state(0, "step", step(vec![3.0])).is_err());
+    assert!(b.load_state(0, "step", step(vec![0.0, 0.0])).is_err());
+    // State restored with a piece missing cannot take a step: it names what is missing.
+    for (keys, missing) in [
+        (&["m", "v"][..], "step"),
+        (&["m", "step"], "v"),
+        (&["v", "step"], "m"),
+    ] {
+        let mut c = Adam::new(0.01, 0.9, 0.999, 1e-8, 0.0);
+        for k in keys {
+            let x = if *k == "step" {
+                step(vec![0.0, 1.0])
+            } else {
+                t(vec![0.0; 4])
+            };
+            c.load_state(0, k, x).unwrap();
+        }
+        let e = c
+            .update(0, &pa, &t(grads[0].clone()))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(&format!("without its {missing}")), "{e}");
+    }
+    // A count past 2^24 survives the round trip exactly.
+    let mut d = Adam::new(0.01, 0.9, 0.999, 1e-8, 0.0);
+    d.load_state(0, "step", step(vec![3.0, 5.0])).unwrap();
+    d.load_state(0, "m", t(vec![0.0; 4])).unwrap();
+    d.load_state(0, "v", t(vec![0.0; 4])).unwrap();
+    let saved = d.state();
+    assert_eq!(saved[2].2.to_vec::<f32>().unwrap(), vec![3.0, 5.0]);
 }

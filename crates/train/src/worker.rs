@@ -113,6 +113,15 @@ fn optim_name(index: usize, key: &str) -> String {
     }
 }
 
+/// `t`'s values on the host, for what must not be silently empty (checkpoints, the
+/// initial broadcast).
+fn host_f32(t: &Tensor, what: &str) -> Result<Vec<f32>> {
+    t.to_vec::<f32>()
+        .with_context(|| format!("copying {what} to the host"))
+}
+
+/// `t`'s values on the host, or nothing: the exchange paths hand an empty vector to the
+/// method, which refuses it with an error naming the parameter.
 fn tensor_f32(t: &Tensor) -> Vec<f32> {
     t.to_vec::<f32>().unwrap_or_default()
 }
@@ -216,7 +225,11 @@ impl Worker {
     fn broadcast_model(&self) -> Result<()> {
         let mut bytes = Vec::new();
         for t in self.params.iter().chain(&self.buffers) {
-            bytes.extend(tensor_f32(&t.tensor).iter().flat_map(|x| x.to_le_bytes()));
+            bytes.extend(
+                host_f32(&t.tensor, &t.name)?
+                    .iter()
+                    .flat_map(|x| x.to_le_bytes()),
+            );
         }
         let got = self
             .ex
@@ -251,26 +264,30 @@ impl Worker {
         for p in &self.params {
             tensors.push((
                 format!("param/{}", p.name),
-                tensor_f32(&p.tensor),
+                host_f32(&p.tensor, &p.name)?,
                 p.tensor.dims().to_vec(),
             ));
         }
         for b in &self.buffers {
             tensors.push((
                 format!("buffer/{}", b.name),
-                tensor_f32(&b.tensor),
+                host_f32(&b.tensor, &b.name)?,
                 b.tensor.dims().to_vec(),
             ));
         }
         for (i, key, t) in self.opt.state() {
-            tensors.push((optim_name(i, key), tensor_f32(&t), t.dims().to_vec()));
+            let name = optim_name(i, key);
+            let values = host_f32(&t, &name)?;
+            tensors.push((name, values, t.dims().to_vec()));
         }
         for (k, v) in self.ex.state()? {
             let n = v.len();
             tensors.push((format!("method/{k}"), v, vec![n]));
         }
         for (k, t) in self.task.carried_state() {
-            tensors.push((format!("state/{k}"), tensor_f32(&t), t.dims().to_vec()));
+            let name = format!("state/{k}");
+            let values = host_f32(&t, &name)?;
+            tensors.push((name, values, t.dims().to_vec()));
         }
         let pos = Position {
             world: self.world,

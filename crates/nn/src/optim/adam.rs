@@ -6,8 +6,9 @@ use super::{zeroed_at, Optimizer, StateEntry};
 use std::collections::HashMap;
 use tensor::{no_grad, Device, Error, Result, Tensor};
 
-/// The largest step count a checkpoint holds exactly (it is stored as an f32).
-const MAX_EXACT_STEP: u64 = 1 << 24;
+/// A checkpoint stores the step count as two f32 values, its high and low 24 bits, each
+/// exact: counts below 2^48.
+const STEP_HALF: u64 = 1 << 24;
 
 pub struct Adam {
     pub lr: f64,
@@ -17,6 +18,8 @@ pub struct Adam {
     pub weight_decay: f64,
     /// (step count, m, v) per parameter index.
     state: HashMap<usize, (u64, Tensor, Tensor)>,
+    /// Entries being restored from a checkpoint, until all three pieces are in.
+    loading: HashMap<usize, (Option<u64>, Option<Tensor>, Option<Tensor>)>,
 }
 
 impl Adam {
@@ -28,6 +31,7 @@ impl Adam {
             eps,
             weight_decay,
             state: HashMap::new(),
+            loading: HashMap::new(),
         }
     }
 }
@@ -40,12 +44,22 @@ impl Optimizer for Adam {
             } else {
                 grad.clone()
             };
+            if let Some((t, m, v)) = self.loading.get(&index) {
+                let missing: Vec<&str> = [
+                    ("step", t.is_none()),
+                    ("m", m.is_none()),
+                    ("v", v.is_none()),
+                ]
+                .iter()
+                .filter(|(_, gone)| *gone)
+                .map(|(k, _)| *k)
+                .collect();
+                return Err(Error::msg(format!(
+                    "adam: parameter {index}'s state was restored without its {}",
+                    missing.join(", ")
+                )));
+            }
             let (t, m, v) = match self.state.remove(&index) {
-                Some((0, ..)) => {
-                    return Err(Error::msg(format!(
-                        "adam: parameter {index}'s state was restored without its step count"
-                    )))
-                }
                 Some((t, m, v)) if m.dims() != g.dims() || v.dims() != g.dims() => {
                     return Err(Error::msg(format!(
                         "adam: parameter {index}'s state has shapes {:?} and {:?}, its gradient {:?} (step {t})",
@@ -85,33 +99,32 @@ impl Optimizer for Adam {
         let mut v = Vec::with_capacity(3 * idx.len());
         for i in idx {
             let (t, m, var) = &self.state[&i];
-            // Exact in f32 up to 2^24 steps; load_state refuses what is not a whole count.
-            let step = Tensor::from_vec(vec![*t.min(&MAX_EXACT_STEP) as f32], vec![1], Device::Cpu);
             v.push((i, "m", m.clone()));
             v.push((i, "v", var.clone()));
-            if let Ok(step) = step {
+            // High and low 24 bits, each exact in f32 (a count past 2^48 saturates).
+            let t = (*t).min(STEP_HALF * STEP_HALF - 1);
+            let halves = vec![(t / STEP_HALF) as f32, (t % STEP_HALF) as f32];
+            if let Ok(step) = Tensor::from_vec(halves, vec![2], Device::Cpu) {
                 v.push((i, "step", step));
             }
         }
         v
     }
     fn load_state(&mut self, index: usize, key: &str, t: Tensor) -> Result<()> {
-        let entry = self.state.entry(index).or_insert_with(|| {
-            // Placeholders until every key is loaded; `update` needs all three.
-            (0, t.clone(), t.clone())
-        });
+        let entry = self.loading.entry(index).or_insert((None, None, None));
         match key {
-            "m" => entry.1 = t.detach(),
-            "v" => entry.2 = t.detach(),
+            "m" => entry.1 = Some(t.detach()),
+            "v" => entry.2 = Some(t.detach()),
             "step" => {
                 let x = t.to_vec_f64()?;
+                let whole = |h: f64| h >= 0.0 && h.fract() == 0.0 && h < STEP_HALF as f64;
                 match x.as_slice() {
-                    [s] if *s >= 1.0 && s.fract() == 0.0 && *s < MAX_EXACT_STEP as f64 => {
-                        entry.0 = *s as u64
+                    [hi, lo] if whole(*hi) && whole(*lo) && *hi + *lo > 0.0 => {
+                        entry.0 = Some(*hi as u64 * STEP_HALF + *lo as u64)
                     }
                     _ => {
                         return Err(Error::msg(format!(
-                            "adam: step count {x:?} of parameter {index} is not a whole count in [1, 2^24)"
+                            "adam: step count {x:?} of parameter {index} is not two whole 24-bit halves of a count of at least 1"
                         )))
                     }
                 }
@@ -121,6 +134,17 @@ impl Optimizer for Adam {
                     "adam keeps m, v and step per parameter, not '{other}' (a checkpoint of another optimizer?)"
                 )))
             }
+        }
+        if let Some((Some(t), Some(m), Some(v))) = self.loading.get(&index).cloned() {
+            if m.dims() != v.dims() {
+                return Err(Error::msg(format!(
+                    "adam: parameter {index}'s m has shape {:?}, its v {:?}",
+                    m.dims(),
+                    v.dims()
+                )));
+            }
+            self.loading.remove(&index);
+            self.state.insert(index, (t, m, v));
         }
         Ok(())
     }
