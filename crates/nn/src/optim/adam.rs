@@ -10,6 +10,9 @@ use tensor::{no_grad, Device, Error, Result, Tensor};
 /// exact: counts below 2^48.
 const STEP_HALF: u64 = 1 << 24;
 
+/// A parameter's state as far as a checkpoint has restored it: (step, m, v).
+type Partial = (Option<u64>, Option<Tensor>, Option<Tensor>);
+
 pub struct Adam {
     pub lr: f64,
     pub beta1: f64,
@@ -19,7 +22,7 @@ pub struct Adam {
     /// (step count, m, v) per parameter index.
     state: HashMap<usize, (u64, Tensor, Tensor)>,
     /// Entries being restored from a checkpoint, until all three pieces are in.
-    loading: HashMap<usize, (Option<u64>, Option<Tensor>, Option<Tensor>)>,
+    loading: HashMap<usize, Partial>,
 }
 
 impl Adam {
