@@ -11,21 +11,26 @@ use common::{config, free_port};
 
 /// Runs `f` on every rank of a loopback job; results in rank order.
 fn job<T: Send>(world: usize, f: impl Fn(&mut Communicator) -> T + Sync) -> Vec<T> {
+    job_with(world, Duration::from_secs(20), |_, c| f(c))
+}
+
+/// Runs `f(rank, communicator)` on every rank of a loopback job whose blocking calls
+/// time out after `timeout`; results in rank order.
+fn job_with<T: Send>(
+    world: usize,
+    timeout: Duration,
+    f: impl Fn(usize, &mut Communicator) -> T + Sync,
+) -> Vec<T> {
     let port = free_port();
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..world)
             .map(|rank| {
                 let f = &f;
                 s.spawn(move || {
-                    let mut c = Communicator::connect(&config(
-                        rank,
-                        world,
-                        port,
-                        "secret",
-                        Duration::from_secs(20),
-                    ))
-                    .unwrap();
-                    f(&mut c)
+                    let mut c =
+                        Communicator::connect(&config(rank, world, port, "secret", timeout))
+                            .unwrap();
+                    f(rank, &mut c)
                 })
             })
             .collect();
@@ -639,26 +644,16 @@ fn a_message_over_max_frame_is_refused_by_its_sender() {
 
 #[test]
 fn a_dead_peer_ends_the_collective_with_an_error_naming_it() {
-    let port = free_port();
     let timeout = Duration::from_secs(3);
     let start = Instant::now();
-    let errors: Vec<Option<String>> = std::thread::scope(|s| {
-        let hs: Vec<_> = (0..3)
-            .map(|rank| {
-                s.spawn(move || {
-                    let mut c =
-                        Communicator::connect(&config(rank, 3, port, "t", timeout)).unwrap();
-                    if rank == 2 {
-                        return None; // dies: its sockets close
-                    }
-                    let mut d = vec![1.0f32; 10_000];
-                    c.allreduce(&mut d, ReduceOp::Sum)
-                        .err()
-                        .map(|e| e.to_string())
-                })
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    let errors: Vec<Option<String>> = job_with(3, timeout, |rank, c| {
+        if rank == 2 {
+            return None; // dies: its sockets close
+        }
+        let mut d = vec![1.0f32; 10_000];
+        c.allreduce(&mut d, ReduceOp::Sum)
+            .err()
+            .map(|e| e.to_string())
     });
     assert!(start.elapsed() < timeout * 3, "took {:?}", start.elapsed());
     for e in errors.iter().take(2) {
@@ -677,31 +672,21 @@ fn a_dead_peer_ends_the_collective_with_an_error_naming_it() {
 #[test]
 fn every_survivor_names_the_dead_rank_not_its_neighbour() {
     for (world, dead) in [(5usize, 2usize), (6, 0)] {
-        let port = free_port();
         let timeout = Duration::from_secs(5);
         let start = Instant::now();
-        let errors: Vec<Option<String>> = std::thread::scope(|s| {
-            let hs: Vec<_> = (0..world)
-                .map(|rank| {
-                    s.spawn(move || {
-                        let mut c = Communicator::connect(&config(rank, world, port, "t", timeout))
-                            .unwrap();
-                        if rank == dead {
-                            return None; // dies: its sockets close
-                        }
-                        let mut d = vec![1.0f32; 200_000];
-                        let first = c
-                            .allreduce(&mut d, ReduceOp::Sum)
-                            .err()
-                            .map(|e| e.to_string());
-                        // A communicator that gave up says so at once, naming the same rank.
-                        let again = c.barrier().unwrap_err().to_string();
-                        assert!(again.contains(&format!("rank {dead} failed")), "{again}");
-                        first
-                    })
-                })
-                .collect();
-            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        let errors: Vec<Option<String>> = job_with(world, timeout, |rank, c| {
+            if rank == dead {
+                return None; // dies: its sockets close
+            }
+            let mut d = vec![1.0f32; 200_000];
+            let first = c
+                .allreduce(&mut d, ReduceOp::Sum)
+                .err()
+                .map(|e| e.to_string());
+            // A communicator that gave up says so at once, naming the same rank.
+            let again = c.barrier().unwrap_err().to_string();
+            assert!(again.contains(&format!("rank {dead} failed")), "{again}");
+            first
         });
         assert!(
             start.elapsed() < timeout,
@@ -735,33 +720,23 @@ fn every_rank_names_a_hung_rank_not_its_neighbour() {
         (5, 1, true),
         (6, 3, true),
     ] {
-        let port = free_port();
         let timeout = Duration::from_secs(1);
-        let errors: Vec<Option<String>> = std::thread::scope(|s| {
-            let hs: Vec<_> = (0..world)
-                .map(|rank| {
-                    s.spawn(move || {
-                        let mut c = Communicator::connect(&config(rank, world, port, "t", timeout))
-                            .unwrap();
-                        if rank == hung {
-                            // Hangs past everyone's timeout and tracing, then leaves.
-                            std::thread::sleep(timeout * 2);
-                            return None;
-                        }
-                        if gather {
-                            return c
-                                .allgather_v(&vec![rank as u8; 30_000])
-                                .err()
-                                .map(|e| e.to_string());
-                        }
-                        let mut d = vec![1.0f32; 50_000];
-                        c.allreduce(&mut d, ReduceOp::Sum)
-                            .err()
-                            .map(|e| e.to_string())
-                    })
-                })
-                .collect();
-            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        let errors: Vec<Option<String>> = job_with(world, timeout, |rank, c| {
+            if rank == hung {
+                // Hangs past everyone's timeout and tracing, then leaves.
+                std::thread::sleep(timeout * 2);
+                return None;
+            }
+            if gather {
+                return c
+                    .allgather_v(&vec![rank as u8; 30_000])
+                    .err()
+                    .map(|e| e.to_string());
+            }
+            let mut d = vec![1.0f32; 50_000];
+            c.allreduce(&mut d, ReduceOp::Sum)
+                .err()
+                .map(|e| e.to_string())
         });
         for (rank, e) in errors.iter().enumerate() {
             if rank == hung {
