@@ -549,7 +549,8 @@ impl Worker {
                 let loss = self.task.loss(&batch, &mut ctx)?;
                 let loss_value = loss.to_scalar::<f32>()? as f64;
                 if !loss_value.is_finite() {
-                    bail!("rank {}: the loss is {loss_value} at step {step} (learning rate {lr} too high?)", self.rank);
+                    // run() adds the rank to the message.
+                    bail!("the loss is {loss_value} at step {step} (learning rate {lr} too high?)");
                 }
                 loss.backward()?;
                 let backward_end = Instant::now();

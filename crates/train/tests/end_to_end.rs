@@ -554,6 +554,23 @@ fn a_dead_worker_ends_the_job_naming_it_and_the_checkpoint_resumes() {
 }
 
 #[test]
+fn a_diverging_run_stops_with_an_error_naming_the_step_once() {
+    let dir = tmp("diverging");
+    let mut args: Vec<&str> = BASE.to_vec();
+    let out = dir.to_str().unwrap().to_string();
+    args.extend([
+        "--method", "dense", "--lr", "1e30", "--steps", "20", "--out", &out,
+    ]);
+    let o = train(&args, &[]);
+    assert!(!o.status.success());
+    let t = text(&o);
+    assert!(t.contains("the loss is") && t.contains("too high?"), "{t}");
+    // The rank is named once per line: by the launcher's prefix and run()'s context.
+    assert!(!t.contains("rank 0: rank 0"), "{t}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn wrong_configurations_fail_before_any_worker_starts() {
     let cases: &[(&[&str], &str)] = &[
         (
