@@ -243,7 +243,7 @@ fn read_header(
     let h =
         decode_header(&h, max.max(ABORT_MAX)).map_err(|msg| CommError::Protocol { peer, msg })?;
     if h.kind == KIND_ABORT {
-        return Err(read_abort(r, peer, h.len));
+        return Err(read_notice(r, peer, h.len));
     }
     if h.len > max {
         return Err(CommError::Protocol {
@@ -263,11 +263,13 @@ fn read_header(
     Ok(h)
 }
 
-/// Reads an abort notice's payload (its header said `len` bytes, at most [`ABORT_MAX`])
-/// and returns it as the error it reports. A second notice may follow on the same
-/// connection (see [`Communicator::trace_stall`]); the guard listens for it.
-fn read_abort(r: &mut TcpStream, peer: usize, len: u64) -> CommError {
-    read_notice(r, peer, len)
+/// Passes a send's result through, marking `to`'s writer dirty (no abort notice goes
+/// there) if the send broke off on the socket, possibly mid-frame.
+fn mark_failed_send(dirty: &mut [bool], to: usize, sent: Result<()>) -> Result<()> {
+    if let Err(e) = &sent {
+        dirty[to] |= matches!(e, CommError::Peer { .. });
+    }
+    sent
 }
 
 /// While tracing a stall, reads the frame whose header is waiting on `r`, by `deadline`:
@@ -314,7 +316,8 @@ fn is_timeout(e: &std::io::Error) -> bool {
 
 /// One abort notice's payload (at most [`ABORT_MAX`] bytes) as the error it reports. A
 /// longer announced notice is a protocol error before anything is allocated: the data
-/// limit `max_frame` does not apply to notices.
+/// limit `max_frame` does not apply to notices. A corrected notice may follow on the same
+/// connection ([`Communicator::trace_stall`] listens for it).
 fn read_notice(r: &mut TcpStream, peer: usize, len: u64) -> CommError {
     if len > ABORT_MAX {
         return CommError::Protocol {
@@ -562,10 +565,8 @@ impl Communicator {
         let w = self.writers[peer]
             .as_mut()
             .ok_or_else(|| CommError::Config(format!("no connection to rank {peer}")))?;
-        if let Err(e) = send_frame(w, peer, tag, payload, self.max_frame) {
-            self.dirty[peer] |= matches!(e, CommError::Peer { .. });
-            return Err(e);
-        }
+        let sent = send_frame(w, peer, tag, payload, self.max_frame);
+        mark_failed_send(&mut self.dirty, peer, sent)?;
         self.counters.sent(kind, payload.len(), HEADER_LEN);
         Ok(())
     }
@@ -588,9 +589,7 @@ impl Communicator {
     /// usually fails second, because the peer it writes to stopped reading after a
     /// failure of its own, which the receive reports or the notice carries).
     fn settle<T>(&mut self, to: usize, sent: Result<()>, got: Result<T>) -> Result<T> {
-        if let Err(e) = &sent {
-            self.dirty[to] |= matches!(e, CommError::Peer { .. });
-        }
+        let sent = mark_failed_send(&mut self.dirty, to, sent);
         match (sent, got) {
             (_, Err(g)) => Err(g),
             (Err(s), Ok(_)) => Err(s),
@@ -780,17 +779,22 @@ impl Communicator {
         found
     }
 
-    /// An abort notice `peer` may have sent before this rank's send to it failed (it
-    /// stopped reading when it failed), or that it sends just after this rank's receive
-    /// from it timed out: read with a short timeout; anything else is ignored (the
-    /// connection is given up anyway).
+    /// The abort notice `peer` sent before this rank's send to it broke (it stopped
+    /// reading when it failed), if one arrives within 200 ms; anything else is ignored
+    /// (the connection is given up anyway).
     fn news_from(&mut self, peer: usize) -> Option<CommError> {
         let r = self.readers.get_mut(peer)?.as_mut()?;
-        r.set_read_timeout(Some(Duration::from_millis(200))).ok()?;
-        let mut h = [0u8; HEADER_LEN];
-        r.read_exact(&mut h).ok()?;
-        let h = decode_header(&h, ABORT_MAX).ok()?;
-        (h.kind == KIND_ABORT).then(|| read_abort(r, peer, h.len))
+        let deadline = Instant::now() + Duration::from_millis(200);
+        next_notice(r, peer, deadline, &mut Vec::new())
+            .filter(|e| matches!(e, CommError::PeerFailed { .. }))
+    }
+
+    /// Runs a public call: refused at once on a communicator that gave up, and its error
+    /// passed through [`Communicator::guard`].
+    fn guarded<T>(&mut self, call: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
+        self.check_alive()?;
+        let r = call(self);
+        self.guard(r)
     }
 
     /// The error of a call on a communicator that gave up after a peer failed.
@@ -828,10 +832,8 @@ impl Communicator {
         if payload.len() <= SMALL_FRAME {
             // Fits in the socket's send buffer, so sending first cannot deadlock, and no
             // thread is needed: latency-bound collectives (the sparse ones) gain the most.
-            if let Err(e) = send_frame(w, to, tag, payload, limit) {
-                self.dirty[to] |= matches!(e, CommError::Peer { .. });
-                return Err(e);
-            }
+            let sent = send_frame(w, to, tag, payload, limit);
+            mark_failed_send(&mut self.dirty, to, sent)?;
             let got = recv_frame(r, from, tag, max, expect)?;
             self.counters.sent(kind, payload.len(), HEADER_LEN);
             self.counters.received(kind, got.len(), HEADER_LEN);
@@ -854,9 +856,7 @@ impl Communicator {
     /// Point-to-point send, matched by the next `recv` from this rank on `peer` (messages
     /// between a pair arrive in order; other ranks need not take part).
     pub fn send(&mut self, peer: usize, payload: &[u8]) -> Result<()> {
-        self.check_alive()?;
-        let r = self.send_unguarded(peer, payload);
-        self.guard(r)
+        self.guarded(|c| c.send_unguarded(peer, payload))
     }
     fn send_unguarded(&mut self, peer: usize, payload: &[u8]) -> Result<()> {
         self.check_peer(peer)?;
@@ -868,9 +868,7 @@ impl Communicator {
         Ok(())
     }
     pub fn recv(&mut self, peer: usize) -> Result<Vec<u8>> {
-        self.check_alive()?;
-        let r = self.recv_unguarded(peer);
-        self.guard(r)
+        self.guarded(|c| c.recv_unguarded(peer))
     }
     fn recv_unguarded(&mut self, peer: usize) -> Result<Vec<u8>> {
         self.check_peer(peer)?;
@@ -886,9 +884,7 @@ impl Communicator {
 
     /// Returns when every rank has called it.
     pub fn barrier(&mut self) -> Result<()> {
-        self.check_alive()?;
-        let r = self.barrier_unguarded();
-        self.guard(r)
+        self.guarded(|c| c.barrier_unguarded())
     }
     fn barrier_unguarded(&mut self) -> Result<()> {
         let tag = self.next_tag();
@@ -909,9 +905,7 @@ impl Communicator {
     /// `root`'s bytes on every rank, along a binomial tree (log₂ P rounds).
     /// A `root` that is not a rank is an error, before any communication.
     pub fn broadcast(&mut self, root: usize, data: &[u8]) -> Result<Vec<u8>> {
-        self.check_alive()?;
-        let r = self.broadcast_unguarded(root, data);
-        self.guard(r)
+        self.guarded(|c| c.broadcast_unguarded(root, data))
     }
     fn broadcast_unguarded(&mut self, root: usize, data: &[u8]) -> Result<Vec<u8>> {
         if root >= self.world {
@@ -996,9 +990,7 @@ impl Communicator {
     /// with bitwise-identical values: each segment is summed once, in ring order, and then
     /// copied. Segments travel as their own bytes; the allgather receives in place.
     pub fn allreduce(&mut self, data: &mut [f32], op: ReduceOp) -> Result<()> {
-        self.check_alive()?;
-        let r = self.allreduce_unguarded(data, op);
-        self.guard(r)
+        self.guarded(|c| c.allreduce_unguarded(data, op))
     }
     fn allreduce_unguarded(&mut self, data: &mut [f32], op: ReduceOp) -> Result<()> {
         let tag = self.next_tag();
@@ -1032,9 +1024,7 @@ impl Communicator {
     /// the rank that completes it and copied from there, so every rank ends with identical
     /// values, all representable in f16.
     pub fn allreduce_f16(&mut self, data: &mut [f32], op: ReduceOp) -> Result<()> {
-        self.check_alive()?;
-        let r = self.allreduce_f16_unguarded(data, op);
-        self.guard(r)
+        self.guarded(|c| c.allreduce_f16_unguarded(data, op))
     }
     fn allreduce_f16_unguarded(&mut self, data: &mut [f32], op: ReduceOp) -> Result<()> {
         let tag = self.next_tag();
@@ -1089,9 +1079,7 @@ impl Communicator {
 
     /// Every rank's buffer (of any length) on every rank.
     pub fn allgather_v(&mut self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
-        self.check_alive()?;
-        let r = self.allgather_v_unguarded(data);
-        self.guard(r)
+        self.guarded(|c| c.allgather_v_unguarded(data))
     }
     fn allgather_v_unguarded(&mut self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
         let tag = self.next_tag();
@@ -1136,9 +1124,7 @@ impl Communicator {
     /// in rank order, so the result is identical everywhere). O(kP) traffic per rank.
     /// A malformed `local` (see [`SparseVec::check`]) is an error before any communication.
     pub fn topk_allreduce(&mut self, local: &SparseVec) -> Result<SparseVec> {
-        self.check_alive()?;
-        let r = self.topk_allreduce_unguarded(local);
-        self.guard(r)
+        self.guarded(|c| c.topk_allreduce_unguarded(local))
     }
     fn topk_allreduce_unguarded(&mut self, local: &SparseVec) -> Result<SparseVec> {
         check_local("topk_allreduce", local)?;
@@ -1156,9 +1142,7 @@ impl Communicator {
     /// after summation; that is the algorithm the paper defines. A malformed `local` (see
     /// [`SparseVec::check`]) is an error before any communication.
     pub fn gtopk_allreduce(&mut self, local: &SparseVec, k: usize) -> Result<SparseVec> {
-        self.check_alive()?;
-        let r = self.gtopk_allreduce_unguarded(local, k);
-        self.guard(r)
+        self.guarded(|c| c.gtopk_allreduce_unguarded(local, k))
     }
     fn gtopk_allreduce_unguarded(&mut self, local: &SparseVec, k: usize) -> Result<SparseVec> {
         check_local("gtopk_allreduce", local)?;

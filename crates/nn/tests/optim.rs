@@ -201,7 +201,7 @@ fn adam_state_round_trips_and_masks_the_first_moment() {
     let keys: Vec<&str> = state.iter().map(|e| e.1).collect();
     assert_eq!(keys, ["m", "v", "step"]);
     for (i, k, x) in state {
-        b.load_state(i, k, x).unwrap();
+        b.load_state(i, k, x, &[4]).unwrap();
     }
     a.update(0, &pa, &t(grads[1].clone())).unwrap();
     b.update(0, &pb, &t(grads[1].clone())).unwrap();
@@ -220,20 +220,20 @@ fn adam_state_round_trips_and_masks_the_first_moment() {
     assert_eq!(st[2].2.to_vec::<f32>().unwrap(), vec![0.0, 2.0]);
     // SGD's state in Adam, Adam's in SGD, a broken step count: errors, not a wrong run.
     let e = b
-        .load_state(0, "momentum", t(vec![0.0; 4]))
+        .load_state(0, "momentum", t(vec![0.0; 4]), &[4])
         .unwrap_err()
         .to_string();
     assert!(e.contains("another optimizer"), "{e}");
     let mut sgd = Sgd::new(0.1, 0.9, false, 0.0).unwrap();
     let e = sgd
-        .load_state(0, "m", t(vec![0.0; 4]))
+        .load_state(0, "m", t(vec![0.0; 4]), &[4])
         .unwrap_err()
         .to_string();
     assert!(e.contains("another optimizer"), "{e}");
     let step = |v: Vec<f32>| Tensor::from_vec(v.clone(), vec![v.len()], Device::Cpu).unwrap();
-    assert!(b.load_state(0, "step", step(vec![0.0, 2.5])).is_err());
-    assert!(b.load_state(0, "step", step(vec![3.0])).is_err());
-    assert!(b.load_state(0, "step", step(vec![0.0, 0.0])).is_err());
+    assert!(b.load_state(0, "step", step(vec![0.0, 2.5]), &[4]).is_err());
+    assert!(b.load_state(0, "step", step(vec![3.0]), &[4]).is_err());
+    assert!(b.load_state(0, "step", step(vec![0.0, 0.0]), &[4]).is_err());
     // State restored with a piece missing cannot take a step: it names what is missing.
     for (keys, missing) in [
         (&["m", "v"][..], "step"),
@@ -247,7 +247,7 @@ fn adam_state_round_trips_and_masks_the_first_moment() {
             } else {
                 t(vec![0.0; 4])
             };
-            c.load_state(0, k, x).unwrap();
+            c.load_state(0, k, x, &[4]).unwrap();
         }
         let e = c
             .update(0, &pa, &t(grads[0].clone()))
@@ -257,9 +257,9 @@ fn adam_state_round_trips_and_masks_the_first_moment() {
     }
     // A count past 2^24 survives the round trip exactly.
     let mut d = Adam::new(0.01, 0.9, 0.999, 1e-8, 0.0);
-    d.load_state(0, "step", step(vec![3.0, 5.0])).unwrap();
-    d.load_state(0, "m", t(vec![0.0; 4])).unwrap();
-    d.load_state(0, "v", t(vec![0.0; 4])).unwrap();
+    d.load_state(0, "step", step(vec![3.0, 5.0]), &[4]).unwrap();
+    d.load_state(0, "m", t(vec![0.0; 4]), &[4]).unwrap();
+    d.load_state(0, "v", t(vec![0.0; 4]), &[4]).unwrap();
     let saved = d.state();
     assert_eq!(saved[2].2.to_vec::<f32>().unwrap(), vec![3.0, 5.0]);
 }

@@ -414,25 +414,9 @@ impl Worker {
                     .params
                     .get(i)
                     .with_context(|| format!("checkpoint tensor {name}: no parameter {i}"))?;
-                // Adam's step count is one number; every other entry has the parameter's shape.
-                if key != "step" && shape != p.tensor.dims() {
-                    bail!(
-                        "checkpoint tensor {name} has shape {shape:?}, parameter {} {:?}",
-                        p.name,
-                        p.tensor.dims()
-                    );
-                }
-                let device = if key == "step" {
-                    Device::Cpu
-                } else {
-                    p.tensor.device()
-                };
+                let t = Tensor::from_vec(data.clone(), shape.clone(), p.tensor.device())?;
                 self.opt
-                    .load_state(
-                        i,
-                        key,
-                        Tensor::from_vec(data.clone(), shape.clone(), device)?,
-                    )
+                    .load_state(i, key, t, p.tensor.dims())
                     .with_context(|| {
                         format!(
                             "checkpoint tensor {name}, for --optimizer {}",

@@ -249,9 +249,7 @@ impl Qsgd {
             sizes: Vec::new(),
         })
     }
-}
 
-impl Qsgd {
     /// Scales buckets by `scale` (2-norm by default).
     pub fn with_scale(mut self, scale: Scale) -> Self {
         self.scale = scale;

@@ -2,7 +2,7 @@
 //! m = β1·m + (1−β1)·g; v = β2·v + (1−β2)·g²;
 //! p ← p − lr/(1−β1ᵗ) · m / (√v/√(1−β2ᵗ) + ε).
 
-use super::{zeroed_at, Optimizer, StateEntry};
+use super::{check_state_shape, zeroed_at, Optimizer, StateEntry};
 use std::collections::HashMap;
 use tensor::{no_grad, Device, Error, Result, Tensor};
 
@@ -63,14 +63,6 @@ impl Optimizer for Adam {
                 )));
             }
             let (t, m, v) = match self.state.remove(&index) {
-                Some((t, m, v)) if m.dims() != g.dims() || v.dims() != g.dims() => {
-                    return Err(Error::msg(format!(
-                        "adam: parameter {index}'s state has shapes {:?} and {:?}, its gradient {:?} (step {t})",
-                        m.dims(),
-                        v.dims(),
-                        g.dims()
-                    )))
-                }
                 Some(s) => s,
                 None => (0, g.zeros_like()?, g.zeros_like()?),
             };
@@ -113,7 +105,16 @@ impl Optimizer for Adam {
         }
         v
     }
-    fn load_state(&mut self, index: usize, key: &str, t: Tensor) -> Result<()> {
+    fn load_state(
+        &mut self,
+        index: usize,
+        key: &str,
+        t: Tensor,
+        param_dims: &[usize],
+    ) -> Result<()> {
+        if key == "m" || key == "v" {
+            check_state_shape(&format!("adam {key}"), index, &t, param_dims)?;
+        }
         let entry = self.loading.entry(index).or_insert((None, None, None));
         match key {
             "m" => entry.1 = Some(t.detach()),
@@ -139,13 +140,6 @@ impl Optimizer for Adam {
             }
         }
         if let Some((Some(t), Some(m), Some(v))) = self.loading.get(&index).cloned() {
-            if m.dims() != v.dims() {
-                return Err(Error::msg(format!(
-                    "adam: parameter {index}'s m has shape {:?}, its v {:?}",
-                    m.dims(),
-                    v.dims()
-                )));
-            }
             self.loading.remove(&index);
             self.state.insert(index, (t, m, v));
         }

@@ -30,9 +30,16 @@ pub trait Optimizer: Send {
     /// Everything a resumed run needs to continue bit for bit, by parameter index (in
     /// index order) and key: SGD's `momentum`; Adam's `m`, `v` and `step`.
     fn state(&self) -> Vec<StateEntry>;
-    /// Restores one entry of [`Optimizer::state`]; a key this optimizer does not keep is
-    /// an error (a checkpoint of another optimizer).
-    fn load_state(&mut self, index: usize, key: &str, t: Tensor) -> Result<()>;
+    /// Restores one entry of [`Optimizer::state`] for parameter `index`, whose shape is
+    /// `param_dims`; a key this optimizer does not keep (a checkpoint of another
+    /// optimizer), or an entry of the wrong shape, is an error.
+    fn load_state(
+        &mut self,
+        index: usize,
+        key: &str,
+        t: Tensor,
+        param_dims: &[usize],
+    ) -> Result<()>;
     /// Momentum factor masking: zeros parameter `index`'s momentum (Adam: its first
     /// moment) at `positions`, flat in its element order. Nothing to do before the
     /// parameter's first update.
@@ -62,4 +69,21 @@ pub(crate) fn zeroed_at(t: &Tensor, positions: &[usize], what: &str) -> Result<T
         })? = 0.0;
     }
     Tensor::from_vec(host, t.dims().to_vec(), t.device())?.to_dtype(t.dtype())
+}
+
+/// Checks that a restored per-parameter state tensor has its parameter's shape.
+pub(crate) fn check_state_shape(
+    what: &str,
+    index: usize,
+    t: &Tensor,
+    param_dims: &[usize],
+) -> Result<()> {
+    if t.dims() == param_dims {
+        Ok(())
+    } else {
+        Err(Error::msg(format!(
+            "{what} of parameter {index} has shape {:?}, the parameter {param_dims:?}",
+            t.dims()
+        )))
+    }
 }

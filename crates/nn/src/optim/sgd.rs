@@ -2,7 +2,7 @@
 //! (dampening 0): d = g + wd·p; buf = m·buf + d (buf = d at the first step);
 //! d = d + m·buf (Nesterov) or buf; p ← p − lr·d.
 
-use super::{zeroed_at, Optimizer, StateEntry};
+use super::{check_state_shape, zeroed_at, Optimizer, StateEntry};
 use std::collections::HashMap;
 use tensor::{no_grad, Error, Result, SgdStep, Tensor};
 
@@ -92,12 +92,19 @@ impl Optimizer for Sgd {
         v.sort_by_key(|e| e.0);
         v
     }
-    fn load_state(&mut self, index: usize, key: &str, t: Tensor) -> Result<()> {
+    fn load_state(
+        &mut self,
+        index: usize,
+        key: &str,
+        t: Tensor,
+        param_dims: &[usize],
+    ) -> Result<()> {
         if key != "momentum" {
             return Err(Error::msg(format!(
                 "sgd keeps a momentum buffer per parameter, not '{key}' (a checkpoint of another optimizer?)"
             )));
         }
+        check_state_shape("sgd momentum", index, &t, param_dims)?;
         self.buffers.insert(index, t.detach());
         Ok(())
     }
