@@ -567,6 +567,23 @@ impl Config {
         }
     }
 
+    /// The configuration of one worker of a job of `world` ranks (WORLD_SIZE): `workers`
+    /// becomes the job's size. A node of a multi-node job leaves `--workers` at its default
+    /// of 1 (one process here) or gives the job's size; any other value is refused, since
+    /// it is either a mistake or a request to launch local workers inside a job.
+    pub fn for_job(&self, world: usize) -> Result<Config> {
+        if self.workers != 1 && self.workers != world {
+            bail!(
+                "--workers {} disagrees with WORLD_SIZE={world}: inside a job (RANK and WORLD_SIZE set) this process is one worker; leave --workers out or give the job's size",
+                self.workers
+            );
+        }
+        Ok(Config {
+            workers: world,
+            ..self.clone()
+        })
+    }
+
     pub fn write(&self, dir: &Path) -> Result<()> {
         let text = toml::to_string_pretty(self).context("serialising the configuration")?;
         crate::metrics::write_atomic(&dir.join("config.toml"), text.as_bytes())
@@ -576,6 +593,30 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_worker_of_a_job_takes_the_jobs_size() {
+        let node = Config::default(); // --workers left out: 1
+        assert_eq!(node.for_job(4).unwrap().workers, 4);
+        let launched = Config {
+            workers: 4,
+            ..Config::default()
+        };
+        assert_eq!(launched.for_job(4).unwrap().workers, 4);
+        let e = launched.for_job(2).unwrap_err().to_string();
+        assert!(e.contains("--workers 4 disagrees with WORLD_SIZE=2"), "{e}");
+        // The step's samples are checked against the job's size: 2 nodes × batch 32 need
+        // 64 synthetic samples even though each node says --workers 1.
+        let small = Config {
+            dataset: "synthetic".into(),
+            model: "lenet5".into(),
+            synthetic_samples: 40,
+            ..Config::default()
+        };
+        small.validate().unwrap();
+        let e = small.for_job(2).unwrap().validate().unwrap_err().to_string();
+        assert!(e.contains("less than one step's 64 samples"), "{e}");
+    }
 
     #[test]
     fn cosine_decays_over_the_steps_of_the_run() {

@@ -39,6 +39,15 @@ pub fn run(cfg: &Config, resume: bool, raw_args: &[String]) -> Result<Option<Sum
             }
         }
     }
+    // In a job, the job's size is WORLD_SIZE: checks that depend on it (a step's samples,
+    // the method's world) and the recorded config.toml use it, not this node's `--workers`.
+    let job_cfg;
+    let cfg = if in_job {
+        job_cfg = cfg.for_job(job_world()?)?;
+        &job_cfg
+    } else {
+        cfg
+    };
     cfg.validate()?;
     if !in_job && cfg.workers > 1 {
         if cfg.backend == config::Backend::Nccl {
@@ -66,4 +75,14 @@ pub fn run(cfg: &Config, resume: bool, raw_args: &[String]) -> Result<Option<Sum
         .with_context(|| format!("rank {rank}: setting up"))?;
     let summary = w.run(resume).with_context(|| format!("rank {rank}"))?;
     Ok(if rank == 0 { Some(summary) } else { None })
+}
+
+/// WORLD_SIZE of the job this process is a worker of.
+fn job_world() -> Result<usize> {
+    let raw = std::env::var("WORLD_SIZE").context("WORLD_SIZE")?;
+    raw.trim()
+        .parse::<usize>()
+        .ok()
+        .filter(|&w| w > 0)
+        .with_context(|| format!("WORLD_SIZE={raw:?} is not a positive whole number"))
 }
