@@ -105,13 +105,15 @@ fn accept_peers(
             }
         }
     };
+    let missing = |peers: &[Option<TcpStream>]| -> Vec<usize> {
+        expected.clone().filter(|&p| peers[p].is_none()).collect()
+    };
     loop {
         while let Ok(h) = done.try_recv() {
             pending -= 1;
             settle(h, peers);
         }
-        let missing: Vec<usize> = expected.clone().filter(|&p| peers[p].is_none()).collect();
-        if missing.is_empty() {
+        if missing(peers).is_empty() {
             return Ok(());
         }
         if Instant::now() > deadline {
@@ -126,7 +128,7 @@ fn accept_peers(
                     Err(_) => break,
                 }
             }
-            let missing: Vec<usize> = expected.clone().filter(|&p| peers[p].is_none()).collect();
+            let missing = missing(peers);
             if missing.is_empty() {
                 return Ok(());
             }
