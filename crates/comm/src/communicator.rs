@@ -200,13 +200,7 @@ const P2P: u32 = 1 << 31;
 /// does not know in advance (`max_frame`): a larger payload is refused here, with an error
 /// that says which setting to raise, rather than sent for the receiver to refuse.
 fn send_frame(w: &mut TcpStream, peer: usize, tag: u32, payload: &[u8], limit: u64) -> Result<()> {
-    if payload.len() as u64 > limit {
-        return Err(CommError::Config(format!(
-            "a message of {} bytes for rank {peer} exceeds the frame limit of {limit} bytes, \
-             which the receiver would refuse (raise CommConfig::max_frame on every rank)",
-            payload.len()
-        )));
-    }
+    check_size(peer, payload, limit)?;
     let h = encode_header(&FrameHeader {
         kind: KIND_DATA,
         tag,
@@ -219,6 +213,15 @@ fn send_frame(w: &mut TcpStream, peer: usize, tag: u32, payload: &[u8], limit: u
             op: "send",
             source: e,
         })
+}
+
+/// A payload over `limit` is refused before anything is written or read.
+fn check_size(peer: usize, payload: &[u8], limit: u64) -> Result<()> {
+    let len = payload.len() as u64;
+    if len > limit {
+        return Err(CommError::TooLarge { peer, len, limit });
+    }
+    Ok(())
 }
 
 fn read_failed(peer: usize) -> impl Fn(std::io::Error) -> CommError {
@@ -611,6 +614,14 @@ impl Communicator {
         if self.aborted.is_some() {
             return Err(e);
         }
+        if let CommError::TooLarge { .. } = e {
+            // Nothing was sent, but the peers wait for this rank's part of the collective:
+            // tell them why it will not come, and give up, as after a peer's failure.
+            let cause = e.to_string();
+            self.notify(self.rank, &cause);
+            self.shut_down(self.rank, cause);
+            return Err(e);
+        }
         let e = match e {
             // A send that broke: the peer stopped reading after a failure of its own, and
             // its notice, sent before it closed, is already here. (A send that timed out
@@ -667,11 +678,16 @@ impl Communicator {
             }
             None => (failed, cause, e),
         };
+        self.shut_down(failed, cause);
+        Err(e)
+    }
+
+    /// Closes every connection and makes every later call fail, naming `failed`.
+    fn shut_down(&mut self, failed: usize, cause: String) {
         for s in self.writers.iter().chain(&self.readers).flatten() {
             let _ = s.shutdown(std::net::Shutdown::Both);
         }
         self.aborted = Some((failed, cause));
-        Err(e)
     }
 
     /// Sends every peer but `failed` (and writers with an interrupted frame) an abort
@@ -829,6 +845,9 @@ impl Communicator {
         let r = self.readers[from]
             .as_mut()
             .ok_or_else(|| CommError::Config(format!("no connection to rank {from}")))?;
+        // Refused before the receive starts: waiting for `from` while `to` waits in vain
+        // for this message would end in a timeout that hides the cause.
+        check_size(to, payload, limit)?;
         if payload.len() <= SMALL_FRAME {
             // Fits in the socket's send buffer, so sending first cannot deadlock, and no
             // thread is needed: latency-bound collectives (the sparse ones) gain the most.
@@ -861,7 +880,13 @@ impl Communicator {
     fn send_unguarded(&mut self, peer: usize, payload: &[u8]) -> Result<()> {
         self.check_peer(peer)?;
         let n = self.p2p_sent[peer].wrapping_add(1);
-        self.send_to(peer, P2P | (n & !P2P), Collective::SendRecv, payload)?;
+        // No peer waits inside a collective for a point-to-point message: refusing it
+        // leaves the communicator usable (a configuration error, not an abort).
+        self.send_to(peer, P2P | (n & !P2P), Collective::SendRecv, payload)
+            .map_err(|e| match e {
+                CommError::TooLarge { .. } => CommError::Config(e.to_string()),
+                e => e,
+            })?;
         // Counted once sent: a message refused before sending (over max_frame) must not
         // shift the numbering the receiver matches against.
         self.p2p_sent[peer] = n;
@@ -917,7 +942,11 @@ impl Communicator {
         let tag = self.next_tag();
         let expect = Expect::AtMost(self.max_frame);
         self.broadcast_tagged(root, data, tag, Collective::Broadcast, expect)
+            .map(|(b, _)| b)
     }
+    /// A binomial-tree broadcast from `root`; returns the data and the rank it came from
+    /// (this rank's parent in the tree, or this rank at the root), which is the rank to
+    /// blame for a message that does not decode.
     fn broadcast_tagged(
         &mut self,
         root: usize,
@@ -925,9 +954,10 @@ impl Communicator {
         tag: u32,
         kind: Collective,
         expect: Expect,
-    ) -> Result<Vec<u8>> {
+    ) -> Result<(Vec<u8>, usize)> {
         let p = self.world;
         let vr = (self.rank + p - root) % p;
+        let mut from = self.rank;
         let mut buf = if vr == 0 { Some(data.to_vec()) } else { None };
         let mut mask = 1;
         while mask < p {
@@ -938,12 +968,12 @@ impl Communicator {
                     self.send_to(dst, tag, kind, &b)?;
                 }
             } else if vr < 2 * mask {
-                let src = (vr - mask + root) % p;
-                buf = Some(self.recv_from(src, tag, kind, expect)?);
+                from = (vr - mask + root) % p;
+                buf = Some(self.recv_from(from, tag, kind, expect)?);
             }
             mask <<= 1;
         }
-        Ok(buf.unwrap_or_default())
+        Ok((buf.unwrap_or_default(), from))
     }
 
     /// Sends `send` to `to` while receiving exactly `recv.len()` floats from `from`, either
@@ -1022,7 +1052,8 @@ impl Communicator {
     /// dense 16-bit baseline. Partial sums are kept in f32 on the rank that adds them and
     /// rounded to f16 only for transmission; each segment's final sum is rounded once by
     /// the rank that completes it and copied from there, so every rank ends with identical
-    /// values, all representable in f16.
+    /// values. The sums are f16 values; `Average` then scales them by 1/P in f32 on every
+    /// rank (the same on all), so averages need not be f16 values unless P is a power of 2.
     pub fn allreduce_f16(&mut self, data: &mut [f32], op: ReduceOp) -> Result<()> {
         self.guarded(|c| c.allreduce_f16_unguarded(data, op))
     }
@@ -1077,7 +1108,10 @@ impl Communicator {
         Ok(())
     }
 
-    /// Every rank's buffer (of any length) on every rank.
+    /// Every rank's buffer (of any length) on every rank. Bruck's algorithm packs up to
+    /// ⌈P/2⌉ ranks' buffers into one message, and each message is held to `max_frame`, so
+    /// the buffers of any ⌈P/2⌉ consecutive ranks must fit in it together; a message over
+    /// it fails the collective on every rank at once, naming the setting.
     pub fn allgather_v(&mut self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
         self.guarded(|c| c.allgather_v_unguarded(data))
     }
@@ -1166,9 +1200,9 @@ impl Communicator {
             }
             mask <<= 1;
         }
-        let bytes =
+        let (bytes, from) =
             self.broadcast_tagged(0, &cur.encode(), tag, Collective::GtopkAllreduce, expect)?;
-        SparseVec::decode(&bytes).map_err(|msg| CommError::Protocol { peer: 0, msg })
+        SparseVec::decode(&bytes).map_err(|msg| CommError::Protocol { peer: from, msg })
     }
 }
 
@@ -1457,5 +1491,48 @@ mod tests {
             let junk: Vec<u8> = (0..n).map(|_| rng.below(256) as u8).collect();
             let _ = unpack_blocks(&junk, rng.below(4));
         }
+    }
+
+    /// A broadcast message that does not decode is blamed on the rank it came from (the
+    /// tree parent), not on the root: in gTopKAllReduce's broadcast with 4 ranks, rank 3
+    /// receives from rank 1, here a scripted rank that forwards garbage.
+    #[test]
+    fn a_malformed_gtopk_broadcast_names_the_rank_that_sent_it() {
+        use super::{Collective, Communicator};
+        use crate::SparseVec;
+        let port = crate::free_loopback_port().unwrap();
+        let world = 4;
+        let errors: Vec<Option<String>> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..world)
+                .map(|rank| {
+                    s.spawn(move || {
+                        let cfg = CommConfig {
+                            timeout: Duration::from_secs(20),
+                            ..CommConfig::loopback(rank, world, port, b"t")
+                        };
+                        let mut c = Communicator::connect(&cfg).unwrap();
+                        let mine = SparseVec {
+                            indices: vec![rank as u32],
+                            values: vec![1.0 + rank as f32],
+                        };
+                        if rank != 1 {
+                            return c.gtopk_allreduce(&mine, 2).err().map(|e| e.to_string());
+                        }
+                        // Rank 1's part, by hand: its reduction message to rank 0, the
+                        // broadcast from rank 0, then five bytes of garbage to rank 3.
+                        let tag = c.next_tag();
+                        let k = Collective::GtopkAllreduce;
+                        c.send_to(0, tag, k, &mine.encode()).unwrap();
+                        c.recv_from(0, tag, k, Expect::AtMost(1 << 20)).unwrap();
+                        c.send_to(3, tag, k, &[1, 2, 3, 4, 5]).unwrap();
+                        None
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert!(errors[0].is_none() && errors[2].is_none(), "{errors:?}");
+        let e = errors[3].as_deref().expect("rank 3 must refuse the message");
+        assert!(e.starts_with("rank 1: malformed frame"), "{e}");
     }
 }

@@ -38,7 +38,7 @@ impl AlphaBeta {
     pub fn fit(samples: &[(usize, f64)]) -> AlphaBeta {
         let mut s: Vec<(f64, f64)> = samples
             .iter()
-            .filter(|x| x.1 > 0.0)
+            .filter(|x| x.1 > 0.0 && x.1.is_finite())
             .map(|&(n, t)| (n as f64, t))
             .collect();
         if s.is_empty() {
@@ -94,8 +94,9 @@ impl AlphaBeta {
 /// Ping-pong in pairs (0↔1, 2↔3, …), all pairs at once so that the measurement sees the
 /// same load as a collective in which every rank is busy (on an oversubscribed machine
 /// or a shared switch that load is part of α and β). For each size, the best over `reps`
-/// round trips, halved. Every rank must call it; ranks in a pair get samples (a last,
-/// unpaired rank gets none).
+/// round trips, halved, timed by the pair's even rank, which then tells its partner: both
+/// ranks of a pair return the pair's samples. Every rank must call it; a last, unpaired
+/// rank gets none.
 pub fn ping_pong(
     comm: &mut Communicator,
     sizes: &[usize],
@@ -122,6 +123,18 @@ pub fn ping_pong(
             }
         }
         if partner < world {
+            if rank % 2 == 0 {
+                comm.send(partner, &best.to_le_bytes())?;
+            } else {
+                let got = comm.recv(partner)?;
+                let bytes: [u8; 8] = got.as_slice().try_into().map_err(|_| {
+                    crate::CommError::Protocol {
+                        peer: partner,
+                        msg: format!("a ping-pong time of {} bytes, not 8", got.len()),
+                    }
+                })?;
+                best = f64::from_le_bytes(bytes);
+            }
             out.push((n, best));
         }
     }

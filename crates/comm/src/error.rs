@@ -18,6 +18,12 @@ pub enum CommError {
     Config(String),
     #[error("nccl: {0}")]
     Nccl(String),
+    /// This rank's message to `peer` is over the frame limit the peer accepts, so it was
+    /// not sent. Inside a collective the peers wait for it: the communicator tells them
+    /// and gives up ([`crate::Communicator`]'s guard); a point-to-point send is refused
+    /// and the communicator stays usable.
+    #[error("a message of {len} bytes for rank {peer} exceeds the frame limit of {limit} bytes, which the receiver would refuse (raise CommConfig::max_frame on every rank)")]
+    TooLarge { peer: usize, len: u64, limit: u64 },
     /// A collective failed because of rank `failed`; `reporter` is the rank whose notice
     /// (or whose own failure) brought the news.
     #[error("rank {failed} failed: {cause} (reported by rank {reporter})")]

@@ -48,6 +48,9 @@ pub fn decode_header(b: &[u8], max_len: u64) -> Result<FrameHeader, String> {
             b[2]
         ));
     }
+    if b[3] != KIND_DATA && b[3] != KIND_ABORT {
+        return Err(format!("unknown frame kind {}", b[3]));
+    }
     let len = u64::from_le_bytes(b[8..16].try_into().map_err(|_| "header length field")?);
     if len > max_len {
         return Err(format!(

@@ -82,12 +82,17 @@ pub struct NcclCommunicator {
     counters: ByteCounters,
 }
 
-/// What a rank can say about itself before NCCL starts: ready, or why not.
-fn local_check(device: Device) -> std::result::Result<(), String> {
+/// What a rank can say about itself before NCCL starts: ready, with the device's compute
+/// stream bound to this thread, or why not. Everything that can fail locally happens
+/// here, before the ranks' verdicts are exchanged: a rank failing after that exchange
+/// would leave the others in `ncclCommInitRank`, which waits for it without a timeout.
+fn local_check(device: Device) -> std::result::Result<Arc<cudarc::driver::CudaStream>, String> {
     let Device::Cuda(ordinal) = device else {
         return Err("the NCCL backend needs a CUDA device (got the CPU)".into());
     };
     cuda::device(ordinal).map_err(|e| e.to_string())?;
+    let stream = cuda::raw::compute_stream(device).map_err(|e| format!("compute stream: {e}"))?;
+    bind(&stream).map_err(|e| e.to_string())?;
     if !nccl_library_present() {
         return Err(
             "the NCCL library (libnccl.so) is not on the library path (pip install \
@@ -96,7 +101,7 @@ fn local_check(device: Device) -> std::result::Result<(), String> {
                 .into(),
         );
     }
-    Ok(())
+    Ok(stream)
 }
 
 impl NcclCommunicator {
@@ -104,8 +109,10 @@ impl NcclCommunicator {
     pub fn new(tcp: &mut Communicator, device: Device) -> Result<NcclCommunicator> {
         let (rank, world) = (tcp.rank(), tcp.world_size());
         let mut mine = Vec::new();
+        let mut ready = None;
         match local_check(device) {
-            Ok(()) => {
+            Ok(stream) => {
+                ready = Some(stream);
                 mine.push(1u8);
                 if rank == 0 {
                     match Id::new() {
@@ -150,8 +157,9 @@ impl NcclCommunicator {
                     id_bytes.len()
                 ))
             })?;
-        let stream = cuda::raw::compute_stream(device).map_err(tensor_err("compute stream"))?;
-        bind(&stream)?;
+        let stream = ready.ok_or_else(|| {
+            CommError::Nccl("every rank reported ready, this one included, without a stream".into())
+        })?;
         let comm = Comm::from_rank(stream, rank, world, Id::uninit(internal))
             .map_err(nccl_err("ncclCommInitRank"))?;
         Ok(NcclCommunicator {

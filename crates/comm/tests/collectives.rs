@@ -642,6 +642,67 @@ fn a_message_over_max_frame_is_refused_by_its_sender() {
     assert!(e.contains("1001 bytes") && e.contains("max_frame"), "{e}");
 }
 
+/// Inside a collective, a message over the peers' frame limit ends the job at once with
+/// that cause on every rank, instead of each rank waiting out the timeout for a message
+/// its peer refused to send. Bruck's allgather packs up to ⌈P/2⌉ ranks' blocks in one
+/// message, so 120 kB per rank is legal on its own and 240 kB at the second step.
+#[test]
+fn a_collective_message_over_max_frame_fails_every_rank_at_once() {
+    let timeout = Duration::from_secs(20);
+    let with_limit = |rank: usize, world: usize, port: u16| {
+        let mut cfg = config(rank, world, port, "t", timeout);
+        cfg.max_frame = 200_000;
+        Communicator::connect(&cfg).unwrap()
+    };
+    for case in ["allgather_v", "broadcast"] {
+        let world = if case == "allgather_v" { 4 } else { 3 };
+        let port = free_port();
+        let start = Instant::now();
+        let errors: Vec<String> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..world)
+                .map(|rank| {
+                    s.spawn(move || {
+                        let mut c = with_limit(rank, world, port);
+                        let r = if case == "allgather_v" {
+                            c.allgather_v(&[rank as u8; 120_000]).map(|_| ())
+                        } else {
+                            // Only the root's message is too large.
+                            let data = if rank == 0 { vec![1u8; 300_000] } else { Vec::new() };
+                            c.broadcast(0, &data).map(|_| ())
+                        };
+                        let e = r.expect_err("the collective must fail").to_string();
+                        // The communicator has given up: later calls fail at once.
+                        assert!(c.barrier().is_err());
+                        e
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let took = start.elapsed();
+        assert!(took < Duration::from_secs(5), "{case}: took {took:?}: {errors:?}");
+        for (rank, e) in errors.iter().enumerate() {
+            assert!(e.contains("max_frame"), "{case}, rank {rank}: {e}");
+            if case == "broadcast" && rank > 0 {
+                assert!(e.contains("rank 0 failed"), "{case}, rank {rank}: {e}");
+            }
+        }
+    }
+}
+
+/// Both ranks of a ping-pong pair return the pair's (finite) times; an unpaired last
+/// rank returns none.
+#[test]
+fn ping_pong_gives_both_ranks_of_a_pair_the_same_samples() {
+    let out = job(3, |c| comm::ping_pong(c, &[1, 4096], 3).unwrap());
+    assert_eq!(out[0].len(), 2);
+    assert_eq!(out[0], out[1]);
+    assert!(out[2].is_empty());
+    assert!(out[1].iter().all(|&(_, t)| t.is_finite() && t > 0.0), "{out:?}");
+    let fit = comm::AlphaBeta::fit(&out[1]);
+    assert!(fit.alpha.is_finite() && fit.beta.is_finite(), "{fit:?}");
+}
+
 #[test]
 fn a_dead_peer_ends_the_collective_with_an_error_naming_it() {
     let timeout = Duration::from_secs(3);
@@ -773,6 +834,13 @@ fn the_frame_decoder_rejects_garbage_without_panicking() {
     assert!(comm::decode_header(&ok[..10], 1 << 50)
         .unwrap_err()
         .contains("truncated"));
+    // Kinds other than data (0) and abort notices (1) are not frames of this version.
+    ok[2] = comm::FRAME_VERSION;
+    assert!(comm::decode_header(&ok, 1 << 50).is_ok());
+    ok[3] = 7;
+    assert!(comm::decode_header(&ok, 1 << 50)
+        .unwrap_err()
+        .contains("unknown frame kind 7"));
 }
 
 /// Real processes: this test re-runs its own executable as three workers.
