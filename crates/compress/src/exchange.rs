@@ -168,6 +168,19 @@ pub(crate) fn allgather_decode(
 }
 
 /// `values` scaled by `s` in place.
+/// A diverged gradient fails where it is encoded, saying so: `selected` are the values a
+/// rank is about to send (for top-k selections enough, since inf and NaN rank above every
+/// finite magnitude), `what` says what they are ("the gradient", "the accumulated
+/// update").
+pub(crate) fn refuse_non_finite(label: &str, index: usize, what: &str, selected: &[f32]) -> Result<()> {
+    match selected.iter().find(|v| !v.is_finite()) {
+        Some(v) => Err(CompressError::Usage(format!(
+            "{label}: parameter {index}: {what} holds {v} (the training diverged? lower --lr)"
+        ))),
+        None => Ok(()),
+    }
+}
+
 pub(crate) fn scale(values: &mut [f32], s: f32) {
     values.iter_mut().for_each(|v| *v *= s);
 }

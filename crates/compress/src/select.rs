@@ -55,8 +55,13 @@ pub fn sampled_threshold(
         *t
     };
     for _ in 0..8 {
+        // NaN passes too (as it ranks first in `exact_topk`), so a diverged value is sent
+        // and its encoder refuses it, instead of staying behind in the accumulator.
         let passed: Vec<u32> = (0..n as u32)
-            .filter(|&i| values[i as usize].abs() >= threshold && values[i as usize] != 0.0)
+            .filter(|&i| {
+                let a = values[i as usize].abs();
+                (a >= threshold || a.is_nan()) && a != 0.0
+            })
             .collect();
         if passed.len() * 10 > k * 13 {
             // Too many: the exact top-k of the (small) passing set.

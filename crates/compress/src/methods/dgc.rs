@@ -9,7 +9,8 @@
 //!    being the threshold on the averaged gradient; our `g` is the rank's mean gradient,
 //!    N times that share, so the same rule reads `‖g‖ ≤ N^1/2 · clip`. It is per tensor,
 //!    because each tensor is exchanged as soon as its gradient is ready and a global
-//!    norm would wait for the whole backward pass;
+//!    norm would wait for the whole backward pass. Tensors sent dense (below) are
+//!    clipped the same way;
 //! 2. with momentum correction, weight decay `g += wd·w` and the velocity is accumulated:
 //!    vanilla `u = m·u + g; v += u` (Eq. 7), Nesterov `u = m·(u + g); v += u + g` (Alg. 4).
 //!    Without it (gradient dropping) `v += g` and the optimizer applies momentum and decay;
@@ -144,6 +145,27 @@ fn accumulate(
     }
 }
 
+/// The factor that clips `grad` to `clip · √world` (1 when it is within, or `clip` is 0):
+/// the paper's per-node threshold `clip / √N` on its 1/N share, on our mean gradient.
+/// A NaN norm gives 1 and an infinite one 0 (under which the inf entries become NaN):
+/// either way a diverged gradient reaches the encoder, which names it.
+fn clip_factor(grad: &[f32], clip: f64, world: usize) -> f32 {
+    if clip <= 0.0 {
+        return 1.0;
+    }
+    let limit = clip * (world as f64).sqrt();
+    let norm = grad
+        .iter()
+        .map(|&x| (x as f64) * (x as f64))
+        .sum::<f64>()
+        .sqrt();
+    if norm > limit {
+        (limit / norm) as f32
+    } else {
+        1.0
+    }
+}
+
 pub struct Dgc {
     cfg: DgcConfig,
     world: usize,
@@ -227,7 +249,15 @@ impl Method for Dgc {
                 weights.len()
             )));
         }
+        // Local clipping as a factor on the gradient, so the gradient is never copied
+        // (except for a dense tensor that is clipped: the trainer refuses a global --clip
+        // with DGC, so this is the only clipping those tensors get).
+        let gs = clip_factor(grad, self.cfg.clip, self.world);
         if self.dense[index] {
+            if gs < 1.0 {
+                let clipped: Vec<f32> = grad.iter().map(|&g| gs * g).collect();
+                return dense_average(comm, &clipped);
+            }
             return dense_average(comm, grad);
         }
         let density = self.density_now();
@@ -236,19 +266,6 @@ impl Method for Dgc {
         let rng = &mut self.rng;
         let mut m = Meter::new(n);
         let message = m.compress(|| {
-            // Local clipping as a factor on the gradient, so the gradient is never copied.
-            let mut gs = 1f32;
-            if c.clip > 0.0 {
-                let limit = c.clip * (self.world as f64).sqrt();
-                let norm = grad
-                    .iter()
-                    .map(|&x| (x as f64) * (x as f64))
-                    .sum::<f64>()
-                    .sqrt();
-                if norm > limit {
-                    gs = (limit / norm) as f32;
-                }
-            }
             if c.momentum_correction {
                 let (mo, wd) = (c.momentum as f32, c.weight_decay as f32);
                 // Without weight decay the weights are not read (the trainer may pass an

@@ -17,7 +17,9 @@
 //! The drop ratio `R = 1 − density` may be warmed up: at step t (from 1) the dropped
 //! fraction is `R_t = R^max(1, T/t)`, i.e. almost nothing is dropped at first.
 
-use crate::exchange::{average_in_place, check_len, dense_average, due, keep_count, Meter};
+use crate::exchange::{
+    average_in_place, check_len, dense_average, due, keep_count, refuse_non_finite, Meter,
+};
 use crate::method::{Method, ParamSpec, StateTensors, StepInfo, Update, UpdateKind, WireStats};
 use crate::select::exact_topk;
 use crate::{CompressError, Result};
@@ -138,12 +140,14 @@ impl Method for GradientDropping {
             e.iter_mut().zip(grad).for_each(|(e, g)| *e += g);
             let idx = exact_topk(e, keep_count(density, n));
             let vals: Vec<f32> = idx.iter().map(|&i| e[i as usize]).collect();
+            // inf and NaN rank first, so a diverged gradient is among the selected values.
+            refuse_non_finite(label, index, "the gradient", &vals)?;
             idx.iter().for_each(|&i| e[i as usize] = 0.0);
-            SparseVec {
+            Ok::<_, CompressError>(SparseVec {
                 indices: idx,
                 values: vals,
-            }
-        });
+            })
+        })?;
         m.stats.sent_values = local.len();
         m.stats.message_bytes = 4 + 8 * local.len();
         let global = m.comm(|| comm.topk_allreduce(&local))?;
@@ -151,7 +155,14 @@ impl Method for GradientDropping {
             let mut c = vec![0f32; n];
             for (&i, &v) in global.indices.iter().zip(&global.values) {
                 // topk_allreduce validated every index against its sender's frame, not
-                // against n: a peer with another model would show up here.
+                // against n: a peer with another model would show up here; and its values
+                // not at all (every sender refuses its own inf and NaN, so one here came
+                // from a peer that does not).
+                if !v.is_finite() {
+                    return Err(CompressError::Usage(format!(
+                        "{label}: the summed sparse gradient of parameter {index} holds {v} at index {i} (a peer diverged or sent a malformed message)"
+                    )));
+                }
                 match c.get_mut(i as usize) {
                     Some(slot) => *slot = v,
                     None => {

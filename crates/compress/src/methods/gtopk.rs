@@ -21,7 +21,9 @@
 //! the root from another, and the dropped part is then neither applied nor put back.
 //! That is the paper's algorithm; `lost_mass` in the tests measures how rare it is.
 
-use crate::exchange::{check_len, check_warmup, dense_average, keep_count, warmup_density, Meter};
+use crate::exchange::{
+    check_len, check_warmup, dense_average, keep_count, refuse_non_finite, warmup_density, Meter,
+};
 use crate::method::{Method, ParamSpec, StateTensors, Update, UpdateKind};
 use crate::select::exact_topk;
 use crate::{CompressError, Result};
@@ -114,13 +116,9 @@ impl Method for GTopK {
             // inf and NaN rank above every finite |value|, so a diverged gradient shows
             // among the selected ones; the sender names it (a peer would only see a
             // malformed message).
-            if let Some(v) = values.iter().find(|v| !v.is_finite()) {
-                return Err(CompressError::Usage(format!(
-                    "gtopk: parameter {index}: the gradient holds {v} (the training diverged? lower --lr)"
-                )));
-            }
+            refuse_non_finite("gtopk", index, "the gradient", &values)?;
             idx.iter().for_each(|&i| r[i as usize] = 0.0);
-            Ok(SparseVec {
+            Ok::<_, CompressError>(SparseVec {
                 indices: idx,
                 values,
             })

@@ -219,6 +219,14 @@ impl Method for Sbc {
             for i in 0..n {
                 r[i] += weights[i] - ws[i];
             }
+            // Binarization keeps entries > 0 or < 0, so a NaN would stay in the residual
+            // unseen while the synchronisation overwrote the weight; an inf would make μ
+            // inf, which every receiver refuses as malformed. The sender says why.
+            if let Some(v) = r.iter().find(|v| !v.is_finite()) {
+                return Err(crate::CompressError::Usage(format!(
+                    "sbc: parameter {index}: the accumulated weight update holds {v} (the training diverged? lower --lr)"
+                )));
+            }
             let (mean, pos) = binarize(r, density);
             for &p in &pos {
                 r[p as usize] -= mean;
