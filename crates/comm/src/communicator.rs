@@ -1532,7 +1532,9 @@ mod tests {
             hs.into_iter().map(|h| h.join().unwrap()).collect()
         });
         assert!(errors[0].is_none() && errors[2].is_none(), "{errors:?}");
-        let e = errors[3].as_deref().expect("rank 3 must refuse the message");
+        let e = errors[3]
+            .as_deref()
+            .expect("rank 3 must refuse the message");
         assert!(e.starts_with("rank 1: malformed frame"), "{e}");
     }
 }

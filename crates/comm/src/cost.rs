@@ -127,12 +127,13 @@ pub fn ping_pong(
                 comm.send(partner, &best.to_le_bytes())?;
             } else {
                 let got = comm.recv(partner)?;
-                let bytes: [u8; 8] = got.as_slice().try_into().map_err(|_| {
-                    crate::CommError::Protocol {
-                        peer: partner,
-                        msg: format!("a ping-pong time of {} bytes, not 8", got.len()),
-                    }
-                })?;
+                let bytes: [u8; 8] =
+                    got.as_slice()
+                        .try_into()
+                        .map_err(|_| crate::CommError::Protocol {
+                            peer: partner,
+                            msg: format!("a ping-pong time of {} bytes, not 8", got.len()),
+                        })?;
                 best = f64::from_le_bytes(bytes);
             }
             out.push((n, best));

@@ -667,7 +667,11 @@ fn a_collective_message_over_max_frame_fails_every_rank_at_once() {
                             c.allgather_v(&[rank as u8; 120_000]).map(|_| ())
                         } else {
                             // Only the root's message is too large.
-                            let data = if rank == 0 { vec![1u8; 300_000] } else { Vec::new() };
+                            let data = if rank == 0 {
+                                vec![1u8; 300_000]
+                            } else {
+                                Vec::new()
+                            };
                             c.broadcast(0, &data).map(|_| ())
                         };
                         let e = r.expect_err("the collective must fail").to_string();
@@ -680,7 +684,10 @@ fn a_collective_message_over_max_frame_fails_every_rank_at_once() {
             hs.into_iter().map(|h| h.join().unwrap()).collect()
         });
         let took = start.elapsed();
-        assert!(took < Duration::from_secs(5), "{case}: took {took:?}: {errors:?}");
+        assert!(
+            took < Duration::from_secs(5),
+            "{case}: took {took:?}: {errors:?}"
+        );
         for (rank, e) in errors.iter().enumerate() {
             assert!(e.contains("max_frame"), "{case}, rank {rank}: {e}");
             if case == "broadcast" && rank > 0 {
@@ -698,7 +705,10 @@ fn ping_pong_gives_both_ranks_of_a_pair_the_same_samples() {
     assert_eq!(out[0].len(), 2);
     assert_eq!(out[0], out[1]);
     assert!(out[2].is_empty());
-    assert!(out[1].iter().all(|&(_, t)| t.is_finite() && t > 0.0), "{out:?}");
+    assert!(
+        out[1].iter().all(|&(_, t)| t.is_finite() && t > 0.0),
+        "{out:?}"
+    );
     let fit = comm::AlphaBeta::fit(&out[1]);
     assert!(fit.alpha.is_finite() && fit.beta.is_finite(), "{fit:?}");
 }

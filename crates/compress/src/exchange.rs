@@ -172,7 +172,12 @@ pub(crate) fn allgather_decode(
 /// rank is about to send (for top-k selections enough, since inf and NaN rank above every
 /// finite magnitude), `what` says what they are ("the gradient", "the accumulated
 /// update").
-pub(crate) fn refuse_non_finite(label: &str, index: usize, what: &str, selected: &[f32]) -> Result<()> {
+pub(crate) fn refuse_non_finite(
+    label: &str,
+    index: usize,
+    what: &str,
+    selected: &[f32],
+) -> Result<()> {
     match selected.iter().find(|v| !v.is_finite()) {
         Some(v) => Err(CompressError::Usage(format!(
             "{label}: parameter {index}: {what} holds {v} (the training diverged? lower --lr)"

@@ -34,7 +34,11 @@ fn sparsifying_methods_refuse_a_diverged_gradient_at_the_sender() {
         // (1,000 of a million kept): a NaN never passes `|v| ≥ t`.
         let cases: [(&str, &[&str], usize); 4] = [
             ("dgc", &["density=0.001", "warmup_epochs=0"], 1_000_000),
-            ("dgc", &["density=0.001", "warmup_epochs=0", "sampling=false"], 10_000),
+            (
+                "dgc",
+                &["density=0.001", "warmup_epochs=0", "sampling=false"],
+                10_000,
+            ),
             ("topk", &["density=0.01"], 10_000),
             ("local", &["density=0.01"], 10_000),
         ];
@@ -75,6 +79,9 @@ fn sbc_refuses_a_diverged_weight_update_at_the_sender() {
         .pop()
         .unwrap()
         .unwrap_or_else(|| panic!("sbc accepted {bad}"));
-        assert!(e.contains("diverged") && e.contains("parameter 0"), "{bad}: {e}");
+        assert!(
+            e.contains("diverged") && e.contains("parameter 0"),
+            "{bad}: {e}"
+        );
     }
 }

@@ -61,7 +61,7 @@ pub fn remove(dir: &Path, rank: usize) -> Result<()> {
     Ok(())
 }
 /// Where training stands, stored as metadata.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Position {
     pub step: usize,
     /// Epochs completed. Where `--steps` ended inside an epoch, `step` is past
@@ -74,6 +74,33 @@ pub struct Position {
     pub wall_seconds: f64,
     /// Workers of the run that wrote it (0: written before this was recorded).
     pub world: usize,
+    /// Batches per epoch of the run that wrote it (0: not recorded): `step` and `epoch`
+    /// mean a place in the data only with the same epoch length.
+    pub per_epoch: usize,
+    /// The training loss last logged (NaN: none yet, or not recorded), so that a run
+    /// resumed where it ended still reports it.
+    pub loss: f64,
+    /// The metrics log window open when it was written (the worker's sums since the last
+    /// `metrics.jsonl` step record), so that a resumed run logs the same records.
+    pub log_window: Vec<f64>,
+}
+
+impl Default for Position {
+    fn default() -> Self {
+        Position {
+            step: 0,
+            epoch: 0,
+            bytes_sent: 0,
+            bytes_received: 0,
+            message_bytes: 0,
+            dense_message_bytes: 0,
+            wall_seconds: 0.0,
+            world: 0,
+            per_epoch: 0,
+            loss: f64::NAN,
+            log_window: Vec::new(),
+        }
+    }
 }
 
 pub struct Saved {
@@ -105,6 +132,16 @@ pub fn save(file: &Path, tensors: &[(String, Vec<f32>, Vec<usize>)], pos: &Posit
         ("dense_message_bytes", pos.dense_message_bytes.to_string()),
         ("wall_seconds", pos.wall_seconds.to_string()),
         ("world", pos.world.to_string()),
+        ("per_epoch", pos.per_epoch.to_string()),
+        ("loss", pos.loss.to_string()),
+        (
+            "log_window",
+            pos.log_window
+                .iter()
+                .map(|x| x.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
+        ),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
@@ -157,7 +194,21 @@ fn position_from(file: &Path, m: &HashMap<String, String>) -> Result<Position> {
         message_bytes: num("message_bytes")? as u64,
         dense_message_bytes: num("dense_message_bytes")? as u64,
         wall_seconds: num("wall_seconds")?,
+        // Recorded since later versions; older checkpoints read as "unknown".
         world: m.get("world").and_then(|v| v.parse().ok()).unwrap_or(0),
+        per_epoch: m.get("per_epoch").and_then(|v| v.parse().ok()).unwrap_or(0),
+        loss: m
+            .get("loss")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(f64::NAN),
+        log_window: m
+            .get("log_window")
+            .filter(|v| !v.is_empty())
+            .map(|v| v.split(',').map(|x| x.parse::<f64>()).collect())
+            .transpose()
+            .ok()
+            .flatten()
+            .unwrap_or_default(),
     })
 }
 

@@ -231,7 +231,8 @@ pub struct Args {
     /// Batch size per worker.
     #[arg(long)]
     pub batch_size: Option<usize>,
-    /// Epochs to train (default 1 when --steps is not given).
+    /// Epochs to train (default 1 when --steps is not given). Given alone on the command
+    /// line, it replaces a configuration file's `steps` (as when resuming a --steps run).
     #[arg(long)]
     pub epochs: Option<usize>,
     /// Stop after this many steps (overrides --epochs).
@@ -334,9 +335,22 @@ pub struct Args {
 const METHOD_HELP: &str = "Methods and their options (--method NAME --method-opt key=value):
 (run with --help to see them all; the table is compress::help_text)";
 
+/// This worker's index among the workers of its node: `LOCAL_RANK` when set (a
+/// multi-node launcher's), else the job rank (one node: the same thing). GPUs are chosen
+/// by it, so that ranks placed round-robin over nodes do not pile onto one GPU.
+pub fn local_rank(rank: usize) -> Result<usize> {
+    match std::env::var("LOCAL_RANK") {
+        Ok(v) => v
+            .trim()
+            .parse()
+            .with_context(|| format!("LOCAL_RANK={v:?} is not a whole number")),
+        Err(_) => Ok(rank),
+    }
+}
+
 impl Config {
-    /// The device rank `rank` trains on: `cpu`; `cuda`, GPU `rank mod count`; `auto`, the
-    /// GPU when one is usable, else the CPU.
+    /// The device the worker of local rank `rank` trains on (see [`local_rank`]): `cpu`;
+    /// `cuda`, GPU `rank mod count`; `auto`, the GPU when one is usable, else the CPU.
     pub fn device_for(&self, rank: usize) -> Result<tensor::Device> {
         let count = tensor::cuda::device_count();
         let gpu = || -> Option<tensor::Device> {
@@ -402,6 +416,11 @@ impl Config {
         }
         if args.epochs.is_some() {
             c.epochs = args.epochs;
+            // `--epochs` on the command line sets the run's length: a `steps` from the
+            // file (a resumed `--steps` run's config.toml) would otherwise win in `plan`.
+            if args.steps.is_none() {
+                c.steps = None;
+            }
         }
         if args.steps.is_some() {
             c.steps = args.steps;
@@ -455,6 +474,22 @@ impl Config {
         if self.eval_samples == Some(0) {
             bail!("--eval-samples must be at least 1 (it limits the test set; leave it out for the whole set)");
         }
+        // Every rank evaluates its shard: an image or speech sample each at least; a
+        // language model's tokens as 10 streams of at least 2 tokens, 20 per rank.
+        if let Some(n) = self.eval_samples {
+            let per_rank = if crate::task::is_language_model(&self.model) {
+                20
+            } else {
+                1
+            };
+            if n < per_rank * self.workers {
+                bail!(
+                    "--eval-samples {n} is too few for {} workers: each evaluates its own share, at least {per_rank} {}",
+                    self.workers,
+                    if per_rank == 1 { "sample" } else { "tokens" }
+                );
+            }
+        }
         // Synthetic image and speech sets count samples; the text one counts tokens and
         // checks its windows itself.
         let per_step = self.workers * self.batch_size;
@@ -471,6 +506,9 @@ impl Config {
         }
         if self.schedule == Schedule::Step && self.milestones.first().is_none_or(|&p| p <= 0.0) {
             bail!("--schedule step needs --milestones PERIOD (epochs, > 0)");
+        }
+        if self.schedule == Schedule::Multistep && self.milestones.is_empty() {
+            bail!("--schedule multistep needs --milestones E1,E2,... (epochs where the rate is multiplied by --gamma)");
         }
         let spec = compress::MethodSpec::parse(&self.method, &self.method_opts)?;
         // Build the method once here, so a bad option value (density=2) is an error before
@@ -614,8 +652,44 @@ mod tests {
             ..Config::default()
         };
         small.validate().unwrap();
-        let e = small.for_job(2).unwrap().validate().unwrap_err().to_string();
+        let e = small
+            .for_job(2)
+            .unwrap()
+            .validate()
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("less than one step's 64 samples"), "{e}");
+    }
+
+    #[test]
+    fn flags_that_would_be_ignored_are_errors() {
+        let multistep = Config {
+            schedule: Schedule::Multistep,
+            dataset: "synthetic".into(),
+            ..Config::default()
+        };
+        let e = multistep.validate().unwrap_err().to_string();
+        assert!(e.contains("multistep needs --milestones"), "{e}");
+        // An evaluation that would fail only after the first epoch fails now.
+        let few = Config {
+            dataset: "synthetic".into(),
+            workers: 4,
+            eval_samples: Some(3),
+            ..Config::default()
+        };
+        let e = few.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("--eval-samples 3 is too few for 4 workers"),
+            "{e}"
+        );
+        let char_dropout = Config {
+            model: "char_lstm".into(),
+            dataset: "kjv".into(),
+            dropout: Some(0.5),
+            ..Config::default()
+        };
+        let e = format!("{:#}", char_dropout.validate().unwrap_err());
+        assert!(e.contains("--dropout: char_lstm"), "{e}");
     }
 
     #[test]

@@ -12,6 +12,7 @@ use crate::progress::Progress;
 use anyhow::{bail, Context, Result};
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -103,6 +104,22 @@ pub enum WorkerLogs {
     Stderr,
 }
 
+/// The launched workers with their output tails. Dropped on any early return (a worker
+/// that could not be started, a failed poll), it stops those still running, so no worker
+/// outlives the launcher's error.
+struct Workers(Vec<(Child, Arc<Mutex<VecDeque<String>>>)>);
+
+impl Drop for Workers {
+    fn drop(&mut self) {
+        for (c, _) in &mut self.0 {
+            if let Ok(None) = c.try_wait() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+}
+
 /// Runs `workers` copies of this executable with `args`; returns when all have exited.
 /// `pin` (auto, true or false: `--pin-cores`) decides whether each is pinned to its own
 /// share of this process's CPUs. The workers' output goes to standard output.
@@ -127,7 +144,7 @@ pub fn launch_logging(
         WorkerLogs::Stdout => Progress::new(),
         WorkerLogs::Stderr => Progress::off(),
     });
-    let mut children: Vec<(Child, Arc<Mutex<VecDeque<String>>>)> = Vec::new();
+    let mut children = Workers(Vec::new());
     for (rank, share) in shares.iter().enumerate() {
         let mut command = Command::new(&exe);
         match share {
@@ -136,9 +153,24 @@ pub fn launch_logging(
             // the same CPUs while the plan says they are left to the scheduler.
             None => command.env_remove(affinity::ENV),
         };
+        // A worker dies with the launcher (killed, or crashed) instead of training on,
+        // unsupervised, into the same run directory. (The signal follows the thread that
+        // started the worker, so `launch` must run on one that outlives the job, as the
+        // main thread does.)
+        // SAFETY: the closure runs in the child between fork and exec and only calls
+        // prctl, which is async-signal-safe.
+        unsafe {
+            command.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
         let mut child = command
             .args(args)
             .env("RANK", rank.to_string())
+            .env("LOCAL_RANK", rank.to_string())
             .env("WORLD_SIZE", workers.to_string())
             .env("MASTER_ADDR", "127.0.0.1")
             .env("MASTER_PORT", &port)
@@ -162,13 +194,13 @@ pub fn launch_logging(
         if let Some(err) = child.stderr.take() {
             pump(err, prefix, tail.clone(), true, None);
         }
-        children.push((child, tail));
+        children.0.push((child, tail));
     }
     let mut status: Vec<Option<ExitStatus>> = vec![None; workers];
     loop {
-        for rank in 0..workers {
-            if status[rank].is_none() {
-                status[rank] = children[rank].0.try_wait()?;
+        for (s, (c, _)) in status.iter_mut().zip(&mut children.0) {
+            if s.is_none() {
+                *s = c.try_wait()?;
             }
         }
         if status.iter().any(|s| s.is_some_and(|s| !s.success())) {
@@ -176,7 +208,7 @@ pub fn launch_logging(
             // collectives fail naming it), so several may have exited by this poll. Give
             // the others a moment to finish exiting, then report the cause first.
             std::thread::sleep(Duration::from_millis(300));
-            for (rank, (c, _)) in children.iter_mut().enumerate() {
+            for (rank, (c, _)) in children.0.iter_mut().enumerate() {
                 if status[rank].is_none() {
                     status[rank] = c.try_wait()?;
                 }
@@ -189,7 +221,7 @@ pub fn launch_logging(
             // Exit status 1 is a worker reporting an error (often a peer's death); a crash,
             // a signal or an abrupt exit is the likelier cause, so it is named first.
             failed.sort_by_key(|(r, s)| (s.code() == Some(1), *r));
-            for (rank, (c, _)) in children.iter_mut().enumerate() {
+            for (rank, (c, _)) in children.0.iter_mut().enumerate() {
                 if status[rank].is_none() {
                     let _ = c.kill();
                     let _ = c.wait();
@@ -198,7 +230,7 @@ pub fn launch_logging(
             // Let the pumps print what is left.
             std::thread::sleep(Duration::from_millis(100));
             let (rank, first) = failed[0];
-            let tail: Vec<String> = children[rank]
+            let tail: Vec<String> = children.0[rank]
                 .1
                 .lock()
                 .map(|t| t.iter().cloned().collect())

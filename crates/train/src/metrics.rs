@@ -9,8 +9,9 @@ use std::io::Write;
 use std::path::Path;
 
 /// Writes `path` so that it holds either its old or its new bytes, also across a crash
-/// or a power cut: a temporary file (named after this process, so that workers writing
-/// the same file do not share one) is written and flushed to disk, renamed over `path`,
+/// or a power cut: a temporary file (named after this process and a random number, so
+/// that workers writing the same file, even processes of the same PID on different nodes
+/// of a shared file system, do not share one) is written and flushed to disk, renamed over `path`,
 /// and the directory is flushed so that the rename itself is durable. A failed flush is
 /// an error: renaming a file the disk may not hold over a good one would lose both.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
@@ -18,7 +19,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
         .file_name()
         .with_context(|| format!("{} names no file", path.display()))?;
     let mut tmp_name = name.to_os_string();
-    tmp_name.push(format!(".tmp{}", std::process::id()));
+    tmp_name.push(format!(".tmp{}-{:016x}", std::process::id(), random_u64()));
     let tmp = path.with_file_name(tmp_name);
     {
         let mut f =
@@ -31,6 +32,18 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     std::fs::rename(&tmp, path)
         .with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
     sync_parent(path)
+}
+
+/// 64 random bits for a temporary file's name (the system's generator; should it fail,
+/// the clock's nanoseconds, which still tell two nodes' writers apart in practice).
+fn random_u64() -> u64 {
+    let mut b = [0u8; 8];
+    match getrandom::getrandom(&mut b) {
+        Ok(()) => u64::from_le_bytes(b),
+        Err(_) => std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64),
+    }
 }
 
 /// Flushes the directory holding `path` (its entries: a rename or a new file).
@@ -102,6 +115,8 @@ pub struct Summary {
     #[serde(default)]
     pub final_top5: Option<f64>,
     pub metric_name: String,
+    /// The training loss last logged; NaN (written as null) when the run logged none.
+    #[serde(deserialize_with = "nan_if_null")]
     pub final_loss: f64,
     /// Gradient-exchange bytes this rank sent (payload, all collectives of the method).
     pub bytes_sent: u64,
@@ -190,5 +205,38 @@ impl MetricsWriter {
             f.flush().ok();
         }
         Ok(())
+    }
+}
+
+/// JSON has no NaN: serde_json writes it as null, which reads back as NaN here.
+fn nan_if_null<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<f64, D::Error> {
+    use serde::Deserialize;
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
+}
+
+#[cfg(test)]
+mod tests {
+    /// Writers of the same file (ranks writing config.toml into a shared directory) do
+    /// not share a temporary file, so none of them loses its rename.
+    #[test]
+    fn concurrent_atomic_writes_of_one_file_all_succeed() {
+        let dir = std::env::temp_dir().join(format!("gradex-atomic-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("config.toml");
+        std::thread::scope(|s| {
+            for t in 0..2u8 {
+                let file = &file;
+                s.spawn(move || {
+                    for _ in 0..200 {
+                        super::write_atomic(file, &[t; 64]).unwrap();
+                    }
+                });
+            }
+        });
+        let got = std::fs::read(&file).unwrap();
+        assert!(got == [0u8; 64] || got == [1u8; 64]);
+        // Nothing but the file is left behind.
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+        let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -52,7 +52,7 @@ enum Grad {
 }
 
 /// Per-step timings, summed between log lines.
-#[derive(Default)]
+#[derive(Clone, Default)]
 struct Window {
     steps: usize,
     loss: f64,
@@ -61,6 +61,54 @@ struct Window {
     idle: f64,
     overlap: f64,
     wire: WireStats,
+}
+
+impl Window {
+    /// Its fields as numbers, for a checkpoint's metadata (counts are exact in f64).
+    fn to_values(&self) -> Vec<f64> {
+        let w = &self.wire;
+        vec![
+            self.steps as f64,
+            self.loss,
+            self.step,
+            self.compute,
+            self.idle,
+            self.overlap,
+            w.elements as f64,
+            w.sent_values as f64,
+            w.message_bytes as f64,
+            w.dense_bytes as f64,
+            w.compress_seconds,
+            w.decompress_seconds,
+            w.comm_seconds,
+        ]
+    }
+    /// The window [`Window::to_values`] saved; empty (an older checkpoint) or malformed
+    /// gives an empty window.
+    fn from_values(v: &[f64]) -> Window {
+        let &[steps, loss, step, compute, idle, overlap, elements, sent_values, message_bytes, dense_bytes, compress_seconds, decompress_seconds, comm_seconds] =
+            v
+        else {
+            return Window::default();
+        };
+        Window {
+            steps: steps as usize,
+            loss,
+            step,
+            compute,
+            idle,
+            overlap,
+            wire: WireStats {
+                elements: elements as usize,
+                sent_values: sent_values as usize,
+                message_bytes: message_bytes as usize,
+                dense_bytes: dense_bytes as usize,
+                compress_seconds,
+                decompress_seconds,
+                comm_seconds,
+            },
+        }
+    }
 }
 
 pub struct Worker {
@@ -128,7 +176,7 @@ fn tensor_f32(t: &Tensor) -> Vec<f32> {
 
 impl Worker {
     pub fn new(cfg: &Config, rank: usize, world: usize, comm: Communicator) -> Result<Worker> {
-        let device = cfg.device_for(rank)?;
+        let device = cfg.device_for(crate::config::local_rank(rank)?)?;
         let task = Task::new(cfg, device)?;
         let params = task.model.module().named_params();
         let buffers = task.model.module().named_buffers();
@@ -223,19 +271,28 @@ impl Worker {
 
     /// Every rank starts from rank 0's parameters and buffers.
     fn broadcast_model(&self) -> Result<()> {
+        let all: Vec<&nn::NamedTensor> = self.params.iter().chain(&self.buffers).collect();
+        self.broadcast_from_rank0(&all)
+    }
+
+    /// Rank 0's values of `tensors` on every rank (collective).
+    fn broadcast_from_rank0(&self, tensors: &[&nn::NamedTensor]) -> Result<()> {
         let mut bytes = Vec::new();
-        for t in self.params.iter().chain(&self.buffers) {
-            bytes.extend(
-                host_f32(&t.tensor, &t.name)?
-                    .iter()
-                    .flat_map(|x| x.to_le_bytes()),
-            );
+        if self.rank == 0 {
+            for t in tensors {
+                bytes.extend(
+                    host_f32(&t.tensor, &t.name)?
+                        .iter()
+                        .flat_map(|x| x.to_le_bytes()),
+                );
+            }
         }
-        let got = self
-            .ex
-            .broadcast(if self.rank == 0 { bytes } else { Vec::new() })?;
+        let got = self.ex.broadcast(bytes)?;
+        if self.rank == 0 {
+            return Ok(());
+        }
         let mut off = 0;
-        for t in self.params.iter().chain(&self.buffers) {
+        for t in tensors {
             let n = t.tensor.elem_count();
             let chunk = got
                 .get(off..off + 4 * n)
@@ -259,7 +316,7 @@ impl Worker {
         Ok(())
     }
 
-    fn save_checkpoint(&self) -> Result<()> {
+    fn save_checkpoint(&self, window: &Window) -> Result<()> {
         let mut tensors = Vec::new();
         for p in &self.params {
             tensors.push((
@@ -291,6 +348,8 @@ impl Worker {
         }
         let pos = Position {
             world: self.world,
+            loss: self.last_loss,
+            log_window: window.to_values(),
             ..self.pos.clone()
         };
         checkpoint::save_generation(&self.cfg.out, self.rank, &tensors, &pos)
@@ -379,8 +438,38 @@ impl Worker {
                 self.rank,
                 mine[0].map_or("missing".to_string(), |s| format!("step {s}"))
             );
-            Ok(files[1].clone())
+            // The previous generation becomes the current one, replacing the abandoned
+            // newer file: otherwise the next save would rotate that file into the
+            // previous slot and drop the step every rank holds, and a second crash
+            // during that save would leave no common step.
+            std::fs::rename(&files[1], &files[0])
+                .with_context(|| format!("making {} the current checkpoint", files[1].display()))?;
+            Ok(files[0].clone())
         }
+    }
+
+    /// A checkpoint's step and epoch are a place in the data only for epochs of the
+    /// length that wrote it: resuming with another `--batch-size`, `--workers`,
+    /// `--synthetic-samples` or data would skip or repeat batches (or, with the epoch's
+    /// batches all "done", end the run at once), so it is an error.
+    fn check_epoch_length(&self, per_epoch: usize) -> Result<()> {
+        let p = &self.pos;
+        let recorded = p.per_epoch;
+        // Older checkpoints did not record it: their step must at least lie in their epoch.
+        let fits = if recorded > 0 {
+            recorded == per_epoch
+        } else {
+            p.step >= p.epoch * per_epoch && p.step - p.epoch * per_epoch <= per_epoch
+        };
+        if !fits {
+            bail!(
+                "the checkpoint stands at step {} (epoch {}) of a run with {} batches per epoch; this run has {per_epoch} (resume with the batch size, workers and data that wrote it)",
+                p.step,
+                p.epoch,
+                if recorded > 0 { recorded.to_string() } else { "other".into() }
+            );
+        }
+        Ok(())
     }
 
     fn load_checkpoint(&mut self, file: &std::path::Path) -> Result<()> {
@@ -451,25 +540,35 @@ impl Worker {
         let lead = self.rank == 0;
         std::fs::create_dir_all(&cfg.out)
             .with_context(|| format!("creating the run directory {}", cfg.out.display()))?;
-        let mut metrics = if resume {
+        if resume {
             let file = self
                 .agree()
                 .with_context(|| format!("resuming from {}", cfg.out.display()))?;
             self.load_checkpoint(&file)
                 .with_context(|| format!("resuming from {}", file.display()))?;
-            MetricsWriter::resume(&cfg.out, lead, self.pos.step)?
         } else {
             checkpoint::remove(&cfg.out, self.rank)?;
             self.broadcast_model()?;
+        }
+        let source = self
+            .task
+            .source(cfg.batch_size, self.rank, self.world, cfg.seed)?;
+        let per_epoch = source.batches_per_epoch();
+        if resume {
+            self.check_epoch_length(per_epoch)?;
+            self.last_loss = self.pos.loss;
+        }
+        self.pos.per_epoch = per_epoch;
+        // Only once the checkpoint has been found to fit this configuration, so that a
+        // refused resume leaves the run's records and configuration as they were.
+        let mut metrics = if resume {
+            MetricsWriter::resume(&cfg.out, lead, self.pos.step)?
+        } else {
             MetricsWriter::open(&cfg.out, lead, true)?
         };
         // Every rank writes it (the same bytes), so that each node of a multi-node job
         // without a shared file system has the configuration `--resume` reads.
         cfg.write(&cfg.out)?;
-        let source = self
-            .task
-            .source(cfg.batch_size, self.rank, self.world, cfg.seed)?;
-        let per_epoch = source.batches_per_epoch();
         let (total_steps, epochs) = cfg.plan(per_epoch);
         let schedule = cfg.schedule(total_steps as f64 / per_epoch.max(1) as f64);
         let n_params: usize = self.params.iter().map(|p| p.tensor.elem_count()).sum();
@@ -483,8 +582,15 @@ impl Worker {
             }
         };
         let wall_before = self.pos.wall_seconds;
-        let mut window = Window::default();
+        // A resumed run continues the log window the checkpoint was written in, so that
+        // its records are the uninterrupted run's (a window spans a `--steps` stop).
+        let mut window = if resume {
+            Window::from_values(&self.pos.log_window)
+        } else {
+            Window::default()
+        };
         let mut step = self.pos.step;
+        let mut stopped_window: Option<Window> = None;
         let mut last = Evaluation::none();
         if lead {
             self.progress.line(&format!(
@@ -622,7 +728,17 @@ impl Worker {
                 if lead {
                     self.progress.step(step, total_steps);
                 }
-                if step.is_multiple_of(cfg.log_every.max(1)) || step == total_steps {
+                let log_due = step.is_multiple_of(cfg.log_every.max(1));
+                if log_due || step == total_steps {
+                    if !log_due {
+                        // A record off the --log-every grid, where --steps ends: a run
+                        // resumed from here continues the window as it stood, so that
+                        // its next record is an uninterrupted run's. The message bytes
+                        // go into the position now, so the saved window has none.
+                        let mut open = window.clone();
+                        (open.wire.message_bytes, open.wire.dense_bytes) = (0, 0);
+                        stopped_window = Some(open);
+                    }
                     self.log(
                         &mut window,
                         &mut metrics,
@@ -662,7 +778,7 @@ impl Worker {
             self.pos.wall_seconds = wall_before + started.elapsed().as_secs_f64();
             (self.pos.bytes_sent, self.pos.bytes_received) = self.traffic()?;
             self.flush_message_bytes(&mut window.wire);
-            self.save_checkpoint()?;
+            self.save_checkpoint(stopped_window.as_ref().unwrap_or(&window))?;
             if step >= total_steps {
                 break;
             }
@@ -915,7 +1031,17 @@ impl Worker {
 
     /// Test metric, loss and what the metric averages over (see [`EvalRecord`]): each
     /// rank evaluates its shard; the sums are added up.
+    ///
+    /// Buffers (batch norm's running statistics) are updated by each rank from its own
+    /// batches, so the ranks' copies drift apart; before evaluating, every rank takes rank
+    /// 0's (what PyTorch's DistributedDataParallel does before every forward pass), so the
+    /// metric is that of one model and the checkpoints hold the same buffers.
     fn evaluate(&mut self) -> Result<Evaluation> {
+        if self.world > 1 && !self.buffers.is_empty() {
+            let buffers: Vec<&nn::NamedTensor> = self.buffers.iter().collect();
+            self.broadcast_from_rank0(&buffers)
+                .context("taking rank 0's batch-norm statistics before evaluating")?;
+        }
         let mine = self
             .task
             .evaluate(self.cfg.batch_size, self.rank, self.world)?;

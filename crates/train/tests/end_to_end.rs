@@ -337,6 +337,31 @@ fn a_resumed_run_continues_bit_for_bit() {
         "{}",
         text(&o)
     );
+    // So is one of another epoch length (batch 32: 8 steps an epoch, not 16), which would
+    // skip or repeat batches.
+    let o = train(
+        &[
+            "--resume",
+            "--batch-size",
+            "32",
+            "--epochs",
+            "4",
+            "--out",
+            b.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(!o.status.success());
+    assert!(
+        text(&o).contains("16 batches per epoch; this run has 8"),
+        "{}",
+        text(&o)
+    );
+    // Resumed where it ended: nothing to train, the summary keeps the last logged loss.
+    let before = summary(&b)["final_loss"].as_f64().unwrap();
+    let o = train(&["--resume", "--out", b.to_str().unwrap()], &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(summary(&b)["final_loss"].as_f64(), Some(before));
 
     // A job that died while its ranks were saving: rank 0 holds epoch 2's checkpoint,
     // rank 1 only epoch 1's. Both resume from epoch 1 and end where the straight run did.
@@ -359,6 +384,13 @@ fn a_resumed_run_continues_bit_for_bit() {
         text(&o)
     );
     assert_same_run(&a, &c);
+    // Rank 0 made its previous generation (step 16) the current one before training on,
+    // so its abandoned step-32 file did not become the previous generation: that is
+    // step 16, which rank 1 holds too.
+    let prev = train::checkpoint::read_position(&train::checkpoint::prev_path(&c, 0))
+        .unwrap()
+        .unwrap();
+    assert_eq!(prev.step, 16);
     for d in [a, b, c] {
         let _ = std::fs::remove_dir_all(d);
     }
@@ -388,9 +420,57 @@ fn a_run_stopped_inside_an_epoch_resumes_bit_for_bit() {
         assert!(o.status.success(), "{}", text(&o));
     }
     assert_same_run(&a, &b);
+    // `--epochs` on the command line replaces the recorded `steps = 24`: 2 epochs of 16.
+    let o = train(
+        &["--resume", "--epochs", "2", "--out", b.to_str().unwrap()],
+        &[],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(summary(&b)["steps"].as_u64(), Some(32));
     for d in [a, b] {
         let _ = std::fs::remove_dir_all(d);
     }
+}
+
+/// Batch norm's running statistics are each rank's own until an evaluation, which gives
+/// every rank rank 0's: the metric is one model's and the checkpoints agree.
+#[test]
+fn ranks_evaluate_and_save_the_same_batch_norm_statistics() {
+    let dir = tmp("bn-sync");
+    let o = train(
+        &[
+            "--model",
+            "resnet20",
+            "--dataset",
+            "synthetic",
+            "--workers",
+            "2",
+            "--batch-size",
+            "4",
+            "--synthetic-samples",
+            "32",
+            "--eval-samples",
+            "8",
+            "--steps",
+            "3",
+            "--method",
+            "dense",
+            "--out",
+            dir.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let buffers = |rank| -> Vec<(String, Vec<f32>)> {
+        checkpoint(&dir, rank)
+            .into_iter()
+            .filter(|(n, _)| n.starts_with("buffer/"))
+            .collect()
+    };
+    let (b0, b1) = (buffers(0), buffers(1));
+    assert!(b0.iter().any(|(n, _)| n.contains("running_mean")), "{b0:?}");
+    assert_eq!(b0, b1);
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// Two run directories hold the same training: every checkpoint tensor bit for bit, the
@@ -416,17 +496,25 @@ fn assert_same_run(a: &Path, b: &Path) {
         assert_eq!(sa[k], sb[k], "summary key {k}");
     }
     // The training records (the resumed run logs no step twice); timings differ.
-    let steps = |d: &Path| -> Vec<(u64, u64, u64)> {
+    let steps = |d: &Path| -> Vec<(u64, u64, u64, u64, u64)> {
         records_of(d, "step")
             .iter()
             .map(|r| {
                 let n = |k: &str| r[k].as_u64().unwrap();
-                (n("step"), n("bytes_sent"), n("message_bytes"))
+                let bits = |k: &str| r[k].as_f64().unwrap().to_bits();
+                (
+                    n("step"),
+                    n("bytes_sent"),
+                    n("message_bytes"),
+                    bits("loss"),
+                    bits("density"),
+                )
             })
             .collect()
     };
     // The interrupted run also logged the step it stopped at; every other record is the
-    // straight run's, bytes included.
+    // straight run's, bytes, loss and density included (a record after a --steps stop
+    // averages over the same window as the straight run's: the checkpoint carries it).
     let (ra, rb) = (steps(a), steps(b));
     assert!(rb.windows(2).all(|w| w[0].0 < w[1].0), "{rb:?}");
     let shared: Vec<_> = rb
@@ -506,6 +594,73 @@ fn copy_dir(from: &Path, to: &Path) {
             std::fs::copy(e.path(), dest).unwrap();
         }
     }
+}
+
+/// A launcher killed outright (SIGKILL: no chance to stop its workers itself) takes its
+/// workers with it: they do not train on, unsupervised, into the run directory.
+#[test]
+fn workers_die_with_a_killed_launcher() {
+    use std::io::{BufRead, BufReader};
+    let dir = tmp("orphans");
+    // Epochs of 312,500 steps with no log lines in them: the workers print nothing after
+    // their start, so a closed pipe would not stop them either (a small --lr: at 0.1 this
+    // job diverges within 40 steps and ends by itself).
+    let mut launcher = Command::new(env!("CARGO_BIN_EXE_train"))
+        .args([
+            "--model",
+            "lenet5",
+            "--dataset",
+            "synthetic",
+            "--workers",
+            "2",
+        ])
+        .args(["--batch-size", "16", "--synthetic-samples", "10000000"])
+        .args([
+            "--log-every",
+            "1000000",
+            "--method",
+            "dense",
+            "--lr",
+            "0.01",
+            "--out",
+        ])
+        .arg(&dir)
+        .env("GRADEX_TIMEOUT_SECS", "20")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("running train");
+    // Once rank 0 reports its plan, both workers are running.
+    let mut lines = BufReader::new(launcher.stdout.take().unwrap()).lines();
+    assert!(
+        lines.any(|l| l.is_ok_and(|l| l.contains("training lenet5"))),
+        "the job did not start"
+    );
+    let pid = launcher.id();
+    let workers: Vec<u32> = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap()
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect();
+    assert_eq!(workers.len(), 2, "{workers:?}");
+    launcher.kill().unwrap();
+    launcher.wait().unwrap();
+    // Gone, or a zombie waiting for whoever adopted it to reap it: not running.
+    let running = |p: u32| {
+        std::fs::read_to_string(format!("/proc/{p}/stat"))
+            .ok()
+            .and_then(|s| s.rsplit(") ").next().map(|r| !r.starts_with('Z')))
+            .unwrap_or(false)
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while workers.iter().any(|&p| running(p)) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "workers {workers:?} outlived their launcher"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]

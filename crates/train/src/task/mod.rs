@@ -188,6 +188,9 @@ pub fn check(c: &Config) -> Result<()> {
             if c.model == "char_lstm" && c.hidden.is_some() {
                 bail!("--hidden: char_lstm is SBC's fixed 2 × 200 network");
             }
+            if c.model == "char_lstm" && c.dropout.is_some() {
+                bail!("--dropout: char_lstm is SBC's fixed network, without dropout");
+            }
             if c.model == "char_lstm" && c.dataset == "synthetic" {
                 bail!("--model char_lstm needs a character corpus (--dataset kjv or ptb)");
             }
