@@ -40,6 +40,18 @@ pub fn run_worker_if_asked(worker_config: Option<&Path>) -> Result<bool> {
     Ok(true)
 }
 
+/// `--synthetic` trains on generated data, so a `--data-dir` beside it would be ignored:
+/// an error instead.
+pub fn check_synthetic(synthetic: bool, data_dir: Option<&Path>) -> Result<()> {
+    if let (true, Some(d)) = (synthetic, data_dir) {
+        anyhow::bail!(
+            "--synthetic trains on generated data, so --data-dir {} would be ignored: give one or the other",
+            d.display()
+        );
+    }
+    Ok(())
+}
+
 /// What one finished job left in its run directory.
 pub struct Job {
     pub dir: PathBuf,
@@ -74,19 +86,27 @@ impl Job {
         self.cumulative_ratio_after(from_epoch, "dense_message_bytes", "message_bytes")
     }
 
-    /// The growth of the cumulative `num` over that of `den` between the last step
-    /// record at or before `from_epoch` (or the start) and the last record.
+    /// The growth of the cumulative `num` over that of `den` between the first step
+    /// record at or after `from_epoch` (the start, for 0) and the last record. Records
+    /// come every `--log-every` steps, so the span starts at the first record whose
+    /// counters hold no step before `from_epoch`: starting from the last record before it
+    /// would count the warm-up steps in between (DGC Table 4's quick preset, logging every
+    /// 50 steps with a warm-up ending at step 83, counted 34 warm-up steps that way).
     fn cumulative_ratio_after(&self, from_epoch: f64, num: &str, den: &str) -> Option<f64> {
         let steps: Vec<&Value> = self
             .records
             .iter()
             .filter(|r| r["kind"] == "step")
             .collect();
-        let first = steps
-            .iter()
-            .rev()
-            .find(|r| r["epoch"].as_f64().unwrap_or(0.0) <= from_epoch + 1e-9)
-            .copied();
+        let first = if from_epoch <= 0.0 {
+            None
+        } else {
+            Some(
+                *steps
+                    .iter()
+                    .find(|r| r["epoch"].as_f64().unwrap_or(0.0) >= from_epoch - 1e-9)?,
+            )
+        };
         let last = steps.last()?;
         let (n0, d0) = first.map_or((0.0, 0.0), |r| {
             (
@@ -375,4 +395,42 @@ pub fn write_rows(out: &Path, stem: &str, rows: &[Value], columns: &[&str]) -> R
 /// A number for a table cell: `decimals` places, or "-" where there is none.
 pub fn cell(v: Option<f64>, decimals: usize) -> String {
     v.map_or("-".to_string(), |x| format!("{x:.decimals$}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Job;
+    use serde_json::json;
+
+    /// Step records every 50 steps of 100 per epoch; the cumulative counters grow by 1
+    /// per step during a warm-up that ends at step 83 (epoch 0.83) and by 10 after it.
+    fn job() -> Job {
+        let counter = |s: u64| if s <= 83 { s } else { 83 + 10 * (s - 83) };
+        let records = [50u64, 100, 150, 200]
+            .map(|s| {
+                json!({"kind": "step", "step": s, "epoch": s as f64 / 100.0,
+                       "dense_message_bytes": counter(s), "message_bytes": s})
+            })
+            .to_vec();
+        Job {
+            dir: "unused".into(),
+            workers: 1,
+            summary: json!({}),
+            records,
+            wall_seconds: 0.0,
+        }
+    }
+
+    #[test]
+    fn the_ratio_after_a_warm_up_counts_no_warm_up_step() {
+        // From the first record at or after the warm-up's end (step 100), not from the
+        // last before it (step 50, which would count steps 51-83 of the warm-up).
+        let r = job().message_ratio_after(0.83).unwrap();
+        assert_eq!(r, 10.0);
+        // From the start: everything.
+        let whole = job().message_ratio_after(0.0).unwrap();
+        assert_eq!(whole, (83.0 + 10.0 * 117.0) / 200.0);
+        // No record after the warm-up but the last: nothing to measure.
+        assert_eq!(job().message_ratio_after(1.9), None);
+    }
 }

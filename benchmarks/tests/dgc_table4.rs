@@ -20,6 +20,10 @@ fn wrong_arguments_fail_before_any_job() {
                 &["--data-dir", "/nonexistent"],
                 "needs the King James Bible corpus in /nonexistent",
             ),
+            (
+                &["--speech-epochs", "3"],
+                "--speech-epochs is for the speech rows",
+            ),
         ],
     );
 }

@@ -17,6 +17,10 @@ fn wrong_arguments_fail_before_any_job() {
             ),
             (&["--workers", "1"], "--workers must be at least 2"),
             (&["--norm", "l1"], "l1"),
+            (
+                &["--synthetic", "--data-dir", "/tmp"],
+                "--data-dir /tmp would be ignored",
+            ),
         ],
     );
 }

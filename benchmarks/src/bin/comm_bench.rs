@@ -239,6 +239,7 @@ fn main() -> Result<()> {
     if std::env::var("RANK").is_ok() {
         worker(&args)
     } else {
+        anyhow::ensure!(args.world >= 1, "--world must be at least 1");
         launch_local(args.world, &std::env::args().skip(1).collect::<Vec<_>>())
     }
 }

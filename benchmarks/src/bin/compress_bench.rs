@@ -19,7 +19,7 @@ use tensor::Rng;
 
 #[derive(Parser)]
 #[command(
-    about = "Compression and decompression speed, density and wire bytes of every method on a 25 M-value gradient, and selection against a memory pass"
+    about = "Compression and decompression speed, density and message bytes (the encoded message, before frame headers) of every method on a 25 M-value gradient, and selection against a memory pass"
 )]
 struct Args {
     /// Values in the gradient (ResNet-50 has 25,557,032 parameters).
@@ -143,7 +143,7 @@ fn bench_method(label: &str, grad: &[f32], repeats: usize) -> Result<Value> {
         "compress_values_per_s": rate(best_c),
         "decompress_values_per_s": rate(best_d),
         "density": s.density(),
-        "wire_bytes": s.message_bytes,
+        "message_bytes": s.message_bytes,
         "dense_bytes": s.dense_bytes,
     }))
 }
@@ -204,22 +204,22 @@ fn main() -> Result<()> {
     );
     println!(
         "{:<50} {:>12} {:>12} {:>10} {:>14} {:>9}",
-        "method", "comp Mval/s", "decomp Mv/s", "density", "wire bytes", "ratio"
+        "method", "comp Mval/s", "decomp Mv/s", "density", "msg bytes", "ratio"
     );
     let mvals = |v: &Value| {
         v.as_f64()
             .map_or("-".to_string(), |x| format!("{:.1}", x / 1e6))
     };
     for r in &rows {
-        let wire = r["wire_bytes"].as_u64().unwrap_or(0).max(1) as f64;
+        let message = r["message_bytes"].as_u64().unwrap_or(0).max(1) as f64;
         println!(
             "{:<50} {:>12} {:>12} {:>10.6} {:>14} {:>8.1}x",
             r["method"].as_str().unwrap_or(""),
             mvals(&r["compress_values_per_s"]),
             mvals(&r["decompress_values_per_s"]),
             r["density"].as_f64().unwrap_or(0.0),
-            r["wire_bytes"],
-            r["dense_bytes"].as_f64().unwrap_or(0.0) / wire,
+            r["message_bytes"],
+            r["dense_bytes"].as_f64().unwrap_or(0.0) / message,
         );
     }
     println!("\nselection of k = {k} ({}):", args.density);

@@ -284,10 +284,10 @@ fn print_tables(args: &Args, rows: &[Value]) {
             }
         }
     }
-    for &gbps in &args.gbps {
+    for (panel, &gbps) in args.gbps.iter().enumerate() {
         println!(
             "\n({}) {gbps} Gbit/s Ethernet: alpha = {:.3} ms, beta = {:.3} ns/byte",
-            if gbps == 1.0 { "a" } else { "b" },
+            (b'a' + (panel % 26) as u8) as char,
             args.alpha * 1e3,
             8.0 / gbps
         );

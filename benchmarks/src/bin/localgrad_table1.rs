@@ -239,6 +239,7 @@ fn main() -> Result<()> {
     if table::run_worker_if_asked(args.common.worker_config.as_deref())? {
         return Ok(());
     }
+    table::check_synthetic(args.synthetic, args.data_dir.as_deref())?;
     let base = base_config(&args)?;
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;

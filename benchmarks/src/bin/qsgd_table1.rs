@@ -210,6 +210,7 @@ fn main() -> Result<()> {
     if table::run_worker_if_asked(args.common.worker_config.as_deref())? {
         return Ok(());
     }
+    table::check_synthetic(args.synthetic, args.data_dir.as_deref())?;
     let base = base_config(&args)?;
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
@@ -247,6 +248,7 @@ fn main() -> Result<()> {
             "top1": metric,
             "delta": metric.zip(full).map(|(m, f)| m - f),
             "compression_ratio": job.compression_ratio(),
+            "message_compression_ratio": job.summary["message_compression_ratio"],
             "training_seconds": wall,
             "mean_step_seconds": step,
             "speedup": full_step.zip(step).map(|(f, s)| f / s),
@@ -268,6 +270,7 @@ fn main() -> Result<()> {
             "top1",
             "delta",
             "compression_ratio",
+            "message_compression_ratio",
             "training_seconds",
             "mean_step_seconds",
             "speedup",
@@ -306,12 +309,20 @@ fn print_table(args: &Args, base: &Config, rows: &[Value]) {
     let num =
         |row: &Value, key: &str, d: usize, s: f64| table::cell(row[key].as_f64().map(|x| x * s), d);
     println!(
-        "{:<10} {:>10} {:>10} {:>10} {:>8} {:>12} {:>10} {:>10}",
-        "Run", "Params", "Init. rate", "Top-1 %", "diff", "compression", "training", "speed-up"
+        "{:<10} {:>10} {:>10} {:>10} {:>8} {:>12} {:>12} {:>10} {:>10}",
+        "Run",
+        "Params",
+        "Init. rate",
+        "Top-1 %",
+        "diff",
+        "wire ratio",
+        "msg ratio",
+        "training",
+        "speed-up"
     );
     for row in rows {
         println!(
-            "{:<10} {:>10} {:>10} {:>10} {:>8} {:>12} {:>10} {:>10}",
+            "{:<10} {:>10} {:>10} {:>10} {:>8} {:>12} {:>12} {:>10} {:>10}",
             row["run"].as_str().unwrap_or(""),
             row["params"]
                 .as_u64()
@@ -320,6 +331,7 @@ fn print_table(args: &Args, base: &Config, rows: &[Value]) {
             num(row, "top1", 2, 100.0),
             num(row, "delta", 2, 100.0),
             num(row, "compression_ratio", 1, 1.0) + "x",
+            num(row, "message_compression_ratio", 2, 1.0) + "x",
             num(row, "training_seconds", 1, 1.0) + " s",
             num(row, "speedup", 2, 1.0) + "x",
         );
