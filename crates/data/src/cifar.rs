@@ -7,11 +7,26 @@ use std::path::Path;
 
 const RECORD: usize = 1 + 3 * 32 * 32;
 
+/// The records in one batch file of the distribution (10,000), with room to spare: a file
+/// beyond this is not a CIFAR-10 batch, and is refused before it is read into memory.
+const MAX_RECORDS_PER_FILE: u64 = 60_000;
+
 /// Reads and concatenates the given batch files (e.g. the five training batches).
 pub fn read_cifar10(files: &[&Path]) -> Result<ImageDataset> {
     let mut pixels = Vec::new();
     let mut labels = Vec::new();
     for &path in files {
+        let size = std::fs::metadata(path)
+            .map_err(|e| DataError::io(path, e))?
+            .len();
+        if size > MAX_RECORDS_PER_FILE * RECORD as u64 {
+            return Err(DataError::format(
+                path,
+                format!(
+                    "{size} bytes is more than {MAX_RECORDS_PER_FILE} CIFAR-10 records (a batch file holds 10,000): not a CIFAR-10 batch"
+                ),
+            ));
+        }
         let bytes = std::fs::read(path).map_err(|e| DataError::io(path, e))?;
         if bytes.is_empty() || bytes.len() % RECORD != 0 {
             return Err(DataError::format(

@@ -50,8 +50,15 @@ pub(crate) fn read_maybe_gz(path: &Path, max_len: u64) -> Result<Vec<u8>> {
             ),
         )
     };
-    // Reading the file itself costs only its size on disk; the bound is checked after, so
-    // that a plain file is held to it as its gzipped form would be.
+    // Neither a plain file nor a gzip stream of at most `max_len` bytes is much larger
+    // than `max_len` on disk (gzip adds well under 1/64 even to incompressible data): a
+    // larger file is refused before it is read into memory.
+    let size = std::fs::metadata(path)
+        .map_err(|e| DataError::io(path, e))?
+        .len();
+    if size > max_len.saturating_add(max_len / 64).saturating_add(4096) {
+        return Err(too_large("the file holds"));
+    }
     let raw = std::fs::read(path).map_err(|e| DataError::io(path, e))?;
     if !raw.starts_with(&[0x1f, 0x8b]) {
         if raw.len() as u64 > max_len {
@@ -60,7 +67,8 @@ pub(crate) fn read_maybe_gz(path: &Path, max_len: u64) -> Result<Vec<u8>> {
         return Ok(raw);
     }
     let mut out = Vec::new();
-    flate2::read::GzDecoder::new(&raw[..])
+    // All members: `cat a.gz b.gz` is a valid gzip file (gunzip reads it whole).
+    flate2::read::MultiGzDecoder::new(&raw[..])
         .take(max_len.saturating_add(1))
         .read_to_end(&mut out)
         .map_err(|e| DataError::format(path, format!("corrupt gzip stream: {e}")))?;
@@ -68,4 +76,48 @@ pub(crate) fn read_maybe_gz(path: &Path, max_len: u64) -> Result<Vec<u8>> {
         return Err(too_large("the gzip stream decompresses to"));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::read_maybe_gz;
+    use std::io::Write;
+
+    fn gz(bytes: &[u8]) -> Vec<u8> {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        e.write_all(bytes).unwrap();
+        e.finish().unwrap()
+    }
+
+    fn temp(name: &str) -> std::path::PathBuf {
+        std::env::temp_dir().join(format!("gradex-data-{}-{name}", std::process::id()))
+    }
+
+    /// `cat a.gz b.gz` is one valid gzip file: both members are read.
+    #[test]
+    fn every_member_of_a_multi_member_gzip_file_is_read() {
+        let path = temp("multi.gz");
+        let mut bytes = gz(b"first half, ");
+        bytes.extend(gz(b"second half"));
+        std::fs::write(&path, bytes).unwrap();
+        assert_eq!(
+            read_maybe_gz(&path, 1000).unwrap(),
+            b"first half, second half"
+        );
+        let _ = std::fs::remove_file(path);
+    }
+
+    /// A file far larger than the format can need is refused from its size alone (a
+    /// sparse file here: reading it would take 8 GiB).
+    #[test]
+    fn a_file_beyond_the_bound_is_refused_unread() {
+        let path = temp("huge");
+        std::fs::File::create(&path)
+            .unwrap()
+            .set_len(8 << 30)
+            .unwrap();
+        let e = read_maybe_gz(&path, 1 << 20).unwrap_err().to_string();
+        assert!(e.contains("more than 1048576 bytes"), "{e}");
+        let _ = std::fs::remove_file(path);
+    }
 }

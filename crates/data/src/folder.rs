@@ -105,6 +105,13 @@ impl ImageFolder {
                     return Ok(out);
                 }
             }
+            // No crop of the sampled area and shape fits (an image far wider than tall,
+            // say): the centre crop, still flipped at random, as torchvision does.
+            let mut out = centre_crop(&img, self.size);
+            if rng.below(2) == 1 {
+                image::imageops::flip_horizontal_in_place(&mut out);
+            }
+            return Ok(out);
         }
         Ok(centre_crop(&img, self.size))
     }
@@ -231,5 +238,22 @@ mod tests {
                 "{w}x{h}: mean {mean:.3}, max {max}"
             );
         }
+    }
+
+    /// An image far wider than tall admits no random resized crop: the fallback centre
+    /// crop is still flipped at random, so training sees both orientations.
+    #[test]
+    fn the_fallback_crop_is_flipped_at_random() {
+        let root = std::env::temp_dir().join(format!("gradex-wide-{}", std::process::id()));
+        std::fs::create_dir_all(root.join("a")).unwrap();
+        scene(400, 10)
+            .save(root.join("a").join("wide.png"))
+            .unwrap();
+        let ds = ImageFolder::open(&root, 8, true).unwrap();
+        let crops: Vec<RgbImage> = (0..32)
+            .map(|seed| ds.load(0, &mut Rng::new(seed)).unwrap())
+            .collect();
+        assert!(crops.iter().any(|c| *c != crops[0]), "every crop the same");
+        let _ = std::fs::remove_dir_all(root);
     }
 }

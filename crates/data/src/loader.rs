@@ -109,7 +109,13 @@ impl Loader {
             self.batches_per_epoch()
         };
         let dataset = self.dataset.clone();
-        let mut rng = Rng::for_rank(self.seed.wrapping_add(epoch as u64), self.rank);
+        // Salted: unsalted, rank 0's stream in epoch 0 was the shuffle's (both
+        // `Rng::new(seed)`), so the first crops and flips replayed the shuffle's draws.
+        const AUGMENT_SALT: u64 = 0xA5A5_5A5A_C3C3_3C3C;
+        let mut rng = Rng::for_rank(
+            (self.seed ^ AUGMENT_SALT).wrapping_add(epoch as u64),
+            self.rank,
+        );
         let (tx, rx) = sync_channel(self.prefetch.max(1));
         let handle = std::thread::spawn(move || {
             for b in 0..count {

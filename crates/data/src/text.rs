@@ -119,6 +119,11 @@ impl TokenBatches {
     /// This worker's contiguous share of `stream`, batchified. Worker shards are disjoint
     /// runs of the stream (their union is the stream up to the remainder of the division).
     pub fn new(stream: &[u32], batch: usize, world: usize, rank: usize) -> Result<Self> {
+        if rank >= world.max(1) {
+            return Err(DataError::Msg(format!(
+                "rank {rank} is not a worker of a job of {world}"
+            )));
+        }
         let shard = &stream[shard_range(stream.len(), world, rank)];
         let steps = shard.len() / batch.max(1);
         if batch == 0 || steps < 2 {
@@ -156,5 +161,15 @@ impl TokenBatches {
             Tensor::from_vec(input, vec![len, b], Device::Cpu)?,
             Tensor::from_vec(target, len * b, Device::Cpu)?,
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// A rank outside the job is an error, not a slice out of range.
+    #[test]
+    fn a_rank_outside_the_job_is_an_error() {
+        assert!(super::TokenBatches::new(&[0; 100], 2, 2, 5).is_err());
+        assert!(super::TokenBatches::new(&[0; 100], 2, 2, 1).is_ok());
     }
 }

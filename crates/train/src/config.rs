@@ -306,7 +306,8 @@ pub struct Args {
     /// Training samples of the synthetic dataset (images, utterances; tokens for language models).
     #[arg(long)]
     pub synthetic_samples: Option<usize>,
-    /// Evaluate on at most this many test samples (tokens for language models; default: all).
+    /// Evaluate on at most this many test samples, spread evenly over the test set (for
+    /// language models its first this many tokens; default: all).
     #[arg(long)]
     pub eval_samples: Option<usize>,
     /// Also evaluate every N steps, not only at the end of each epoch (a finer learning

@@ -62,31 +62,27 @@ enum Cmd {
 }
 
 fn mnist_stats(name: &str, dir: &Path) -> Result<serde_json::Value> {
+    // Gzipped as distributed, or unpacked: the gzipped file when it is there, so that a
+    // corrupt one is reported as such rather than as a missing unpacked file.
+    let file = |n: &str| {
+        let gz = dir.join(format!("{n}.gz"));
+        if gz.exists() {
+            gz
+        } else {
+            dir.join(n)
+        }
+    };
     let train = read_mnist(
-        &dir.join("train-images-idx3-ubyte.gz"),
-        &dir.join("train-labels-idx1-ubyte.gz"),
+        &file("train-images-idx3-ubyte"),
+        &file("train-labels-idx1-ubyte"),
         10,
     )
-    .or_else(|_| {
-        read_mnist(
-            &dir.join("train-images-idx3-ubyte"),
-            &dir.join("train-labels-idx1-ubyte"),
-            10,
-        )
-    })
     .context("reading the training set")?;
     let test = read_mnist(
-        &dir.join("t10k-images-idx3-ubyte.gz"),
-        &dir.join("t10k-labels-idx1-ubyte.gz"),
+        &file("t10k-images-idx3-ubyte"),
+        &file("t10k-labels-idx1-ubyte"),
         10,
     )
-    .or_else(|_| {
-        read_mnist(
-            &dir.join("t10k-images-idx3-ubyte"),
-            &dir.join("t10k-labels-idx1-ubyte"),
-            10,
-        )
-    })
     .context("reading the test set")?;
     Ok(
         json!({"dataset": name, "train": train.len(), "valid": null, "test": test.len(), "vocab": null, "words": null}),

@@ -149,7 +149,10 @@ pub(super) fn limit<D: Dataset + 'static>(ds: D, n: Option<usize>) -> Arc<dyn Da
     }
 }
 
-/// The first `n` samples of a dataset (evaluation on part of a test set).
+/// `n` samples spread evenly over a dataset (evaluation on part of a test set): the i-th
+/// is sample ⌊i·len/n⌋. A test set stored class by class (image folders: ImageNet's
+/// validation set) is then sampled from every class, where its first `n` samples would
+/// cover only the first classes.
 struct Subset<D> {
     inner: D,
     n: usize,
@@ -160,7 +163,9 @@ impl<D: Dataset> Dataset for Subset<D> {
         self.n
     }
     fn batch(&self, indices: &[usize], rng: &mut Rng) -> data::Result<data::Batch> {
-        self.inner.batch(indices, rng)
+        let len = self.inner.len();
+        let spread: Vec<usize> = indices.iter().map(|&i| i * len / self.n).collect();
+        self.inner.batch(&spread, rng)
     }
 }
 
@@ -254,4 +259,21 @@ pub(super) fn image_data(
         }
         d => bail!("--dataset {d}"),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use data::ImageDataset;
+    use tensor::Rng;
+
+    /// A test set stored class by class, limited to 3 of its 6 samples, still holds both
+    /// classes.
+    #[test]
+    fn a_limited_test_set_is_spread_over_the_whole_set() {
+        let ds = ImageDataset::new(vec![0u8; 6], vec![0, 0, 0, 1, 1, 1], [1, 1, 1], 2).unwrap();
+        let limited = super::limit(ds, Some(3));
+        assert_eq!(limited.len(), 3);
+        let b = limited.batch(&[0, 1, 2], &mut Rng::new(0)).unwrap();
+        assert_eq!(b.labels.to_vec::<u32>().unwrap(), [0, 0, 1]);
+    }
 }
