@@ -263,3 +263,22 @@ fn adam_state_round_trips_and_masks_the_first_moment() {
     let saved = d.state();
     assert_eq!(saved[2].2.to_vec::<f32>().unwrap(), vec![3.0, 5.0]);
 }
+
+/// Adam's bias corrections at a step count past i32 (a restored count may reach 2^48):
+/// finite, where `powi` of the count as i32 wrapped to β^(−2^31) = inf.
+#[test]
+fn adam_stays_finite_past_two_to_the_31_steps() {
+    use nn::optim::{Adam, Optimizer};
+    let mut adam = Adam::new(0.001, 0.9, 0.999, 1e-8, 0.0);
+    let t = |v: Vec<f32>| Tensor::from_vec(v, vec![2], Device::Cpu).unwrap();
+    adam.load_state(0, "m", t(vec![0.1, -0.1]), &[2]).unwrap();
+    adam.load_state(0, "v", t(vec![0.01, 0.01]), &[2]).unwrap();
+    // Two 24-bit halves, high first: 128 · 2^24 = 2^31 steps.
+    adam.load_state(0, "step", t(vec![128.0, 0.0]), &[2])
+        .unwrap();
+    let p = t(vec![1.0, 2.0]);
+    adam.update(0, &p, &t(vec![0.5, -0.5])).unwrap();
+    let w = p.to_vec::<f32>().unwrap();
+    assert!(w.iter().all(|x| x.is_finite()), "{w:?}");
+    assert!(w[0] < 1.0 && w[1] > 2.0, "{w:?}");
+}

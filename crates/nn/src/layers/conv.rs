@@ -2,12 +2,29 @@
 
 use crate::init;
 use crate::module::{join, Ctx, Module, NamedTensor};
-use tensor::{Conv2dOptions, Result, Rng, Tensor};
+use tensor::{Conv2dOptions, Error, Result, Rng, Tensor};
 
 pub struct Conv2d {
     pub weight: Tensor,
     pub bias: Option<Tensor>,
     pub options: Conv2dOptions,
+}
+
+/// `[outputs, inputs / groups, kh, kw]`; channels that `groups` does not divide are an
+/// error here, as in PyTorch's constructor, rather than at the first forward pass.
+fn weight_shape(
+    inputs: usize,
+    outputs: usize,
+    kernel: (usize, usize),
+    options: &Conv2dOptions,
+) -> Result<[usize; 4]> {
+    let g = options.groups.max(1);
+    if !inputs.is_multiple_of(g) || !outputs.is_multiple_of(g) {
+        return Err(Error::msg(format!(
+            "Conv2d: {inputs} input and {outputs} output channels must both be divisible by groups = {g}"
+        )));
+    }
+    Ok([outputs, inputs / g, kernel.0, kernel.1])
 }
 
 impl Conv2d {
@@ -20,7 +37,7 @@ impl Conv2d {
         bias: bool,
         rng: &mut Rng,
     ) -> Result<Self> {
-        let shape = [outputs, inputs / options.groups.max(1), kernel.0, kernel.1];
+        let shape = weight_shape(inputs, outputs, kernel, &options)?;
         let bound = 1.0 / (init::fans(&shape).0.max(1) as f64).sqrt();
         Ok(Conv2d {
             weight: init::uniform(&shape, bound, rng)?,
@@ -41,7 +58,7 @@ impl Conv2d {
         bias: bool,
         rng: &mut Rng,
     ) -> Result<Self> {
-        let shape = [outputs, inputs / options.groups.max(1), kernel.0, kernel.1];
+        let shape = weight_shape(inputs, outputs, kernel, &options)?;
         Ok(Conv2d {
             weight: init::kaiming_normal(&shape, init::fans(&shape).1, rng)?,
             bias: if bias {

@@ -173,7 +173,27 @@ impl Rnn {
         let (steps, n) = (d[0], d[1]);
         let zero;
         let state = match state {
-            Some(s) => s,
+            Some(s) => {
+                // PyTorch's "Expected hidden size": a state for another depth, direction
+                // count, batch or width is an error, not partly used.
+                let want = [self.layers * self.directions(), n, self.hidden];
+                let c_ok = match (&s.c, self.kind) {
+                    (Some(c), RnnKind::Lstm) => c.dims() == want,
+                    (None, RnnKind::Gru) => true,
+                    _ => false,
+                };
+                if s.h.dims() != want || !c_ok {
+                    return Err(Error::BadShape {
+                        op: "Rnn::forward_seq",
+                        msg: format!(
+                            "the initial state must be {want:?} (layers × directions, batch, hidden){}",
+                            if self.kind == RnnKind::Lstm { " for both h and c" } else { ", with no c" }
+                        ),
+                        shape: s.h.shape().clone(),
+                    });
+                }
+                s
+            }
             None => {
                 zero = self.zero_state(n, x)?;
                 &zero

@@ -41,8 +41,10 @@ pub fn ctc_loss(
         if l.is_finite() {
             total += l * scale;
             scales.push(scale);
-        } else if zero_infinity {
+        } else if zero_infinity && l == f64::INFINITY {
             // Loss and gradient 0 (the gradient of an unalignable sample already is).
+            // Only +inf, as PyTorch: a NaN (diverged log-probabilities) stays NaN, so a
+            // diverged run shows instead of reporting a loss of 0.
             scales.push(0.0);
         } else {
             total += l * scale;

@@ -71,8 +71,9 @@ impl Optimizer for Adam {
             let v = v
                 .scale(self.beta2)?
                 .add(&g.sqr()?.scale(1.0 - self.beta2)?)?;
-            let bc1 = 1.0 - self.beta1.powi(t as i32);
-            let bc2 = 1.0 - self.beta2.powi(t as i32);
+            // powf: the step count may exceed i32 (a restored count goes up to 2^48).
+            let bc1 = 1.0 - self.beta1.powf(t as f64);
+            let bc2 = 1.0 - self.beta2.powf(t as f64);
             let denom = v.sqrt()?.scale(1.0 / bc2.sqrt())?.add_scalar(self.eps)?;
             param.assign(&param.sub(&m.div(&denom)?.scale(self.lr / bc1)?)?)?;
             self.state.insert(index, (t, m, v));
