@@ -91,6 +91,26 @@ impl Sequential {
     pub fn len(&self) -> usize {
         self.layers.len()
     }
+    /// Runs only the layers in `range` (a model that acts between two of them, e.g. to
+    /// mask padded frames, without renaming the layers' parameters).
+    pub fn forward_layers(
+        &self,
+        x: &Tensor,
+        ctx: &mut Ctx,
+        range: std::ops::Range<usize>,
+    ) -> Result<Tensor> {
+        let layers = self.layers.get(range.clone()).ok_or_else(|| {
+            crate::Error::msg(format!(
+                "Sequential::forward_layers: {range:?} is outside its {} layers",
+                self.layers.len()
+            ))
+        })?;
+        let mut h = x.clone();
+        for (_, l) in layers {
+            h = l.forward(&h, ctx)?;
+        }
+        Ok(h)
+    }
     pub fn is_empty(&self) -> bool {
         self.layers.is_empty()
     }

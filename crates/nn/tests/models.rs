@@ -195,3 +195,77 @@ fn resnet20_fits_a_learnable_task() {
     assert!(losses[0] > 1.0, "initial loss {}", losses[0]);
     assert!(last < 0.05, "training loss did not reach near zero: {last}");
 }
+
+/// In a padded batch, an utterance's logits (evaluation mode) are those it has alone: the
+/// convolution blocks zero the padded frames and the recurrent layers' reverse direction
+/// starts at its own last frame (deepspeech.pytorch's MaskConv and packed sequences).
+/// Without the lengths, padding reaches every frame through the reverse direction.
+#[test]
+fn deepspeech_logits_do_not_depend_on_the_batchs_padding() {
+    for kind in [nn::layers::RnnKind::Gru, nn::layers::RnnKind::Lstm] {
+        let mut rng = Rng::new(11);
+        let ds = models::deepspeech(kind, 2, 8, 29, &mut rng).unwrap();
+        let alone = Tensor::randn(
+            vec![1, 1, 161, 20],
+            0.0,
+            1.0,
+            DType::F32,
+            Device::Cpu,
+            &mut rng,
+        )
+        .unwrap();
+        let other = Tensor::randn(
+            vec![1, 1, 161, 40],
+            0.0,
+            1.0,
+            DType::F32,
+            Device::Cpu,
+            &mut rng,
+        )
+        .unwrap();
+        // The batch: our 20 frames zero-padded to 40, beside a 40-frame utterance.
+        let padded = Tensor::cat(
+            &[
+                alone.clone(),
+                Tensor::zeros(vec![1, 1, 161, 20], DType::F32, Device::Cpu).unwrap(),
+            ],
+            3,
+        )
+        .unwrap();
+        let batch = Tensor::cat(&[padded, other], 0).unwrap();
+        let own = ds.forward(&alone, &mut Ctx::eval()).unwrap(); // [10, 1, 29]
+        let in_batch = ds
+            .forward_lengths(&batch, &[20, 40], &mut Ctx::eval())
+            .unwrap()
+            .narrow(0, 0, 10)
+            .unwrap()
+            .narrow(1, 0, 1)
+            .unwrap();
+        let (a, b) = (
+            own.to_vec::<f32>().unwrap(),
+            in_batch.to_vec::<f32>().unwrap(),
+        );
+        let worst = a
+            .iter()
+            .zip(&b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0f32, f32::max);
+        assert!(worst < 1e-4, "{kind:?}: logits differ by {worst}");
+        // Ignoring the lengths, the padding shows.
+        let blind = ds
+            .forward(&batch, &mut Ctx::eval())
+            .unwrap()
+            .narrow(0, 0, 10)
+            .unwrap()
+            .narrow(1, 0, 1)
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap();
+        let off = a
+            .iter()
+            .zip(&blind)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0f32, f32::max);
+        assert!(off > 1e-3, "{kind:?}: padding had no effect ({off})");
+    }
+}

@@ -162,6 +162,22 @@ impl Rnn {
         state: Option<&RnnState>,
         ctx: &mut Ctx,
     ) -> Result<(Tensor, RnnState)> {
+        self.forward_seq_lengths(x, state, None, ctx)
+    }
+
+    /// [`Rnn::forward_seq`] over a batch of sequences padded to `T`, sample `b` being
+    /// `lengths[b]` steps long (PyTorch's packed sequences): the reverse direction starts
+    /// at each sequence's own last step, so no output within a sequence depends on its
+    /// padding (the forward direction's never does). Outputs at padded steps are
+    /// computed but meaningless; the reverse direction's final state is the one after a
+    /// sequence's first step only where that sequence fills `T`.
+    pub fn forward_seq_lengths(
+        &self,
+        x: &Tensor,
+        state: Option<&RnnState>,
+        lengths: Option<&[usize]>,
+        ctx: &mut Ctx,
+    ) -> Result<(Tensor, RnnState)> {
         let d = x.dims();
         if d.len() != 3 || d[2] != self.input_size {
             return Err(Error::BadShape {
@@ -171,6 +187,20 @@ impl Rnn {
             });
         }
         let (steps, n) = (d[0], d[1]);
+        // The reverse direction of padded sequences runs forward over each sequence
+        // reversed within its length (padding left at the end), then is reversed back.
+        let within = match lengths {
+            Some(l) if self.bidirectional && l.iter().any(|&t| t != steps) => {
+                if l.len() != n || l.iter().any(|&t| t > steps) {
+                    return Err(Error::msg(format!(
+                        "Rnn: {} sequence lengths {l:?} for a batch of {n} sequences of at most {steps} steps",
+                        l.len()
+                    )));
+                }
+                Some(reverse_within(l, steps, x.device())?)
+            }
+            _ => None,
+        };
         let zero;
         let state = match state {
             Some(s) => {
@@ -212,7 +242,20 @@ impl Rnn {
                     Some(c) => Some(c.narrow(0, idx, 1)?.squeeze(0)?),
                     None => None,
                 };
-                let (y, h, c) = self.run_direction(w, &layer_in, h0, c0, dir == 1, steps)?;
+                let (y, h, c) = match (&within, dir == 1) {
+                    (Some(ids), true) => {
+                        let flip = |t: &Tensor| -> Result<Tensor> {
+                            let dims = t.dims().to_vec();
+                            t.reshape(vec![dims[0] * dims[1], dims[2]])?
+                                .index_select(ids, 0)?
+                                .reshape(dims)
+                        };
+                        let (y, h, c) =
+                            self.run_direction(w, &flip(&layer_in)?, h0, c0, false, steps)?;
+                        (flip(&y)?, h, c)
+                    }
+                    _ => self.run_direction(w, &layer_in, h0, c0, dir == 1, steps)?,
+                };
                 outs.push(y);
                 hs.push(h);
                 cs.extend(c);
@@ -283,6 +326,20 @@ impl Rnn {
             .collect::<Result<_>>()?;
         Ok((Tensor::stack(&outs, 0)?, h, c))
     }
+}
+
+/// Row indices into a `[T·N, F]` view of a time-major batch that reverse each sample's
+/// first `lengths[b]` steps and leave its padding in place (the map is its own inverse).
+fn reverse_within(lengths: &[usize], steps: usize, device: tensor::Device) -> Result<Tensor> {
+    let n = lengths.len();
+    let mut ids = Vec::with_capacity(steps * n);
+    for t in 0..steps {
+        for (b, &len) in lengths.iter().enumerate() {
+            let src = if t < len { len - 1 - t } else { t };
+            ids.push((src * n + b) as u32);
+        }
+    }
+    Tensor::from_vec(ids, vec![steps * n], device)
 }
 
 impl Module for Rnn {

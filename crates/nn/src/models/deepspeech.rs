@@ -128,9 +128,31 @@ pub fn deepspeech(
     })
 }
 
-impl Module for DeepSpeech {
-    /// `[N, 1, 161, T]` spectrograms to `[T', N, classes]` logits, T' = ⌈T / 2⌉.
-    fn forward(&self, x: &Tensor, ctx: &mut Ctx) -> Result<Tensor> {
+/// Zeroes the time frames of `h: [N, C, F, T]` at and past each sample's `lengths[b]`.
+fn mask_frames(h: &Tensor, lengths: &[usize]) -> Result<Tensor> {
+    let d = h.dims().to_vec();
+    let (n, t) = (d[0], d[3]);
+    let mask: Vec<f32> = lengths
+        .iter()
+        .flat_map(|&len| (0..t).map(move |i| if i < len { 1.0 } else { 0.0 }))
+        .collect();
+    let mask = Tensor::from_vec(mask, vec![n, 1, 1, t], h.device())?.to_dtype(h.dtype())?;
+    h.mul(&mask)
+}
+
+impl DeepSpeech {
+    /// [`Module::forward`] over a batch padded to `T` frames in which sample `b` has
+    /// `lengths[b]` (deepspeech.pytorch's `MaskConv` and packed sequences): after each
+    /// convolution block the frames past a sample's length are zeroed, as the next
+    /// convolution's own zero padding would be, and the recurrent layers' reverse
+    /// direction starts at each sample's last frame. In evaluation mode a sample's logits
+    /// within its ⌈length / 2⌉ frames are then those of the sample alone; in training the
+    /// batch norms' statistics still include the padded frames, as in deepspeech.pytorch.
+    pub fn forward_lengths(&self, x: &Tensor, lengths: &[usize], ctx: &mut Ctx) -> Result<Tensor> {
+        self.run(x, Some(lengths), ctx)
+    }
+
+    fn run(&self, x: &Tensor, lengths: Option<&[usize]>, ctx: &mut Ctx) -> Result<Tensor> {
         let d = x.dims();
         if d.len() != 4 || d[1] != 1 || d[2] != SPECTROGRAM_BINS {
             return Err(Error::BadShape {
@@ -139,7 +161,25 @@ impl Module for DeepSpeech {
                 shape: x.shape().clone(),
             });
         }
-        let h = self.conv.forward(x, ctx)?;
+        if let Some(l) = lengths {
+            if l.len() != d[0] || l.iter().any(|&t| t == 0 || t > d[3]) {
+                return Err(Error::msg(format!(
+                    "DeepSpeech: frame counts {l:?} for a batch of {} spectrograms of {} frames",
+                    d[0], d[3]
+                )));
+            }
+        }
+        // The first convolution has stride 2 in time (kernel 11, padding 5): ⌈T / 2⌉ frames.
+        let frames: Option<Vec<usize>> =
+            lengths.map(|l| l.iter().map(|&t| t.div_ceil(2)).collect());
+        let mask = |h: Tensor| -> Result<Tensor> {
+            match &frames {
+                Some(f) => mask_frames(&h, f),
+                None => Ok(h),
+            }
+        };
+        let h = mask(self.conv.forward_layers(x, ctx, 0..3)?)?;
+        let h = mask(self.conv.forward_layers(&h, ctx, 3..6)?)?;
         let (n, c, f, t) = (h.dims()[0], h.dims()[1], h.dims()[2], h.dims()[3]);
         // [N, C, F, T] → [T, N, C·F]
         let mut h = h
@@ -150,13 +190,24 @@ impl Module for DeepSpeech {
             if let Some(bn) = &layer.batch_norm {
                 h = sequence_norm(bn, &h, ctx)?;
             }
-            let y = layer.rnn.forward(&h, ctx)?;
+            let (y, _) = layer
+                .rnn
+                .forward_seq_lengths(&h, None, frames.as_deref(), ctx)?;
             // Sum the two directions: [T, N, 2H] → [T, N, H].
             let halves = y.chunk(2, 2)?;
             h = halves[0].add(&halves[1])?;
         }
         let h = sequence_norm(&self.fc_norm, &h, ctx)?;
         self.fc.forward(&h, ctx)
+    }
+}
+
+impl Module for DeepSpeech {
+    /// `[N, 1, 161, T]` spectrograms to `[T', N, classes]` logits, T' = ⌈T / 2⌉, every
+    /// sample taken as `T` frames long (see [`DeepSpeech::forward_lengths`] for padded
+    /// batches).
+    fn forward(&self, x: &Tensor, ctx: &mut Ctx) -> Result<Tensor> {
+        self.run(x, None, ctx)
     }
     fn params(&self, prefix: &str, out: &mut Vec<NamedTensor>) {
         self.conv.params(&join(prefix, "conv"), out);

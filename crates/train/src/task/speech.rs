@@ -8,7 +8,7 @@ use crate::config::Config;
 use anyhow::{bail, Context, Result};
 use data::{Batch, Dataset};
 use nn::models::DeepSpeech;
-use nn::{Ctx, Module};
+use nn::Ctx;
 use std::path::PathBuf;
 use std::sync::Arc;
 use tensor::Tensor;
@@ -64,7 +64,8 @@ pub(super) fn speech_outputs(
     inputs: &Tensor,
     ctx: &mut Ctx,
 ) -> Result<(Tensor, Vec<Vec<u32>>, Vec<usize>)> {
-    let logits = m.forward(inputs, ctx)?;
+    // Each utterance as long as it is, not as the batch's longest (see forward_lengths).
+    let logits = m.forward_lengths(inputs, &batch.input_lengths, ctx)?;
     let log_probs = logits.log_softmax(2)?;
     let frames = log_probs.dims()[0];
     let labels = batch.labels.to_vec::<u32>()?;
