@@ -15,10 +15,16 @@
 #   w4-ack-gso1      4 workers, --ack-prio --gso-segs 1, for paper 002's Figure 9 at few workers
 #   w8-htb16k-gso1, w8-tbf256k, w4-htb16k-gso1   earlier configurations, on request
 # NETEM_CONFIGS="w8-ack w4-ack-gso1" picks a subset. Needs root (namespaces).
+# The device tool brings back at most 8 files: logs and CSVs go to a scratch folder,
+# packed into $OUT/netem-logs.tgz with the final table in $OUT/netem-table.txt on any exit.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-out="${OUT:-netem-logs}"
-mkdir -p "$out" && out=$(cd "$out" && pwd)
+final="${OUT:-netem-logs}"
+mkdir -p "$final" && final=$(cd "$final" && pwd)
+scratch=$(mktemp -d)
+out="$scratch/netem-logs"
+mkdir -p "$out"
+trap 'tar czf "$final/netem-logs.tgz" -C "$scratch" netem-logs 2>/dev/null' EXIT
 bench=.gpu/bin/comm_bench
 [ -x "$bench" ] || { echo "device-netem.sh: no $bench; run scripts/gpu-build.sh first" >&2; exit 2; }
 # The carried iproute2 first (the device image has none). Its libraries are given to the
@@ -27,12 +33,12 @@ bench=.gpu/bin/comm_bench
 if [ -x .gpu/net/ip ] && [ -x .gpu/net/tc ]; then
   loader=/lib64/ld-linux-x86-64.so.2
   [ -x "$loader" ] || { echo "device-netem.sh: no $loader to start the carried ip and tc" >&2; exit 2; }
-  mkdir -p "$out/bin"
+  mkdir -p "$scratch/bin"
   for t in ip tc; do
-    printf '#!/bin/sh\nexec %q --library-path %q %q "$@"\n' "$loader" "$PWD/.gpu/net/lib" "$PWD/.gpu/net/$t" > "$out/bin/$t"
-    chmod +x "$out/bin/$t"
+    printf '#!/bin/sh\nexec %q --library-path %q %q "$@"\n' "$loader" "$PWD/.gpu/net/lib" "$PWD/.gpu/net/$t" > "$scratch/bin/$t"
+    chmod +x "$scratch/bin/$t"
   done
-  export PATH="$out/bin:$PATH"
+  export PATH="$scratch/bin:$PATH"
 fi
 command -v ip >/dev/null && command -v tc >/dev/null ||
   { echo "device-netem.sh: needs ip and tc (iproute2), carried in .gpu/net or installed" >&2; exit 2; }
@@ -65,7 +71,7 @@ done
 
 echo "--- $(tr '\n' ' ' < "$out/machine.txt")"
 echo "--- measured / α-β model (fitted in the same run) ---"
-python3 - "$out" $configs <<'EOF'
+python3 - "$out" $configs <<'EOF' | tee "$final/netem-table.txt"
 import csv, sys, os
 out, configs = sys.argv[1], sys.argv[2:]
 print(f"{'config':<16} {'collective':<16} {'MiB':>4} {'measured ms':>12} {'model ms':>10} {'ratio':>6}")

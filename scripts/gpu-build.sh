@@ -11,6 +11,7 @@
 #   .gpu/bin/comm_bench    collectives, for scripts/device-netem.sh (not run by gpu-check.sh)
 #   .gpu/net/{ip,tc,lib/}  this machine's iproute2 and the libraries it needs beyond libc
 #                          (the device image has none; netem.sh needs both)
+#   .gpu/SOURCE            the commit and a hash of the sources it was built from
 # Usage: bash scripts/gpu-build.sh   then   run(command="bash scripts/gpu-check.sh", carry=[".gpu"])
 # CARGO_TARGET_DIR defaults to /work/target-cuda (a release build kept apart from the
 # debug one the tests use).
@@ -18,7 +19,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/work/target-cuda}"
 rm -rf .gpu && mkdir -p .gpu/bin
-tests=$(cargo test --release -p tensor -p nn -p comm --no-run --message-format=json 2>/dev/null |
+# The build's messages go to a file (stdout carries the JSON); shown when it fails.
+errlog="$CARGO_TARGET_DIR/gpu-build.err"
+mkdir -p "$CARGO_TARGET_DIR"
+trap 'echo "gpu-build.sh failed; the end of $errlog:" >&2; tail -n 30 "$errlog" >&2' ERR
+tests=$(cargo test --release -p tensor -p nn -p comm --no-run --message-format=json 2>"$errlog" |
   python3 -c '
 import json, sys
 for line in sys.stdin:
@@ -51,5 +56,16 @@ else
   echo "gpu-build.sh: no ip/tc here; .gpu/net not made (device-netem.sh then needs iproute2 on the device)" >&2
 fi
 strip --strip-debug .gpu/* .gpu/bin/* 2>/dev/null || true
-du -sh .gpu/* .gpu/bin/* .gpu/net
+# What the bundle was built from: gpu-check.sh recomputes the source hash on the device
+# (the working tree travels, git does not) and fails on a stale bundle. The same files and
+# order as its source_hash.
+{
+  echo "commit $(git rev-parse --short=12 HEAD)$(git diff --quiet HEAD -- crates benchmarks || echo '+changes')"
+  echo "source $(find crates benchmarks -type f \( -name '*.rs' -o -name '*.cu' \) | LC_ALL=C sort |
+    xargs sha256sum | sha256sum | cut -c1-16)"
+  echo "built $(date -u +%Y-%m-%dT%H:%MZ)"
+} > .gpu/SOURCE
+cat .gpu/SOURCE
+du -sh .gpu/* .gpu/bin/*
+if [ -d .gpu/net ]; then du -sh .gpu/net; fi
 du -sh .gpu

@@ -2,18 +2,91 @@
 # Runs the prebuilt GPU test executables (and any benchmark binary) carried in .gpu/ on a
 # machine with a GPU and no Rust toolchain, and prints a summary table last.
 #
-# On the development machine (see crates/tensor/CUDA.md):
-#   CARGO_TARGET_DIR=/work/target-cuda cargo test --release -p tensor --no-run   # prints the executables
-#   mkdir -p .gpu && cp <each printed tests/*.rs executable> .gpu/<name>
-# then, on the GPU machine: bash scripts/gpu-check.sh   (the device tool: carry [".gpu"]).
+# On the development machine: bash scripts/gpu-build.sh (it fills .gpu/ and stamps it with
+# the source it was built from); then, on the GPU machine: bash scripts/gpu-check.sh (the
+# device tool: carry [".gpu"]).
 #
 # Executables named *bench* run without test-harness flags; all others are libtest
 # binaries and run with --test-threads=1 --nocapture (the GPU-vs-CPU errors are printed).
-# Logs go to $OUT (or ./gpu-logs). Exit status: 0 when every executable passed.
+#
+# One device call is at most 10 minutes and brings back at most 8 files, so:
+# - every run has a time limit, and all of them share GPU_CHECK_BUDGET seconds (default
+#   540); a run that would start with under 20 s left is skipped and says so.
+#   GPU_CHECK_ONLY="nn-cuda-models train-deepspeech" runs only the runs named (a second
+#   call for what the first skipped);
+# - each summary row is printed as its run ends, so a call cut off still shows them;
+# - the logs are written to a scratch folder and packed into $OUT/gpu-logs.tgz, with the
+#   rows in $OUT/summary.txt, on any exit (./gpu-logs without $OUT).
+# Exit status: 0 when every run passed and the bundle matches the source tree.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-out="${OUT:-gpu-logs}"
+final="${OUT:-gpu-logs}"
+mkdir -p "$final"
+scratch=$(mktemp -d)
+out="$scratch/gpu-logs"
 mkdir -p "$out"
+summary=()
+status=0
+pack() {
+  printf '%s\n' "${summary[@]}" > "$final/summary.txt"
+  tar czf "$final/gpu-logs.tgz" -C "$scratch" gpu-logs 2>/dev/null
+}
+trap pack EXIT
+row() {
+  summary+=("$1")
+  echo "$1"
+}
+
+# The bundle must have been built from this source tree (gpu-build.sh stamps it).
+source_hash() {
+  find crates benchmarks -type f \( -name '*.rs' -o -name '*.cu' \) | LC_ALL=C sort |
+    xargs sha256sum | sha256sum | cut -c1-16
+}
+here=$(source_hash)
+if [ -f .gpu/SOURCE ]; then
+  built=$(awk '/^source/ { print $2 }' .gpu/SOURCE)
+  row "bundle: $(tr '\n' ' ' < .gpu/SOURCE)"
+  if [ "$built" != "$here" ]; then
+    row "STALE bundle: built from source $built, this tree is $here (run scripts/gpu-build.sh)"
+    status=1
+  fi
+else
+  row "bundle: no .gpu/SOURCE stamp (built by an older gpu-build.sh); this tree is $here"
+  status=1
+fi
+
+budget=${GPU_CHECK_BUDGET:-540}
+t0=$(date +%s)
+# wanted NAME: whether GPU_CHECK_ONLY (if set) names the run.
+wanted() {
+  [ -z "${GPU_CHECK_ONLY:-}" ] && return 0
+  [[ " $GPU_CHECK_ONLY " == *" $1 "* ]]
+}
+# limit SECONDS: the run's own limit cut to what is left of the budget; empty when under
+# 20 s are left.
+limit() {
+  local left=$(( budget - ($(date +%s) - t0) - 5 ))
+  [ "$left" -lt 20 ] && return 1
+  echo $(( $1 < left ? $1 : left ))
+}
+# timed NAME SECONDS CMD...: runs CMD with a limit, its output in $out/NAME.log; sets rc
+# (124: timed out) and ms.
+timed() {
+  local name=$1 lim=$2
+  shift 2
+  local start
+  start=$(date +%s%N)
+  timeout -k 10 "$lim" "$@" > "$out/$name.log" 2>&1
+  rc=$?
+  ms=$(( ($(date +%s%N) - start) / 1000000 ))
+  [ $rc -ne 0 ] && status=1
+  [ $rc -eq 124 ] && echo "(timed out after ${lim} s)" >> "$out/$name.log"
+  return 0
+}
+skip() {
+  row "$(printf '%-26s skipped: under 20 s of the %s s budget left' "$1" "$budget")"
+  status=1
+}
 
 # Every site-packages/nvidia/*/lib folder (NVRTC, cuBLAS, ... from pip) and the CUDA
 # toolkit's lib64 when one is installed; the driver (libcuda) comes from the system.
@@ -43,63 +116,86 @@ export LD_LIBRARY_PATH="${libs#:}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export REQUIRE_GPU=1 REQUIRE_NVRTC=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$out/gpu.txt" 2>&1 || echo "nvidia-smi unavailable" > "$out/gpu.txt"
 
-summary=()
-status=0
 shopt -s nullglob
 exes=(.gpu/*)
 if [ ${#exes[@]} -eq 0 ]; then
-  echo "no executables in .gpu/ (see the header of this script)" >&2
+  echo "no executables in .gpu/ (run scripts/gpu-build.sh)" >&2
   exit 2
 fi
+# Each executable's limit: the op-by-op tests take longest.
+own_limit() {
+  case "$1" in
+    tensor-cuda) echo 200 ;;
+    nn-cuda-models) echo 150 ;;
+    *bench*) echo 150 ;;
+    *) echo 90 ;;
+  esac
+}
 for exe in "${exes[@]}"; do
   [ -f "$exe" ] && [ -x "$exe" ] || continue
   name=$(basename "$exe")
-  start=$(date +%s%N)
+  wanted "$name" || continue
+  lim=$(limit "$(own_limit "$name")") || { skip "$name"; continue; }
   case "$name" in
     # BENCH_ARGS (e.g. --breakdown) goes to every benchmark binary.
-    *bench*) "$exe" ${BENCH_ARGS:-} > "$out/$name.log" 2>&1 ;;
-    *) "$exe" --test-threads=1 --nocapture > "$out/$name.log" 2>&1 ;;
+    *bench*) timed "$name" "$lim" "$exe" ${BENCH_ARGS:-} ;;
+    *) timed "$name" "$lim" "$exe" --test-threads=1 --nocapture ;;
   esac
-  rc=$?
-  ms=$(( ($(date +%s%N) - start) / 1000000 ))
   passed=$(grep -o '[0-9]* passed' "$out/$name.log" | tail -1)
   failed=$(grep -o '[0-9]* failed' "$out/$name.log" | tail -1)
-  [ $rc -ne 0 ] && status=1
-  summary+=("$(printf '%-26s rc=%-3s %-11s %-9s %8s ms' "$name" "$rc" "${passed:--}" "${failed:--}" "$ms")")
+  row "$(printf '%-26s rc=%-3s %-11s %-9s %8s ms' "$name" "$rc" "${passed:--}" "${failed:--}" "$ms")"
 done
 
-# The trainer on the GPU, when its binary is carried as .gpu/bin/train: two workers share
-# GPU 0 (each its own context) and train ResNet-20 on synthetic images with DGC.
+# The trainer on the GPU, when its binary is carried as .gpu/bin/train.
 if [ -x .gpu/bin/train ]; then
+  # Two workers share GPU 0 (each its own context) and train ResNet-20 on synthetic
+  # images with DGC.
   name=train-resnet20-dgc-cuda
-  start=$(date +%s%N)
-  .gpu/bin/train --workers 2 --model resnet20 --dataset synthetic --device cuda \
-    --method dgc --method-opt warmup_epochs=0 --batch-size 64 --steps 60 \
-    --out "$out/$name" > "$out/$name.log" 2>&1
-  rc=$?
-  ms=$(( ($(date +%s%N) - start) / 1000000 ))
-  [ $rc -ne 0 ] && status=1
-  summary+=("$(printf '%-26s rc=%-3s %-21s %8s ms' "$name" "$rc" "60 steps" "$ms")")
+  if wanted "$name"; then
+    if lim=$(limit 120); then
+      timed "$name" "$lim" .gpu/bin/train --workers 2 --model resnet20 --dataset synthetic \
+        --device cuda --method dgc --method-opt warmup_epochs=0 --batch-size 64 --steps 60 \
+        --out "$out/$name"
+      row "$(printf '%-26s rc=%-3s %-21s %8s ms' "$name" "$rc" "60 steps" "$ms")"
+    else
+      skip "$name"
+    fi
+  fi
 
   # --backend nccl (dense, gradients averaged on the GPU) against --backend tcp (copied to
   # the host) on one GPU: world size 1, the only one a one-GPU machine allows, so both
   # averages are the identity and the two runs must end with the same loss.
+  loss_tcp=none loss_nccl=none
   for be in tcp nccl; do
     name=train-resnet20-dense-$be
-    start=$(date +%s%N)
-    .gpu/bin/train --workers 1 --model resnet20 --dataset synthetic --device cuda \
-      --backend "$be" --method dense --batch-size 64 --steps 20 --log-every 5 \
-      --out "$out/$name" > "$out/$name.log" 2>&1
-    rc=$?
-    ms=$(( ($(date +%s%N) - start) / 1000000 ))
-    [ $rc -ne 0 ] && status=1
+    wanted "$name" || continue
+    lim=$(limit 90) || { skip "$name"; continue; }
+    timed "$name" "$lim" .gpu/bin/train --workers 1 --model resnet20 --dataset synthetic \
+      --device cuda --backend "$be" --method dense --batch-size 64 --steps 20 --log-every 5 \
+      --out "$out/$name"
     loss=$(grep -o '"final_loss": *[-0-9.e]*' "$out/$name/summary.json" 2>/dev/null | grep -o '[-0-9.e]*$')
-    summary+=("$(printf '%-26s rc=%-3s %-21s %8s ms' "$name" "$rc" "loss ${loss:--}" "$ms")")
+    row "$(printf '%-26s rc=%-3s %-21s %8s ms' "$name" "$rc" "loss ${loss:--}" "$ms")"
     eval "loss_$be=\${loss:-none}"
   done
-  if [ "$loss_tcp" != "$loss_nccl" ] || [ "$loss_tcp" = none ]; then
-    status=1
-    summary+=("nccl vs tcp final loss differ: $loss_nccl vs $loss_tcp")
+  if wanted train-resnet20-dense-tcp && wanted train-resnet20-dense-nccl; then
+    if [ "$loss_tcp" != "$loss_nccl" ] || [ "$loss_tcp" = none ]; then
+      status=1
+      row "nccl vs tcp final loss differ: $loss_nccl vs $loss_tcp"
+    fi
+  fi
+
+  # DeepSpeech on synthetic utterances of different lengths: padded batches through
+  # forward_lengths (frame masks and reversal within each length on the GPU) and CTC.
+  name=train-deepspeech-cuda
+  if wanted "$name"; then
+    if lim=$(limit 90); then
+      timed "$name" "$lim" .gpu/bin/train --workers 1 --model deepspeech --hidden 64 \
+        --layers 2 --dataset synthetic --device cuda --batch-size 4 --steps 6 \
+        --log-every 2 --out "$out/$name"
+      row "$(printf '%-26s rc=%-3s %-21s %8s ms' "$name" "$rc" "6 steps" "$ms")"
+    else
+      skip "$name"
+    fi
   fi
 fi
 
@@ -118,4 +214,5 @@ for log in "$out"/*bench*.log "$out"/train-*.log; do
 done
 echo "GPU: $(cat "$out/gpu.txt")"
 printf '%s\n' "--- summary ---" "${summary[@]}"
+echo "(logs: $final/gpu-logs.tgz)"
 exit $status

@@ -244,3 +244,48 @@ fn deepspeech_step_matches_cpu() {
         },
     );
 }
+
+/// DeepSpeech through `forward_lengths`, as the trainer calls it on a padded batch: the
+/// frame masks and the reversal within each length build their mask and index tensors on
+/// the model's device.
+struct Padded(models::DeepSpeech, Vec<usize>);
+
+impl Module for Padded {
+    fn forward(&self, x: &Tensor, ctx: &mut Ctx) -> Result<Tensor> {
+        self.0.forward_lengths(x, &self.1, ctx)
+    }
+    fn params(&self, prefix: &str, out: &mut Vec<nn::NamedTensor>) {
+        self.0.params(prefix, out)
+    }
+    fn buffers(&self, prefix: &str, out: &mut Vec<nn::NamedTensor>) {
+        self.0.buffers(prefix, out)
+    }
+}
+
+#[test]
+fn deepspeech_padded_batch_step_matches_cpu() {
+    for kind in [RnnKind::Gru, RnnKind::Lstm] {
+        compare(
+            &format!("deepspeech {kind:?} 2x32, frames [20, 13] padded to 20"),
+            &["conv.0.bias", "conv.3.bias"],
+            |rng| {
+                Ok(Padded(
+                    models::deepspeech(kind, 2, 32, 29, rng)?,
+                    vec![20, 13],
+                ))
+            },
+            |d| randn(vec![2, 1, 161, 20], 5, d),
+            |logits, _| {
+                let log_probs = logits.log_softmax(2)?;
+                // ⌈20/2⌉ and ⌈13/2⌉ output frames.
+                ctc_loss(
+                    &log_probs,
+                    &[vec![3, 4, 5], vec![7, 7, 8, 1]],
+                    &[10, 7],
+                    CtcReduction::Mean,
+                    false,
+                )
+            },
+        );
+    }
+}
