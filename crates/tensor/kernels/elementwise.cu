@@ -56,13 +56,13 @@ template <typename T> __device__ __forceinline__ T unary_op(T v, int op, T a, T 
         case 5: return log(v);                                      // log
         case 6: return tanh(v);                                     // tanh
         case 7: return one / (one + exp(-v));                       // sigmoid
-        case 8: return v > zero ? v : zero;                         // relu
+        case 8: return (v > zero || v != v) ? v : zero;             // relu (NaN stays NaN)
         case 9: return v > zero ? one : zero;                       // step (ReLU mask)
         case 10: return v * v;                                      // sqr
         case 11: return one / v;                                    // recip
         case 12: return v * a + b;                                  // affine: x*mul + add
         case 13: return pow(v, a);                                  // powf
-        case 14: return fmin(fmax(v, a), b);                        // clamp [a, b]
+        case 14: return v < a ? a : (v > b ? b : v);                // clamp [a, b], NaN stays
         case 15: return (v >= a && v <= b) ? one : zero;            // in range
         default: return nan_of(v);                                  // unknown op: NaN
     }
@@ -74,8 +74,8 @@ template <typename T> __device__ __forceinline__ T binary_op(T x, T y, int op) {
         case 1: return x - y;
         case 2: return x * y;
         case 3: return x / y;
-        case 4: return fmax(x, y);
-        case 5: return fmin(x, y);
+        case 4: return (x > y || x != x) ? x : y;   // maximum; NaN in either gives NaN
+        case 5: return (x < y || x != x) ? x : y;   // minimum (fmax/fmin ignore NaN)
         case 6: return x == y ? (T)1 : (T)0;
         case 7: return x != y ? (T)1 : (T)0;
         case 8: return x < y ? (T)1 : (T)0;

@@ -24,6 +24,18 @@ impl Shape {
     pub fn elem_count(&self) -> usize {
         self.0.iter().product()
     }
+    /// The element count, or an error when it does not fit a `usize` (every shape a
+    /// tensor is created with passes through this, so `elem_count` cannot wrap later).
+    pub fn checked_elem_count(&self, op: &'static str) -> Result<usize> {
+        self.0
+            .iter()
+            .try_fold(1usize, |n, &d| n.checked_mul(d))
+            .ok_or_else(|| Error::BadShape {
+                op,
+                msg: "the element count overflows".into(),
+                shape: self.clone(),
+            })
+    }
     /// Row-major (C-order) strides of a contiguous tensor of this shape.
     pub fn contiguous_strides(&self) -> Vec<usize> {
         let mut strides = vec![0; self.0.len()];
@@ -78,7 +90,9 @@ impl Shape {
                 }
             };
         }
-        Ok(Shape(out))
+        let out = Shape(out);
+        out.checked_elem_count(op)?;
+        Ok(out)
     }
 }
 
@@ -212,13 +226,13 @@ impl Layout {
     pub fn narrow(&self, dim: usize, start: usize, len: usize) -> Result<Layout> {
         self.shape.check_dim(dim, "narrow")?;
         let size = self.shape.dim(dim);
-        if start + len > size {
+        if start.checked_add(len).is_none_or(|end| end > size) {
+            let end = start
+                .checked_add(len)
+                .map_or(format!("{start}+{len}"), |e| e.to_string());
             return Err(Error::BadShape {
                 op: "narrow",
-                msg: format!(
-                    "range {start}..{} exceeds dimension {dim} of size {size}",
-                    start + len
-                ),
+                msg: format!("range {start}..{end} exceeds dimension {dim} of size {size}"),
                 shape: self.shape.clone(),
             });
         }

@@ -149,7 +149,7 @@ impl Tensor {
         device: Device,
     ) -> Result<Tensor> {
         let shape = shape.into();
-        if data.len() != shape.elem_count() {
+        if data.len() != shape.checked_elem_count("from_vec")? {
             return Err(Error::ElementCount {
                 op: "from_vec",
                 len: data.len(),
@@ -179,7 +179,7 @@ impl Tensor {
         device: Device,
     ) -> Result<Tensor> {
         let shape = shape.into();
-        let s = Storage::full(shape.elem_count(), value, dtype, device)?;
+        let s = Storage::full(shape.checked_elem_count("full")?, value, dtype, device)?;
         Ok(Tensor::from_storage(s, shape, None))
     }
     pub fn zeros(shape: impl Into<Shape>, dtype: DType, device: Device) -> Result<Tensor> {
@@ -211,7 +211,7 @@ impl Tensor {
     ) -> Result<Tensor> {
         // Samples come from the host Rng on every device, so a seed gives the same
         // tensor on the CPU and on a GPU.
-        let n = shape.elem_count();
+        let n = shape.checked_elem_count("random init")?;
         let s = match dtype {
             DType::F32 => CpuStorage::F32((0..n).map(|_| f() as f32).collect()),
             DType::F64 => CpuStorage::F64((0..n).map(|_| f()).collect()),

@@ -183,3 +183,27 @@ fn pool2d_with_zero_size_dimensions() {
     let g = ye.sum_all().unwrap().backward().unwrap();
     assert_eq!(g.get(&xe).unwrap().dims(), [0, 2, 4, 4]);
 }
+
+/// Sizes whose arithmetic would wrap are errors (in release builds they used to pass the
+/// checks and reach the kernels' raw pointers).
+#[test]
+fn sizes_that_overflow_are_errors() {
+    let m = msg(t(&[4]).narrow(0, usize::MAX, 1));
+    assert!(m.contains("narrow") && m.contains("exceeds"), "{m}");
+    let m = msg(Tensor::from_vec(
+        Vec::<f32>::new(),
+        vec![1usize << 33, 1 << 33],
+        Device::Cpu,
+    ));
+    assert!(m.contains("overflows"), "{m}");
+    let m = msg(Tensor::zeros(
+        vec![1usize << 40, 1 << 40],
+        DType::F32,
+        Device::Cpu,
+    ));
+    assert!(m.contains("overflows"), "{m}");
+    let m = msg(t(&[6]).reshape(vec![usize::MAX, usize::MAX]));
+    assert!(m.contains("more than one dimension"), "{m}");
+    let m = msg(t(&[2, 1, 0]).ctc_forward_backward(&[vec![]], &[2]));
+    assert!(m.contains("no classes"), "{m}");
+}

@@ -345,3 +345,23 @@ fn extremum_ties_split_the_gradient() {
     let g = n.max(&[0], false).unwrap().backward().unwrap();
     assert_eq!(g.get(&n).unwrap().to_vec::<f32>().unwrap(), [0., 0.]);
 }
+
+/// NaN is not turned into a number by relu, clamp, maximum or minimum (PyTorch's rule).
+#[test]
+fn nan_passes_through_relu_clamp_maximum_and_minimum() {
+    let nan = Tensor::from_vec(vec![f32::NAN, 2.0], vec![2], Device::Cpu).unwrap();
+    let zero = Tensor::zeros(vec![2], DType::F32, Device::Cpu).unwrap();
+    let first = |t: Tensor| t.to_vec::<f32>().unwrap()[0];
+    assert!(first(nan.relu().unwrap()).is_nan());
+    assert!(first(nan.clamp(-1.0, 1.0).unwrap()).is_nan());
+    assert!(first(nan.maximum(&zero).unwrap()).is_nan());
+    assert!(first(zero.maximum(&nan).unwrap()).is_nan());
+    assert!(first(nan.minimum(&zero).unwrap()).is_nan());
+    assert!(first(zero.minimum(&nan).unwrap()).is_nan());
+    // Numbers are unchanged: 2 → relu 2, clamp 1, maximum 2, minimum 0.
+    let second = |t: Tensor| t.to_vec::<f32>().unwrap()[1];
+    assert_eq!(second(nan.relu().unwrap()), 2.0);
+    assert_eq!(second(nan.clamp(-1.0, 1.0).unwrap()), 1.0);
+    assert_eq!(second(nan.maximum(&zero).unwrap()), 2.0);
+    assert_eq!(second(nan.minimum(&zero).unwrap()), 0.0);
+}

@@ -66,7 +66,19 @@ pub(crate) fn unary<T: Float>(src: &[T], l: &Layout, op: UnaryOp) -> Vec<T> {
         UnaryOp::Log => map(src, l, |x| x.ln()),
         UnaryOp::Tanh => map(src, l, |x| x.tanh()),
         UnaryOp::Sigmoid => map(src, l, move |x| one / (one + (-x).exp())),
-        UnaryOp::Relu => map(src, l, move |x| if x > zero { x } else { zero }),
+        // NaN passes through, as in PyTorch: a diverged value
+        // must not turn into a number on its way to the loss.
+        UnaryOp::Relu => map(
+            src,
+            l,
+            move |x| {
+                if x > zero || x.is_nan() {
+                    x
+                } else {
+                    zero
+                }
+            },
+        ),
         UnaryOp::Step => map(src, l, move |x| if x > zero { one } else { zero }),
         UnaryOp::Sqr => map(src, l, |x| x * x),
         UnaryOp::Recip => map(src, l, move |x| one / x),
@@ -80,7 +92,16 @@ pub(crate) fn unary<T: Float>(src: &[T], l: &Layout, op: UnaryOp) -> Vec<T> {
         }
         UnaryOp::Clamp { min, max } => {
             let (lo, hi) = (T::from_f64(min), T::from_f64(max));
-            map(src, l, move |x| x.max(lo).min(hi))
+            // Comparisons rather than max/min, which ignore NaN: NaN stays NaN.
+            map(src, l, move |x| {
+                if x < lo {
+                    lo
+                } else if x > hi {
+                    hi
+                } else {
+                    x
+                }
+            })
         }
         UnaryOp::InRange { min, max } => {
             let (lo, hi) = (T::from_f64(min), T::from_f64(max));
@@ -188,8 +209,21 @@ pub(crate) fn binary<T: Float>(
         BinaryOp::Sub => zip_map(lhs, ll, rhs, rl, |x, y| x - y),
         BinaryOp::Mul => zip_map(lhs, ll, rhs, rl, |x, y| x * y),
         BinaryOp::Div => zip_map(lhs, ll, rhs, rl, |x, y| x / y),
-        BinaryOp::Maximum => zip_map(lhs, ll, rhs, rl, |x, y| x.max(y)),
-        BinaryOp::Minimum => zip_map(lhs, ll, rhs, rl, |x, y| x.min(y)),
+        // NaN in either operand gives NaN, as in PyTorch (Float::max/min ignore it).
+        BinaryOp::Maximum => zip_map(
+            lhs,
+            ll,
+            rhs,
+            rl,
+            |x, y| if x > y || x.is_nan() { x } else { y },
+        ),
+        BinaryOp::Minimum => zip_map(
+            lhs,
+            ll,
+            rhs,
+            rl,
+            |x, y| if x < y || x.is_nan() { x } else { y },
+        ),
         BinaryOp::Eq => zip_map(lhs, ll, rhs, rl, move |x, y| b(x == y)),
         BinaryOp::Ne => zip_map(lhs, ll, rhs, rl, move |x, y| b(x != y)),
         BinaryOp::Lt => zip_map(lhs, ll, rhs, rl, move |x, y| b(x < y)),

@@ -26,6 +26,13 @@ impl Tensor {
             });
         }
         let (frames, n, classes) = (d[0], d[1], d[2]);
+        if classes == 0 {
+            return Err(Error::BadShape {
+                op: "ctc",
+                msg: "log_probs has no classes (the blank, 0, at least)".into(),
+                shape: self.shape().clone(),
+            });
+        }
         if targets.len() != n || lengths.len() != n {
             return Err(Error::msg(format!(
                 "ctc: batch of {n}, but {} targets and {} input lengths",

@@ -95,10 +95,13 @@ impl Tensor {
     pub fn argmax(&self, dim: usize, keepdim: bool) -> Result<Tensor> {
         self.check_float("argmax")?;
         self.shape().check_dim(dim, "argmax")?;
-        if self.dims()[dim] == 0 {
+        if self.dims()[dim] == 0 || self.dims()[dim] > u32::MAX as usize {
             return Err(Error::BadShape {
                 op: "argmax",
-                msg: format!("cannot take the arg-max over dimension {dim}, which has size 0"),
+                msg: format!(
+                    "cannot take the arg-max over dimension {dim} of size {} (indices are u32: 1 to 2^32 − 1 entries)",
+                    self.dims()[dim]
+                ),
                 shape: self.shape().clone(),
             });
         }

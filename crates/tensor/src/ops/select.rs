@@ -20,6 +20,13 @@ impl Tensor {
             ));
         }
         let cols = self.dims()[last];
+        if cols > u32::MAX as usize {
+            return Err(Error::BadShape {
+                op: "topk",
+                msg: format!("{cols} entries in a row: indices are u32, at most 2^32 − 1"),
+                shape: self.shape().clone(),
+            });
+        }
         if k > cols {
             return Err(Error::BadShape {
                 op: "topk",

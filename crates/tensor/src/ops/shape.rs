@@ -27,8 +27,21 @@ impl Tensor {
     /// given as `usize::MAX` to be inferred.
     pub fn reshape(&self, shape: impl Into<Shape>) -> Result<Tensor> {
         let mut dims = shape.into().dims().to_vec();
+        if dims.iter().filter(|&&d| d == usize::MAX).count() > 1 {
+            return Err(Error::BadShape {
+                op: "reshape",
+                msg: format!("{dims:?} asks to infer more than one dimension"),
+                shape: self.shape().clone(),
+            });
+        }
         if let Some(pos) = dims.iter().position(|&d| d == usize::MAX) {
-            let known: usize = dims.iter().filter(|&&d| d != usize::MAX).product();
+            let known = Shape::new(
+                dims.iter()
+                    .copied()
+                    .filter(|&d| d != usize::MAX)
+                    .collect::<Vec<_>>(),
+            )
+            .checked_elem_count("reshape")?;
             if known == 0 || !self.elem_count().is_multiple_of(known) {
                 return Err(Error::BadShape {
                     op: "reshape",
@@ -39,7 +52,7 @@ impl Tensor {
             dims[pos] = self.elem_count() / known;
         }
         let shape = Shape::new(dims);
-        if shape.elem_count() != self.elem_count() {
+        if shape.checked_elem_count("reshape")? != self.elem_count() {
             return Err(Error::ShapeMismatch {
                 op: "reshape",
                 lhs: self.shape().clone(),
