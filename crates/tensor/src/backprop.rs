@@ -65,14 +65,37 @@ fn topological_order(root: &Tensor) -> Vec<Tensor> {
     order
 }
 
+/// Calls `var`'s hooks with its final gradient. They are taken out of the list and called
+/// without its lock, so a hook may register or clear hooks on its own variable (it would
+/// deadlock otherwise), and a hook that panics does not poison the list for every later
+/// backward: the hooks go back (unless one of them cleared the list) before the panic
+/// continues.
 fn fire_hooks(var: &Tensor, grad: &Tensor) -> Result<()> {
-    let mut hooks = var
-        .0
-        .hooks
-        .lock()
-        .map_err(|_| Error::msg("backward: a gradient hook panicked earlier"))?;
-    for hook in hooks.iter_mut() {
-        hook(grad);
+    use std::sync::atomic::Ordering;
+    let lock = || {
+        var.0
+            .hooks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    };
+    let cleared = var.0.hooks_cleared.load(Ordering::SeqCst);
+    let mut taken = std::mem::take(&mut *lock());
+    let called = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        for hook in taken.iter_mut() {
+            hook(grad);
+        }
+    }));
+    {
+        let mut hooks = lock();
+        if var.0.hooks_cleared.load(Ordering::SeqCst) == cleared {
+            // Registered while they ran: after them, in registration order.
+            let added = std::mem::take(&mut *hooks);
+            *hooks = taken;
+            hooks.extend(added);
+        }
+    }
+    if let Err(panic) = called {
+        std::panic::resume_unwind(panic);
     }
     Ok(())
 }

@@ -31,6 +31,9 @@ pub(crate) struct Inner {
     op: Option<Op>,
     is_variable: bool,
     pub(crate) hooks: Mutex<Vec<GradHook>>,
+    /// Bumped by `clear_grad_hooks`, so that hooks taken out of `hooks` to be called (the
+    /// lock is not held while they run) are not put back after a hook cleared them.
+    pub(crate) hooks_cleared: std::sync::atomic::AtomicU64,
 }
 
 #[derive(Clone)]
@@ -108,6 +111,7 @@ impl Tensor {
             op,
             is_variable,
             hooks: Mutex::new(Vec::new()),
+            hooks_cleared: std::sync::atomic::AtomicU64::new(0),
         }))
     }
 
@@ -308,9 +312,15 @@ impl Tensor {
     }
     /// Removes every hook registered on this variable.
     pub fn clear_grad_hooks(&self) {
-        if let Ok(mut h) = self.0.hooks.lock() {
-            h.clear();
-        }
+        let mut h = self
+            .0
+            .hooks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        h.clear();
+        self.0
+            .hooks_cleared
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     }
 
     // ---------------------------------------------------------------- accessors

@@ -203,3 +203,47 @@ fn hooks_only_on_variables_and_a_variable_loss_fires_immediately() {
     v.backward().unwrap();
     assert_eq!(names(&log), ["v"]);
 }
+
+/// A hook may clear or register hooks on its own variable (it deadlocked on the hook
+/// list's lock), and a hook that panics leaves the hooks usable for later backwards.
+#[test]
+fn hooks_may_change_their_own_list_and_a_panic_does_not_poison_it() {
+    let w = randn(&[3], 1).to_var();
+    let fired: Arc<Mutex<Vec<&str>>> = Default::default();
+    // Fires once, then removes itself (and every hook of w), registering a successor.
+    let (w2, f) = (w.clone(), fired.clone());
+    w.register_grad_hook(move |_| {
+        f.lock().unwrap().push("once");
+        w2.clear_grad_hooks();
+        let f2 = f.clone();
+        w2.register_grad_hook(move |_| f2.lock().unwrap().push("successor"))
+            .unwrap();
+    })
+    .unwrap();
+    for _ in 0..3 {
+        w.sqr().unwrap().sum_all().unwrap().backward().unwrap();
+    }
+    assert_eq!(*fired.lock().unwrap(), ["once", "successor", "successor"]);
+
+    let v = randn(&[2], 2).to_var();
+    let calls = Arc::new(Mutex::new(0));
+    let c = calls.clone();
+    v.register_grad_hook(move |_| {
+        let n = {
+            let mut n = c.lock().unwrap();
+            *n += 1;
+            *n
+        };
+        if n == 1 {
+            panic!("the first call panics");
+        }
+    })
+    .unwrap();
+    let first = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        v.sum_all().unwrap().backward()
+    }));
+    assert!(first.is_err());
+    // The hook is still registered and the list is not poisoned.
+    v.sum_all().unwrap().backward().unwrap();
+    assert_eq!(*calls.lock().unwrap(), 2);
+}
