@@ -273,6 +273,12 @@ impl NcclCommunicator {
 
     /// Sends `send` to rank `to` and receives rank `from`'s message into `recv`, as one
     /// NCCL group (so a ring step cannot deadlock). Either side may be left out.
+    ///
+    /// Read `recv` on the compute stream (every tensor op is) or after
+    /// [`NcclCommunicator::synchronize`]: cudarc records each buffer's "written" event when
+    /// `send`/`recv` return, but inside a group NCCL queues the transfer only at
+    /// `ncclGroupEnd`, after that event, so a reader on another stream that waited on the
+    /// event alone could see the buffer before the transfer.
     pub fn send_recv(
         &mut self,
         send: Option<(&Tensor, usize)>,

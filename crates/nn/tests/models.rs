@@ -205,67 +205,43 @@ fn deepspeech_logits_do_not_depend_on_the_batchs_padding() {
     for kind in [nn::layers::RnnKind::Gru, nn::layers::RnnKind::Lstm] {
         let mut rng = Rng::new(11);
         let ds = models::deepspeech(kind, 2, 8, 29, &mut rng).unwrap();
-        let alone = Tensor::randn(
-            vec![1, 1, 161, 20],
-            0.0,
-            1.0,
-            DType::F32,
-            Device::Cpu,
-            &mut rng,
-        )
-        .unwrap();
-        let other = Tensor::randn(
-            vec![1, 1, 161, 40],
-            0.0,
-            1.0,
-            DType::F32,
-            Device::Cpu,
-            &mut rng,
-        )
-        .unwrap();
+        let mut spectrogram = |frames: usize| {
+            let dims = vec![1, 1, 161, frames];
+            Tensor::randn(dims, 0.0, 1.0, DType::F32, Device::Cpu, &mut rng).unwrap()
+        };
+        let (alone, other) = (spectrogram(20), spectrogram(40));
         // The batch: our 20 frames zero-padded to 40, beside a 40-frame utterance.
-        let padded = Tensor::cat(
-            &[
-                alone.clone(),
-                Tensor::zeros(vec![1, 1, 161, 20], DType::F32, Device::Cpu).unwrap(),
-            ],
-            3,
-        )
-        .unwrap();
+        let pad = Tensor::zeros(vec![1, 1, 161, 20], DType::F32, Device::Cpu).unwrap();
+        let padded = Tensor::cat(&[alone.clone(), pad], 3).unwrap();
         let batch = Tensor::cat(&[padded, other], 0).unwrap();
-        let own = ds.forward(&alone, &mut Ctx::eval()).unwrap(); // [10, 1, 29]
-        let in_batch = ds
-            .forward_lengths(&batch, &[20, 40], &mut Ctx::eval())
-            .unwrap()
-            .narrow(0, 0, 10)
-            .unwrap()
-            .narrow(1, 0, 1)
-            .unwrap();
-        let (a, b) = (
-            own.to_vec::<f32>().unwrap(),
-            in_batch.to_vec::<f32>().unwrap(),
-        );
-        let worst = a
-            .iter()
-            .zip(&b)
-            .map(|(x, y)| (x - y).abs())
-            .fold(0f32, f32::max);
-        assert!(worst < 1e-4, "{kind:?}: logits differ by {worst}");
-        // Ignoring the lengths, the padding shows.
-        let blind = ds
-            .forward(&batch, &mut Ctx::eval())
-            .unwrap()
-            .narrow(0, 0, 10)
-            .unwrap()
-            .narrow(1, 0, 1)
+        // Our sample's 10 output frames of a batch's logits.
+        let ours = |logits: Tensor| -> Vec<f32> {
+            logits
+                .narrow(0, 0, 10)
+                .and_then(|l| l.narrow(1, 0, 1))
+                .and_then(|l| l.to_vec::<f32>())
+                .unwrap()
+        };
+        let largest_gap = |a: &[f32], b: &[f32]| {
+            a.iter()
+                .zip(b)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0f32, f32::max)
+        };
+        let own = ds
+            .forward(&alone, &mut Ctx::eval())
             .unwrap()
             .to_vec::<f32>()
             .unwrap();
-        let off = a
-            .iter()
-            .zip(&blind)
-            .map(|(x, y)| (x - y).abs())
-            .fold(0f32, f32::max);
+        let in_batch = ours(
+            ds.forward_lengths(&batch, &[20, 40], &mut Ctx::eval())
+                .unwrap(),
+        );
+        let worst = largest_gap(&own, &in_batch);
+        assert!(worst < 1e-4, "{kind:?}: logits differ by {worst}");
+        // Ignoring the lengths, the padding shows.
+        let blind = ours(ds.forward(&batch, &mut Ctx::eval()).unwrap());
+        let off = largest_gap(&own, &blind);
         assert!(off > 1e-3, "{kind:?}: padding had no effect ({off})");
     }
 }
