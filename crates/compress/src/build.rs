@@ -81,6 +81,7 @@ pub fn build(spec: &MethodSpec, ctx: &Context) -> Result<Box<dyn Method>> {
                 momentum_correction: o.bool("momentum_correction")?,
                 masking: o.bool("masking")?,
                 clip: o.f64("clip")?.unwrap_or(0.0),
+                clip_dense: o.bool("clip_dense")?,
                 warmup_epochs: o.f64("warmup_epochs")?.unwrap_or(0.0),
                 warmup_densities: o.f64_list("warmup_densities")?,
                 sampling: o.bool("sampling")?,

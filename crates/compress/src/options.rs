@@ -94,6 +94,11 @@ pub const METHODS: &[MethodInfo] = &[
                 "clipping threshold on the averaged gradient; each rank clips its mean gradient per tensor at clip·N^1/2, the paper's N^-1/2 on its 1/N share (0: off)",
             ),
             (
+                "clip_dense",
+                "false",
+                "clip the tensors sent dense too (the reference code clips only the compressed ones)",
+            ),
+            (
                 "warmup_epochs",
                 "4",
                 "epochs of exponential sparsity warm-up (0: off)",

@@ -52,22 +52,32 @@ fn each_rank_clips_its_mean_gradient_at_clip_times_root_n() {
     assert!((norm(&u) - 2.0).abs() < 1e-4, "norm {}", norm(&u));
 }
 
-/// A tensor DGC sends dense (a bias below `dense_below`) is clipped by the same rule: the
-/// trainer refuses a global `--clip` with DGC, so nothing else would clip it.
+/// A tensor DGC sends dense (a bias below `dense_below`) is left unclipped, as in the
+/// reference code, unless `clip_dense=true`, which clips it by the same rule.
 #[test]
-fn tensors_sent_dense_are_clipped_too() {
-    let outs = job(1, |rank, c| {
-        let opts: Vec<String> = ["clip=0.1", "dense_below=1000", "warmup_epochs=0"]
+fn tensors_sent_dense_are_clipped_only_with_clip_dense() {
+    let norm_of = |clip_dense: &str| {
+        let outs = job(1, |rank, c| {
+            let opts: Vec<String> = [
+                "clip=0.1",
+                "dense_below=1000",
+                "warmup_epochs=0",
+                clip_dense,
+            ]
             .map(String::from)
             .to_vec();
-        let mut m = build(&MethodSpec::parse("dgc", &opts).unwrap(), &ctx(rank, 1)).unwrap();
-        m.init(&[ParamSpec::new("b", &[10])]).unwrap();
-        m.begin_step(StepInfo {
-            step: 0,
-            epoch: 0.0,
+            let mut m = build(&MethodSpec::parse("dgc", &opts).unwrap(), &ctx(rank, 1)).unwrap();
+            m.init(&[ParamSpec::new("b", &[10])]).unwrap();
+            m.begin_step(StepInfo {
+                step: 0,
+                epoch: 0.0,
+            });
+            m.exchange(c, 0, &[], &[100.0; 10]).unwrap().values
         });
-        m.exchange(c, 0, &[], &[100.0; 10]).unwrap().values
-    });
-    let n = norm(&outs[0]);
-    assert!((n - 0.1).abs() < 1e-6, "norm {n}");
+        norm(&outs[0])
+    };
+    let clipped = norm_of("clip_dense=true");
+    assert!((clipped - 0.1).abs() < 1e-6, "norm {clipped}");
+    let left = norm_of("clip_dense=false");
+    assert!((left - 100.0 * 10f64.sqrt()).abs() < 1e-3, "norm {left}");
 }

@@ -9,8 +9,8 @@
 //!    being the threshold on the averaged gradient; our `g` is the rank's mean gradient,
 //!    N times that share, so the same rule reads `‖g‖ ≤ N^1/2 · clip`. It is per tensor,
 //!    because each tensor is exchanged as soon as its gradient is ready and a global
-//!    norm would wait for the whole backward pass. Tensors sent dense (below) are
-//!    clipped the same way;
+//!    norm would wait for the whole backward pass. Tensors sent dense (below) are not
+//!    clipped, as in the reference code, unless `clip_dense`;
 //! 2. with momentum correction, weight decay `g += wd·w` and the velocity is accumulated:
 //!    vanilla `u = m·u + g; v += u` (Eq. 7), Nesterov `u = m·(u + g); v += u + g` (Alg. 4).
 //!    Without it (gradient dropping) `v += g` and the optimizer applies momentum and decay;
@@ -58,6 +58,11 @@ pub struct DgcConfig {
     /// Clipping threshold on the averaged gradient (0: off); each rank clips its own mean
     /// gradient at `clip · √N` (the paper's `clip / √N` on its 1/N share).
     pub clip: f64,
+    /// Clip the tensors sent dense as well. Off by default, as in the reference code
+    /// (its clipping lives in the compressed tensors' momentum compensation); measured on
+    /// dgc_table4's quick LM row, clipping the LSTM's biases too took the perplexity from
+    /// 135.4 to 153.8 (benchmarks/RESULTS.md, twelfth session).
+    pub clip_dense: bool,
     pub warmup_epochs: f64,
     pub warmup_densities: Vec<f64>,
     pub sampling: bool,
@@ -77,6 +82,7 @@ impl DgcConfig {
             momentum_correction: false,
             masking: false,
             clip: 0.0,
+            clip_dense: false,
             warmup_epochs: 0.0,
             warmup_densities: Vec::new(),
             sampling: false,
@@ -205,9 +211,9 @@ impl Method for Dgc {
     fn describe(&self) -> String {
         let c = &self.cfg;
         format!(
-            "dgc(density={}, dense_below={}, dense_1d={}, momentum={}, nesterov={}, weight_decay={}, momentum_correction={}, masking={}, clip={}, warmup_epochs={}, warmup_densities={:?}, sampling={}, sample_fraction={})",
+            "dgc(density={}, dense_below={}, dense_1d={}, momentum={}, nesterov={}, weight_decay={}, momentum_correction={}, masking={}, clip={}, clip_dense={}, warmup_epochs={}, warmup_densities={:?}, sampling={}, sample_fraction={})",
             c.density, c.dense_below, c.dense_1d, c.momentum, c.nesterov, c.weight_decay, c.momentum_correction,
-            c.masking, c.clip, c.warmup_epochs, c.warmup_densities, c.sampling, c.sample_fraction
+            c.masking, c.clip, c.clip_dense, c.warmup_epochs, c.warmup_densities, c.sampling, c.sample_fraction
         )
     }
     fn init(&mut self, params: &[ParamSpec]) -> Result<()> {
@@ -250,11 +256,10 @@ impl Method for Dgc {
             )));
         }
         // Local clipping as a factor on the gradient, so the gradient is never copied
-        // (except for a dense tensor that is clipped: the trainer refuses a global --clip
-        // with DGC, so this is the only clipping those tensors get).
+        // (except for a dense tensor clipped with `clip_dense`).
         let gs = clip_factor(grad, self.cfg.clip, self.world);
         if self.dense[index] {
-            if gs < 1.0 {
+            if self.cfg.clip_dense && gs < 1.0 {
                 let clipped: Vec<f32> = grad.iter().map(|&g| gs * g).collect();
                 return dense_average(comm, &clipped);
             }
