@@ -20,10 +20,7 @@ cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/work/target-cuda}"
 # The sources' hash before building: the stamp must name what was compiled, so a source
 # edited during the build (minutes) is an error rather than a wrong stamp.
-source_hash() {
-  find crates benchmarks -type f \( -name '*.rs' -o -name '*.cu' \) | LC_ALL=C sort |
-    xargs sha256sum | sha256sum | cut -c1-16
-}
+source_hash() { bash scripts/source-hash.sh; }
 before=$(source_hash)
 rm -rf .gpu && mkdir -p .gpu/bin
 # The build's messages go to a file (stdout carries the JSON); shown when it fails.
@@ -64,8 +61,7 @@ else
 fi
 strip --strip-debug .gpu/* .gpu/bin/* 2>/dev/null || true
 # What the bundle was built from: gpu-check.sh recomputes the source hash on the device
-# (the working tree travels, git does not) and fails on a stale bundle. The same files and
-# order as its source_hash.
+# (scripts/source-hash.sh, shared by both) and fails on a stale bundle.
 if [ "$(source_hash)" != "$before" ]; then
   echo "gpu-build.sh: sources changed during the build; run it again" >&2
   rm -f .gpu/SOURCE

@@ -38,10 +38,7 @@ row() {
 }
 
 # The bundle must have been built from this source tree (gpu-build.sh stamps it).
-source_hash() {
-  find crates benchmarks -type f \( -name '*.rs' -o -name '*.cu' \) | LC_ALL=C sort |
-    xargs sha256sum | sha256sum | cut -c1-16
-}
+source_hash() { bash scripts/source-hash.sh; }
 here=$(source_hash)
 if [ -f .gpu/SOURCE ]; then
   built=$(awk '/^source/ { print $2 }' .gpu/SOURCE)

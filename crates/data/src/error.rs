@@ -57,7 +57,14 @@ pub(crate) fn read_maybe_gz(path: &Path, max_len: u64) -> Result<Vec<u8>> {
         .map_err(|e| DataError::io(path, e))?
         .len();
     if size > max_len.saturating_add(max_len / 64).saturating_add(4096) {
-        return Err(too_large("the file holds"));
+        return Err(DataError::format(
+            path,
+            format!(
+                "the file holds more than {max_len} bytes, the most this format can need \
+                 ({size} bytes on disk, refused before reading; corrupt, or not the file \
+                 expected?)"
+            ),
+        ));
     }
     let raw = std::fs::read(path).map_err(|e| DataError::io(path, e))?;
     if !raw.starts_with(&[0x1f, 0x8b]) {
@@ -118,6 +125,8 @@ mod tests {
             .unwrap();
         let e = read_maybe_gz(&path, 1 << 20).unwrap_err().to_string();
         assert!(e.contains("more than 1048576 bytes"), "{e}");
+        // From its size on disk, before any read (a read would end in "the file holds").
+        assert!(e.contains("8589934592 bytes on disk"), "{e}");
         let _ = std::fs::remove_file(path);
     }
 }

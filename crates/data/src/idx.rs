@@ -84,6 +84,19 @@ pub fn read_idx_limited(path: &Path, max_bytes: u64) -> Result<IdxArray> {
     })
 }
 
+/// The path of MNIST-layout file `name` (e.g. `train-images-idx3-ubyte`) in `dir`: the
+/// gzipped file as distributed, or the unpacked one when only that is there (the readers
+/// take either), so that a corrupt `.gz` is reported as such.
+pub fn mnist_file(dir: &Path, name: &str) -> std::path::PathBuf {
+    let gz = dir.join(format!("{name}.gz"));
+    let plain = dir.join(name);
+    if !gz.exists() && plain.exists() {
+        plain
+    } else {
+        gz
+    }
+}
+
 /// An MNIST-style dataset from an images file (`[N, rows, cols]`) and a labels file (`[N]`).
 pub fn read_mnist(images: &Path, labels: &Path, classes: usize) -> Result<ImageDataset> {
     let img = read_idx(images)?;

@@ -26,7 +26,7 @@ pub use augment::Augment;
 pub use cifar::read_cifar10;
 pub use error::{DataError, Result};
 pub use folder::{class_folders, ImageFolder};
-pub use idx::{read_idx, read_idx_limited, read_mnist, IdxArray, MAX_IDX_BYTES};
+pub use idx::{mnist_file, read_idx, read_idx_limited, read_mnist, IdxArray, MAX_IDX_BYTES};
 pub use image::ImageDataset;
 pub use loader::{Batch, Dataset, Loader};
 pub use shard::{shard_indices, shard_range};

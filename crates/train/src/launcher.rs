@@ -109,14 +109,21 @@ pub enum WorkerLogs {
 /// outlives the launcher's error.
 struct Workers(Vec<(Child, Arc<Mutex<VecDeque<String>>>)>);
 
-impl Drop for Workers {
-    fn drop(&mut self) {
+impl Workers {
+    /// Kills and reaps every worker still running.
+    fn stop_running(&mut self) {
         for (c, _) in &mut self.0 {
             if let Ok(None) = c.try_wait() {
                 let _ = c.kill();
                 let _ = c.wait();
             }
         }
+    }
+}
+
+impl Drop for Workers {
+    fn drop(&mut self) {
+        self.stop_running();
     }
 }
 
@@ -221,12 +228,7 @@ pub fn launch_logging(
             // Exit status 1 is a worker reporting an error (often a peer's death); a crash,
             // a signal or an abrupt exit is the likelier cause, so it is named first.
             failed.sort_by_key(|(r, s)| (s.code() == Some(1), *r));
-            for (rank, (c, _)) in children.0.iter_mut().enumerate() {
-                if status[rank].is_none() {
-                    let _ = c.kill();
-                    let _ = c.wait();
-                }
-            }
+            children.stop_running();
             // Let the pumps print what is left.
             std::thread::sleep(Duration::from_millis(100));
             let (rank, first) = failed[0];

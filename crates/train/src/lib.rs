@@ -39,14 +39,21 @@ pub fn run(cfg: &Config, resume: bool, raw_args: &[String]) -> Result<Option<Sum
             }
         }
     }
-    // In a job, the job's size is WORLD_SIZE: checks that depend on it (a step's samples,
-    // the method's world) and the recorded config.toml use it, not this node's `--workers`.
-    let job_cfg;
-    let cfg = if in_job {
-        job_cfg = cfg.for_job(job_world()?)?;
-        &job_cfg
+    // In a job, the job's size is WORLD_SIZE (read by comm's own parser, which also names
+    // a bad value): checks that depend on it (a step's samples, the method's world) and the
+    // recorded config.toml use it, not this node's `--workers`.
+    let job = if in_job {
+        Some(comm::CommConfig::from_env().context("reading the job's variables")?)
     } else {
-        cfg
+        None
+    };
+    let job_cfg;
+    let cfg = match &job {
+        Some(j) => {
+            job_cfg = cfg.for_job(j.world)?;
+            &job_cfg
+        }
+        None => cfg,
     };
     cfg.validate()?;
     if !in_job && cfg.workers > 1 {
@@ -62,8 +69,8 @@ pub fn run(cfg: &Config, resume: bool, raw_args: &[String]) -> Result<Option<Sum
             .with_context(|| format!("reading {}", cfg.out.join("summary.json").display()))?;
         return Ok(Some(serde_json::from_str(&text)?));
     }
-    let comm = if in_job {
-        comm::Communicator::from_env().context("joining the job")?
+    let comm = if let Some(j) = &job {
+        comm::Communicator::connect(j).context("joining the job")?
     } else {
         comm::Communicator::connect(&comm::CommConfig {
             max_frame: 1 << 34,
@@ -75,14 +82,4 @@ pub fn run(cfg: &Config, resume: bool, raw_args: &[String]) -> Result<Option<Sum
         .with_context(|| format!("rank {rank}: setting up"))?;
     let summary = w.run(resume).with_context(|| format!("rank {rank}"))?;
     Ok(if rank == 0 { Some(summary) } else { None })
-}
-
-/// WORLD_SIZE of the job this process is a worker of.
-fn job_world() -> Result<usize> {
-    let raw = std::env::var("WORLD_SIZE").context("WORLD_SIZE")?;
-    raw.trim()
-        .parse::<usize>()
-        .ok()
-        .filter(|&w| w > 0)
-        .with_context(|| format!("WORLD_SIZE={raw:?} is not a positive whole number"))
 }

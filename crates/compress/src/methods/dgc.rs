@@ -256,15 +256,21 @@ impl Method for Dgc {
             )));
         }
         // Local clipping as a factor on the gradient, so the gradient is never copied
-        // (except for a dense tensor clipped with `clip_dense`).
-        let gs = clip_factor(grad, self.cfg.clip, self.world);
+        // (except for a dense tensor clipped with `clip_dense`); the norm is taken only
+        // where the factor is used.
         if self.dense[index] {
-            if self.cfg.clip_dense && gs < 1.0 {
+            let gs = if self.cfg.clip_dense {
+                clip_factor(grad, self.cfg.clip, self.world)
+            } else {
+                1.0
+            };
+            if gs < 1.0 {
                 let clipped: Vec<f32> = grad.iter().map(|&g| gs * g).collect();
                 return dense_average(comm, &clipped);
             }
             return dense_average(comm, grad);
         }
+        let gs = clip_factor(grad, self.cfg.clip, self.world);
         let density = self.density_now();
         let c = &self.cfg;
         let (u, v) = (&mut self.u[index], &mut self.v[index]);

@@ -17,7 +17,7 @@
 //! Presets: SBC(1) = no delay, p = 0.1 %; SBC(2) = 10 steps, 1 %; SBC(3) = 100 steps, 1 %.
 
 use crate::codec::{golomb, CodecError};
-use crate::exchange::{allgather_decode, check_len, due, keep_count, Meter};
+use crate::exchange::{allgather_decode, check_len, due, keep_count, refuse_non_finite, Meter};
 use crate::method::{Method, ParamSpec, StateTensors, StepInfo, Update, UpdateKind, WireStats};
 use crate::select::exact_topk;
 use crate::Result;
@@ -222,11 +222,7 @@ impl Method for Sbc {
             // Binarization keeps entries > 0 or < 0, so a NaN would stay in the residual
             // unseen while the synchronisation overwrote the weight; an inf would make μ
             // inf, which every receiver refuses as malformed. The sender says why.
-            if let Some(v) = r.iter().find(|v| !v.is_finite()) {
-                return Err(crate::CompressError::Usage(format!(
-                    "sbc: parameter {index}: the accumulated weight update holds {v} (the training diverged? lower --lr)"
-                )));
-            }
+            refuse_non_finite("sbc", index, "the accumulated weight update", r)?;
             let (mean, pos) = binarize(r, density);
             for &p in &pos {
                 r[p as usize] -= mean;

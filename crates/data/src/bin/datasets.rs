@@ -62,16 +62,7 @@ enum Cmd {
 }
 
 fn mnist_stats(name: &str, dir: &Path) -> Result<serde_json::Value> {
-    // Gzipped as distributed, or unpacked: the gzipped file when it is there, so that a
-    // corrupt one is reported as such rather than as a missing unpacked file.
-    let file = |n: &str| {
-        let gz = dir.join(format!("{n}.gz"));
-        if gz.exists() {
-            gz
-        } else {
-            dir.join(n)
-        }
-    };
+    let file = |n: &str| data::mnist_file(dir, n);
     let train = read_mnist(
         &file("train-images-idx3-ubyte"),
         &file("train-labels-idx1-ubyte"),

@@ -129,15 +129,14 @@ pub fn deepspeech(
 }
 
 /// Zeroes the time frames of `h: [N, C, F, T]` at and past each sample's `lengths[b]`.
-fn mask_frames(h: &Tensor, lengths: &[usize]) -> Result<Tensor> {
-    let d = h.dims().to_vec();
-    let (n, t) = (d[0], d[3]);
+/// `[N, 1, 1, T]`: 1 at each sample's first `lengths[b]` of `T` frames, 0 past them, to
+/// multiply `[N, C, F, T]` activations by (built once: both convolution blocks keep `T`).
+fn frame_mask(lengths: &[usize], t: usize, like: &Tensor) -> Result<Tensor> {
     let mask: Vec<f32> = lengths
         .iter()
         .flat_map(|&len| (0..t).map(move |i| if i < len { 1.0 } else { 0.0 }))
         .collect();
-    let mask = Tensor::from_vec(mask, vec![n, 1, 1, t], h.device())?.to_dtype(h.dtype())?;
-    h.mul(&mask)
+    Tensor::from_vec(mask, vec![lengths.len(), 1, 1, t], like.device())?.to_dtype(like.dtype())
 }
 
 impl DeepSpeech {
@@ -172,14 +171,18 @@ impl DeepSpeech {
         // The first convolution has stride 2 in time (kernel 11, padding 5): ⌈T / 2⌉ frames.
         let frames: Option<Vec<usize>> =
             lengths.map(|l| l.iter().map(|&t| t.div_ceil(2)).collect());
-        let mask = |h: Tensor| -> Result<Tensor> {
-            match &frames {
-                Some(f) => mask_frames(&h, f),
-                None => Ok(h),
-            }
+        let mut h = self.conv.forward_layers(x, ctx, 0..3)?;
+        let mask = match &frames {
+            Some(f) => Some(frame_mask(f, h.dims()[3], &h)?),
+            None => None,
         };
-        let h = mask(self.conv.forward_layers(x, ctx, 0..3)?)?;
-        let h = mask(self.conv.forward_layers(&h, ctx, 3..6)?)?;
+        if let Some(m) = &mask {
+            h = h.mul(m)?;
+        }
+        let mut h = self.conv.forward_layers(&h, ctx, 3..6)?;
+        if let Some(m) = &mask {
+            h = h.mul(m)?;
+        }
         let (n, c, f, t) = (h.dims()[0], h.dims()[1], h.dims()[2], h.dims()[3]);
         // [N, C, F, T] → [T, N, C·F]
         let mut h = h

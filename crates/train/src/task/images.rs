@@ -194,15 +194,7 @@ pub(super) fn image_data(
             let fashion = c.dataset == "fashion-mnist";
             let dir = image_dir(c)?;
             // Gzipped as distributed, or unpacked (the reader takes either).
-            let file = |n: &str| {
-                let gz = dir.join(format!("{n}.gz"));
-                let plain = dir.join(n);
-                if !gz.exists() && plain.exists() {
-                    plain
-                } else {
-                    gz
-                }
-            };
+            let file = |n: &str| data::mnist_file(&dir, n);
             let missing = || {
                 if fashion {
                     format!("Fashion-MNIST not found in {}: `apt-get install dataset-fashion-mnist`, or --data-dir DIR with the four IDX files", dir.display())
