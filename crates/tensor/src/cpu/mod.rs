@@ -13,6 +13,7 @@ mod optim;
 mod pool;
 mod reduce;
 mod rnn;
+mod scratch;
 mod select;
 mod softmax;
 
