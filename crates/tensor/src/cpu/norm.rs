@@ -6,12 +6,42 @@ use crate::storage::BatchNormParams;
 use crate::Float;
 use rayon::prelude::*;
 
+/// Partial sums per reduction. One f64 accumulator makes every add wait for the previous
+/// one (a serial chain the compiler may not reorder); eight independent ones pipeline and
+/// vectorise. They are combined in a fixed order, so results do not depend on threads.
+const LANES: usize = 8;
+
+/// `Σ f(a[i], b[i])` of two pairs of f64 sums over equal-length slices, in LANES partial
+/// sums per output.
+#[inline]
+fn lane_sums<T: Float>(a: &[T], b: &[T], f: impl Fn(T, T) -> (f64, f64)) -> (f64, f64) {
+    debug_assert_eq!(a.len(), b.len());
+    let (mut s0, mut s1) = ([0.0f64; LANES], [0.0f64; LANES]);
+    let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (xa, xb) in ca.zip(cb) {
+        for i in 0..LANES {
+            let (u, v) = f(xa[i], xb[i]);
+            s0[i] += u;
+            s1[i] += v;
+        }
+    }
+    for (i, (&u, &v)) in ra.iter().zip(rb).enumerate() {
+        let (u, v) = f(u, v);
+        s0[i] += u;
+        s1[i] += v;
+    }
+    let fold = |s: [f64; LANES]| ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+    (fold(s0), fold(s1))
+}
+
 /// Sum over (n, s) of `f(x[n, c, s])` for one channel.
 fn channel_sum<T: Float>(x: &[T], p: &BatchNormParams, c: usize, f: impl Fn(T) -> f64) -> f64 {
     let mut s = 0.0;
     for n in 0..p.n {
         let base = (n * p.c + c) * p.spatial;
-        s += x[base..base + p.spatial].iter().map(|&v| f(v)).sum::<f64>();
+        let row = &x[base..base + p.spatial];
+        s += lane_sums(row, row, |v, _| (f(v), 0.0)).0;
     }
     s
 }
@@ -74,31 +104,52 @@ pub(crate) fn batch_norm_backward<T: Float>(
             let (mut sg, mut sgx) = (0.0, 0.0);
             for n in 0..p.n {
                 let base = (n * p.c + c) * p.spatial;
-                for i in base..base + p.spatial {
-                    let g = gy[i].to_f64();
-                    sg += g;
-                    sgx += g * (x[i].to_f64() - m) * s;
-                }
+                let r = base..base + p.spatial;
+                let (a, b) = lane_sums(&gy[r.clone()], &x[r], |g, x| {
+                    let g = g.to_f64();
+                    (g, g * (x.to_f64() - m))
+                });
+                sg += a;
+                sgx += b;
             }
-            (sg, sgx)
+            (sg, sgx * s)
+        })
+        .collect();
+    // dx = w·s·(g − Σg/count − x̂·Σ(g·x̂)/count), with x̂ = (x − mean)·s: the per-channel
+    // factors are formed in f64, the per-element arithmetic runs in T (as PyTorch's).
+    let factors: Vec<(T, T, T, T)> = (0..p.c)
+        .map(|c| {
+            let (m, s, wc) = (mean[c].to_f64(), invstd[c].to_f64(), w[c].to_f64());
+            let (sg, sgx) = sums[c];
+            if training {
+                (
+                    T::from_f64(wc * s),
+                    T::from_f64(sg / count),
+                    T::from_f64(wc * s * s * sgx / count),
+                    T::from_f64(m),
+                )
+            } else {
+                (T::from_f64(wc * s), T::zero(), T::zero(), T::zero())
+            }
         })
         .collect();
     let mut dx = vec![T::zero(); x.len()];
     dx.par_chunks_mut(p.spatial.max(1))
         .enumerate()
         .for_each(|(row, d)| {
-            let c = row % p.c;
-            let (m, s, wc) = (mean[c].to_f64(), invstd[c].to_f64(), w[c].to_f64());
-            let (sg, sgx) = sums[c];
+            let (k, mean_g, k_x, m) = factors[row % p.c];
             let base = row * p.spatial;
-            for (j, di) in d.iter_mut().enumerate() {
-                let g = gy[base + j].to_f64();
-                *di = T::from_f64(if training {
-                    let xhat = (x[base + j].to_f64() - m) * s;
-                    wc * s * (g - sg / count - xhat * sgx / count)
-                } else {
-                    wc * s * g
-                });
+            let (g, xs) = (&gy[base..base + d.len()], &x[base..base + d.len()]);
+            if training {
+                for ((di, &g), &xv) in d.iter_mut().zip(g).zip(xs) {
+                    *di = k * (g - mean_g) - k_x * (xv - m);
+                }
+            } else {
+                // Running statistics are constants: x plays no part (a non-finite x must
+                // not reach dx through a 0 · x term).
+                for (di, &g) in d.iter_mut().zip(g) {
+                    *di = k * g;
+                }
             }
         });
     let dw = sums.iter().map(|&(_, sgx)| T::from_f64(sgx)).collect();
