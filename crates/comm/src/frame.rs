@@ -2,7 +2,9 @@
 //! and step it belongs to), a u64 payload length — then the payload. The decoder checks
 //! magic, version and the length bound before anything is allocated.
 
-pub const FRAME_VERSION: u8 = 1;
+/// 2 since the allgather's packed block lengths became varints (u64s in 1): a peer of the
+/// other layout is refused by the version check instead of misreading the lengths.
+pub const FRAME_VERSION: u8 = 2;
 pub const HEADER_LEN: usize = 16;
 /// `kind` of an ordinary frame.
 pub const KIND_DATA: u8 = 0;
