@@ -98,7 +98,9 @@ fn shifted_plane<T: Float>(
     // element for x_off < 0, the last for x_off > 0: both are wrapped columns anyway).
     let shift = y_off * w as isize + x_off;
     let d0 = (oy0 * w).max((-shift).max(0) as usize);
-    let d1 = (oy1 * w).min(((h * w) as isize - shift).max(0) as usize).max(d0);
+    let d1 = (oy1 * w)
+        .min(((h * w) as isize - shift).max(0) as usize)
+        .max(d0);
     dst[oy0 * w..d0].fill(T::zero());
     dst[d1..oy1 * w].fill(T::zero());
     let s0 = (d0 as isize + shift) as usize;
@@ -195,36 +197,36 @@ pub(crate) fn conv2d<T: Float>(x: &[T], wt: &[T], p: &Conv2dParams) -> Vec<T> {
         .par_chunks_mut(d.img_out)
         .enumerate()
         .for_each_init(
-        || Scratch::take(if is_pointwise(p) { 0 } else { d.kk * d.hw_out }),
-        |col, (b, y)| {
-            let y = y.as_mut_ptr().cast::<T>();
-            let img = &x[b * d.img_in..(b + 1) * d.img_in];
-            for g in 0..p.groups {
-                let cols: &[T] = if is_pointwise(p) {
-                    &img[g * d.cg * d.hw_out..(g + 1) * d.cg * d.hw_out]
-                } else {
-                    im2col(img, p, g * d.cg, d.cg, col, d.hw_out);
-                    col
-                };
-                unsafe {
-                    gemm_raw(
-                        d.og,
-                        d.hw_out,
-                        d.kk,
-                        y.add(g * d.og * d.hw_out),
-                        false,
-                        wt.as_ptr().add(g * d.og * d.kk),
-                        d.kk as isize,
-                        1,
-                        cols.as_ptr(),
-                        d.hw_out as isize,
-                        1,
-                        Parallelism::None,
-                    )
+            || Scratch::take(if is_pointwise(p) { 0 } else { d.kk * d.hw_out }),
+            |col, (b, y)| {
+                let y = y.as_mut_ptr().cast::<T>();
+                let img = &x[b * d.img_in..(b + 1) * d.img_in];
+                for g in 0..p.groups {
+                    let cols: &[T] = if is_pointwise(p) {
+                        &img[g * d.cg * d.hw_out..(g + 1) * d.cg * d.hw_out]
+                    } else {
+                        im2col(img, p, g * d.cg, d.cg, col, d.hw_out);
+                        col
+                    };
+                    unsafe {
+                        gemm_raw(
+                            d.og,
+                            d.hw_out,
+                            d.kk,
+                            y.add(g * d.og * d.hw_out),
+                            false,
+                            wt.as_ptr().add(g * d.og * d.kk),
+                            d.kk as isize,
+                            1,
+                            cols.as_ptr(),
+                            d.hw_out as isize,
+                            1,
+                            Parallelism::None,
+                        )
+                    }
                 }
-            }
-        },
-    );
+            },
+        );
     // SAFETY: for every image and group, the product above (accumulate = false; with
     // kk = 0, `gemm` writes zeros) wrote the og × OH·OW block at g·og·OH·OW, and the
     // groups' blocks tile the image's out_channels · OH·OW elements.
@@ -556,7 +558,10 @@ mod tests {
                 }
             }
         }
-        assert!(flat_cases > 50, "only {flat_cases} cases took the shifted-plane path");
+        assert!(
+            flat_cases > 50,
+            "only {flat_cases} cases took the shifted-plane path"
+        );
     }
 
     /// The weight gradient is the same bits on 1, 2, 3 and 8 threads, for a batch whose

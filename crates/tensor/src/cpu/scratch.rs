@@ -102,7 +102,9 @@ mod tests {
 
     #[test]
     fn the_pool_keeps_a_bounded_number_of_buffers() {
-        let held: Vec<_> = (0..POOL_LIMIT + 3).map(|_| Scratch::<f64>::take(4)).collect();
+        let held: Vec<_> = (0..POOL_LIMIT + 3)
+            .map(|_| Scratch::<f64>::take(4))
+            .collect();
         drop(held);
         let kept = POOL.with(|p| p.borrow().iter().filter(|b| b.is::<Vec<f64>>()).count());
         assert!(kept <= POOL_LIMIT, "{kept} buffers pooled");
