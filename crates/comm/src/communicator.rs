@@ -1218,7 +1218,7 @@ fn check_local(op: &str, local: &SparseVec) -> Result<()> {
 /// Several blocks in one message: their lengths as LEB128 varints, then their bytes.
 ///
 /// Varints rather than fixed u64s because the sparse methods' per-tensor messages are
-/// small: DGC at 99.9 % on ResNet-20 sends about 30 bytes per tensor and rank, so Bruck's
+/// small: DGC at 99.9 % on ResNet-20 sends about 32 bytes per tensor and rank, so Bruck's
 /// three u64 lengths per tensor (P = 4) were 20 % of the payload it put on the wire
 /// (`dgc_table2 --preset quick`, RESULTS.md, thirteenth session); a block under 128 bytes
 /// now costs one length byte.

@@ -171,18 +171,17 @@ impl DeepSpeech {
         // The first convolution has stride 2 in time (kernel 11, padding 5): ⌈T / 2⌉ frames.
         let frames: Option<Vec<usize>> =
             lengths.map(|l| l.iter().map(|&t| t.div_ceil(2)).collect());
-        let mut h = self.conv.forward_layers(x, ctx, 0..3)?;
+        let h = self.conv.forward_layers(x, ctx, 0..3)?;
         let mask = match &frames {
             Some(f) => Some(frame_mask(f, h.dims()[3], &h)?),
             None => None,
         };
-        if let Some(m) = &mask {
-            h = h.mul(m)?;
-        }
-        let mut h = self.conv.forward_layers(&h, ctx, 3..6)?;
-        if let Some(m) = &mask {
-            h = h.mul(m)?;
-        }
+        let masked = |h: Tensor| match &mask {
+            Some(m) => h.mul(m),
+            None => Ok(h),
+        };
+        let h = masked(h)?;
+        let h = masked(self.conv.forward_layers(&h, ctx, 3..6)?)?;
         let (n, c, f, t) = (h.dims()[0], h.dims()[1], h.dims()[2], h.dims()[3]);
         // [N, C, F, T] → [T, N, C·F]
         let mut h = h

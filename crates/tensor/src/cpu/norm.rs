@@ -10,6 +10,8 @@ use rayon::prelude::*;
 /// one (a serial chain the compiler may not reorder); eight independent ones pipeline and
 /// vectorise. They are combined in a fixed order, so results do not depend on threads.
 const LANES: usize = 8;
+// `lane_sums` folds the lanes with eight literal indices (a fixed order, as above).
+const _: () = assert!(LANES == 8);
 
 /// `Σ f(a[i], b[i])` of two pairs of f64 sums over equal-length slices, in LANES partial
 /// sums per output.

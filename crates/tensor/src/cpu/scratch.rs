@@ -2,8 +2,8 @@
 //! gathered gradient blocks). A buffer taken here comes from this thread's pool when one
 //! is there and goes back to it when dropped, so a training step reuses the same memory
 //! for every convolution instead of allocating, zeroing and page-faulting megabytes of
-//! temporaries per call (perf on ResNet-20's CPU step: zeroing fresh column buffers and
-//! the kernel's page clearing behind them were 8 % of the step's samples).
+//! temporaries per call (perf on ResNet-20's CPU step: zeroing fresh conv buffers was 8 %
+//! of the step's samples, the kernel's page clearing behind them 4 % more).
 //!
 //! The contents of a taken buffer are unspecified (zeros, or whatever an earlier kernel on
 //! this thread left there): a kernel must write every element it later reads, as im2col

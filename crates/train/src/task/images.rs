@@ -193,7 +193,6 @@ pub(super) fn image_data(
         "fashion-mnist" | "mnist" => {
             let fashion = c.dataset == "fashion-mnist";
             let dir = image_dir(c)?;
-            // Gzipped as distributed, or unpacked (the reader takes either).
             let file = |n: &str| data::mnist_file(&dir, n);
             let missing = || {
                 if fashion {
