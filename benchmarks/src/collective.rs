@@ -8,16 +8,25 @@ use comm::Communicator;
 use std::time::Instant;
 
 /// Runs `world` copies of the current executable with `args`, as ranks of one job on the
-/// loopback interface (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, a fresh GRADEX_TOKEN),
+/// loopback interface (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, a fresh GRADEX_TOKEN,
+/// and rank 0's master listener bound here and inherited),
 /// and waits for all of them. A worker that fails makes the others fail too, within the
 /// communicator's timeout; the error names the first failed rank.
 pub fn launch_local(world: usize, args: &[String]) -> Result<()> {
-    let port = comm::free_loopback_port().context("finding a free loopback port")?;
+    let master = comm::bind_loopback_master().context("binding the job's master listener")?;
+    let port = master
+        .local_addr()
+        .context("the job's master listener")?
+        .port();
     let token = train::launcher::token()?;
     let exe = std::env::current_exe().context("locating this benchmark's executable")?;
     let children: Vec<_> = (0..world)
         .map(|rank| {
-            std::process::Command::new(&exe)
+            let mut command = std::process::Command::new(&exe);
+            if rank == 0 {
+                comm::pass_master_listener(&mut command, &master);
+            }
+            command
                 .args(args)
                 .env("RANK", rank.to_string())
                 .env("WORLD_SIZE", world.to_string())
@@ -29,6 +38,7 @@ pub fn launch_local(world: usize, args: &[String]) -> Result<()> {
                 .with_context(|| format!("starting worker {rank}"))
         })
         .collect::<Result<_>>()?;
+    drop(master);
     let mut failed = None;
     for (rank, mut c) in children.into_iter().enumerate() {
         let ok = c

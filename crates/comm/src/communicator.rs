@@ -13,7 +13,8 @@ use crate::rendezvous::connect_mesh;
 use crate::sparse::{sum_encoded, top_merge, SparseVec};
 use std::collections::HashMap;
 use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::net::{TcpListener, TcpStream};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[derive(Clone, Debug)]
@@ -30,6 +31,10 @@ pub struct CommConfig {
     pub timeout: Duration,
     /// Largest frame payload a peer may announce.
     pub max_frame: u64,
+    /// Rank 0's listener, already bound to `master_port` (see `master.rs`): set by
+    /// whoever chose the port, so that no other process can take it before rank 0
+    /// listens. Without one, rank 0 binds `master_addr:master_port` itself.
+    pub master_listener: Option<Arc<TcpListener>>,
 }
 
 impl CommConfig {
@@ -46,13 +51,29 @@ impl CommConfig {
             token: token.to_vec(),
             timeout: Duration::from_secs(60),
             max_frame: 1 << 32,
+            master_listener: None,
         }
     }
 
+    /// [`CommConfig::loopback`] for every rank of a job of threads in this process, on a
+    /// freshly bound master listener that rank 0's configuration holds (so no other
+    /// process can take the port in between, as it can with [`free_loopback_port`]).
+    pub fn loopback_job(world: usize, token: &[u8]) -> std::io::Result<Vec<CommConfig>> {
+        let listener = Arc::new(crate::master::bind_loopback_master()?);
+        let port = listener.local_addr()?.port();
+        Ok((0..world)
+            .map(|rank| CommConfig {
+                master_listener: (rank == 0).then(|| listener.clone()),
+                ..CommConfig::loopback(rank, world, port, token)
+            })
+            .collect())
+    }
+
     /// From `RANK`, `WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`, `GRADEX_TOKEN` (or
-    /// `GRADEX_TOKEN_FILE`), optional `GRADEX_BIND_ADDR` and `GRADEX_TIMEOUT_SECS`.
-    /// A value that does not parse or is out of range is an error naming the variable and
-    /// the value, never a default.
+    /// `GRADEX_TOKEN_FILE`), optional `GRADEX_BIND_ADDR` and `GRADEX_TIMEOUT_SECS`, and on
+    /// rank 0 an optional `GRADEX_MASTER_FD` (the master listener a launcher bound and
+    /// passed down: see `master.rs`). A value that does not parse or is out of range is
+    /// an error naming the variable and the value, never a default.
     pub fn from_env() -> Result<Self> {
         Self::from_lookup(|k| std::env::var(k).ok())
     }
@@ -126,7 +147,7 @@ impl CommConfig {
                 "MASTER_PORT={port:?} is not a port number (0-65535)"
             ))
         })?;
-        let cfg = CommConfig {
+        let mut cfg = CommConfig {
             rank: num("RANK")?,
             world: num("WORLD_SIZE")?,
             master_addr: var("MASTER_ADDR")?,
@@ -135,6 +156,7 @@ impl CommConfig {
             token,
             timeout,
             max_frame: 1 << 32,
+            master_listener: None,
         };
         if cfg.world == 0 || cfg.rank >= cfg.world {
             return Err(CommError::Config(format!(
@@ -142,11 +164,24 @@ impl CommConfig {
                 cfg.rank, cfg.world
             )));
         }
+        if let Some(fd) = get(crate::master::MASTER_FD_ENV) {
+            if cfg.rank != 0 {
+                return Err(CommError::Config(format!(
+                    "{}={fd:?} is set on rank {}: only rank 0 listens as the master",
+                    crate::master::MASTER_FD_ENV,
+                    cfg.rank
+                )));
+            }
+            cfg.master_listener = Some(crate::master::adopt_master_listener(&fd, cfg.master_port)?);
+        }
         Ok(cfg)
     }
 }
 
-/// A loopback port that was free a moment ago (the OS picks it), for a local job's master.
+/// A loopback port that was free a moment ago (the OS picks it). Another process may take
+/// it before rank 0 listens on it: a local job's master is better bound at once
+/// ([`CommConfig::loopback_job`], [`crate::bind_loopback_master`] with
+/// [`crate::pass_master_listener`]).
 pub fn free_loopback_port() -> std::io::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
@@ -1471,6 +1506,11 @@ mod tests {
         assert!(e.contains("WORLD_SIZE"), "{e}");
         let e = parse(&[("-MASTER_ADDR", "")]).unwrap_err();
         assert!(e.contains("MASTER_ADDR is not set"), "{e}");
+        // The inherited master listener is rank 0's alone, and must be a real one.
+        let e = parse(&[("GRADEX_MASTER_FD", "3")]).unwrap_err();
+        assert!(e.contains("GRADEX_MASTER_FD=\"3\" is set on rank 1"), "{e}");
+        let e = parse(&[("RANK", "0"), ("GRADEX_MASTER_FD", "x")]).unwrap_err();
+        assert!(e.contains("GRADEX_MASTER_FD=\"x\""), "{e}");
     }
 
     #[test]
@@ -1557,15 +1597,17 @@ mod tests {
     fn a_malformed_gtopk_broadcast_names_the_rank_that_sent_it() {
         use super::{Collective, Communicator};
         use crate::SparseVec;
-        let port = crate::free_loopback_port().unwrap();
         let world = 4;
+        let configs = CommConfig::loopback_job(world, b"t").unwrap();
         let errors: Vec<Option<String>> = std::thread::scope(|s| {
-            let hs: Vec<_> = (0..world)
-                .map(|rank| {
+            let hs: Vec<_> = configs
+                .into_iter()
+                .enumerate()
+                .map(|(rank, cfg)| {
                     s.spawn(move || {
                         let cfg = CommConfig {
                             timeout: Duration::from_secs(20),
-                            ..CommConfig::loopback(rank, world, port, b"t")
+                            ..cfg
                         };
                         let mut c = Communicator::connect(&cfg).unwrap();
                         let mine = SparseVec {

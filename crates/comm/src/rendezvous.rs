@@ -219,11 +219,30 @@ pub(crate) fn connect_mesh(cfg: &CommConfig) -> Result<Vec<Option<TcpStream>>> {
             ))
         })?;
     if rank == 0 {
-        let listener = TcpListener::bind(master)
-            .map_err(|e| CommError::Rendezvous(format!("rank 0 cannot listen on {master}: {e}")))?;
+        let bound;
+        let listener = match &cfg.master_listener {
+            Some(l) => {
+                let at = l
+                    .local_addr()
+                    .map_err(|e| CommError::Rendezvous(format!("rank 0's master listener: {e}")))?;
+                if at.port() != cfg.master_port {
+                    return Err(CommError::Config(format!(
+                        "rank 0's master listener is bound to {at}, not to MASTER_PORT {}",
+                        cfg.master_port
+                    )));
+                }
+                l.as_ref()
+            }
+            None => {
+                bound = TcpListener::bind(master).map_err(|e| {
+                    CommError::Rendezvous(format!("rank 0 cannot listen on {master}: {e}"))
+                })?;
+                &bound
+            }
+        };
         let mut table = vec![String::new(); world];
         accept_peers(
-            &listener,
+            listener,
             cfg,
             deadline,
             &mut peers,

@@ -857,17 +857,27 @@ fn the_frame_decoder_rejects_garbage_without_panicking() {
 #[test]
 fn multi_process_allreduce_on_loopback() {
     if let Ok(rank) = std::env::var("COMM_TEST_WORKER_RANK") {
-        let mut c = Communicator::from_env().unwrap();
+        let cfg = comm::CommConfig::from_env().unwrap();
+        // Rank 0 listens on the socket it inherited, the others on their own.
+        assert_eq!(cfg.master_listener.is_some(), rank == "0", "rank {rank}");
+        let mut c = Communicator::connect(&cfg).unwrap();
         let mut d = vec![rank.parse::<f32>().unwrap() + 1.0; 100];
         c.allreduce(&mut d, ReduceOp::Sum).unwrap();
         assert!(d.iter().all(|&v| v == 6.0), "{d:?}");
         return;
     }
-    let port = free_port().to_string();
+    let port = free_port();
+    let master = common::master_listener(port).unwrap();
+    let port = port.to_string();
     let exe = std::env::current_exe().unwrap();
     let children: Vec<_> = (0..3)
         .map(|rank| {
-            std::process::Command::new(&exe)
+            let mut command = std::process::Command::new(&exe);
+            if rank == 0 {
+                // The launcher's way: rank 0 inherits the listener the port came from.
+                comm::pass_master_listener(&mut command, &master);
+            }
+            command
                 .args([
                     "--exact",
                     "multi_process_allreduce_on_loopback",

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{free_port, TestSgd};
+use common::TestSgd;
 use compress::{build, Context, MethodSpec, ParamSpec, StepInfo};
 use tensor::Rng;
 
@@ -142,10 +142,15 @@ fn every_method_converges_with_identical_parameters_in_worker_processes() {
     ];
     let exe = std::env::current_exe().unwrap();
     for (name, opts, lo, hi) in cases {
-        let port = free_port().to_string();
+        let master = comm::bind_loopback_master().unwrap();
+        let port = master.local_addr().unwrap().port().to_string();
         let children: Vec<_> = (0..WORLD)
             .map(|rank| {
-                std::process::Command::new(&exe)
+                let mut command = std::process::Command::new(&exe);
+                if rank == 0 {
+                    comm::pass_master_listener(&mut command, &master);
+                }
+                command
                     .args([
                         "--exact",
                         "every_method_converges_with_identical_parameters_in_worker_processes",

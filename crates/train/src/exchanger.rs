@@ -415,15 +415,16 @@ mod tests {
     /// past `stop_within`; a thread that is idle is joined at once.
     #[test]
     fn dropping_the_exchanger_does_not_wait_for_a_stuck_collective() {
-        let port = comm::free_loopback_port().expect("a port");
-        let cfg = move |rank| comm::CommConfig {
+        let configs = comm::CommConfig::loopback_job(2, b"t").expect("a master listener");
+        let cfg = |rank: usize| comm::CommConfig {
             timeout: Duration::from_secs(20),
-            ..comm::CommConfig::loopback(rank, 2, port, b"t")
+            ..configs[rank].clone()
         };
         // Rank 1 joins and then stays silent, holding its connection open.
         let (hold_tx, hold_rx) = bounded::<()>(0);
+        let cfg1 = cfg(1);
         let silent = std::thread::spawn(move || {
-            let c = Communicator::connect(&cfg(1)).expect("rank 1");
+            let c = Communicator::connect(&cfg1).expect("rank 1");
             let _ = hold_rx.recv();
             drop(c);
         });

@@ -1,5 +1,6 @@
 //! Starting a job on this machine: `train --workers N` re-executes itself N times with
-//! RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and a freshly generated token, prefixes
+//! RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and a freshly generated token (rank 0 also
+//! inherits the master listener, bound here: GRADEX_MASTER_FD), prefixes
 //! each worker's output lines with its rank, and waits. The first worker to fail ends
 //! the job: the others are killed (rather than left waiting on a dead peer) and the error
 //! names the rank and repeats its last lines of output. When several have failed by then
@@ -142,8 +143,13 @@ pub fn launch_logging(
     logs: WorkerLogs,
 ) -> Result<()> {
     let exe = std::env::current_exe().context("locating the train executable")?;
-    let port = comm::free_loopback_port()
-        .context("finding a free port for the job's master")?
+    // Bound here and handed to rank 0 as it starts, so the port is held from now until
+    // rank 0 accepts its peers: another job on this machine cannot take it meanwhile.
+    let master = comm::bind_loopback_master().context("binding the job's master listener")?;
+    let port = master
+        .local_addr()
+        .context("the job's master listener")?
+        .port()
         .to_string();
     let token = token()?;
     let shares = cpu_shares(workers, pin);
@@ -174,6 +180,9 @@ pub fn launch_logging(
                 Ok(())
             });
         }
+        if rank == 0 {
+            comm::pass_master_listener(&mut command, &master);
+        }
         let mut child = command
             .args(args)
             .env("RANK", rank.to_string())
@@ -203,6 +212,8 @@ pub fn launch_logging(
         }
         children.0.push((child, tail));
     }
+    // Rank 0 has its own copy now.
+    drop(master);
     let mut status: Vec<Option<ExitStatus>> = vec![None; workers];
     loop {
         for (s, (c, _)) in status.iter_mut().zip(&mut children.0) {

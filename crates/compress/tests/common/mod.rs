@@ -8,10 +8,6 @@ use compress::{Update, UpdateKind};
 use std::time::Duration;
 use tensor::Rng;
 
-pub fn free_port() -> u16 {
-    comm::free_loopback_port().unwrap()
-}
-
 /// A rank's context with seed 1, no momentum and no weight decay (struct-update the rest).
 pub fn ctx(rank: usize, world: usize) -> compress::Context {
     compress::Context {
@@ -26,16 +22,18 @@ pub fn ctx(rank: usize, world: usize) -> compress::Context {
 
 /// Runs `f(rank, comm)` on every rank of a loopback job (one thread each); rank order.
 pub fn job<T: Send>(world: usize, f: impl Fn(usize, &mut Communicator) -> T + Sync) -> Vec<T> {
-    let port = free_port();
+    let configs = CommConfig::loopback_job(world, b"test").unwrap();
     std::thread::scope(|s| {
-        let handles: Vec<_> = (0..world)
-            .map(|rank| {
+        let handles: Vec<_> = configs
+            .into_iter()
+            .enumerate()
+            .map(|(rank, cfg)| {
                 let f = &f;
                 s.spawn(move || {
                     let mut c = Communicator::connect(&CommConfig {
                         timeout: Duration::from_secs(30),
                         max_frame: 1 << 30,
-                        ..CommConfig::loopback(rank, world, port, b"test")
+                        ..cfg
                     })
                     .unwrap();
                     f(rank, &mut c)
