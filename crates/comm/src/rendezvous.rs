@@ -391,11 +391,12 @@ mod tests {
     /// nobody.
     #[test]
     fn silent_strangers_do_not_delay_the_ranks() {
-        let port = crate::free_loopback_port().unwrap();
         let timeout = Duration::from_secs(30);
-        let cfg = |rank| CommConfig {
+        let job = CommConfig::loopback_job(2, b"tok").unwrap();
+        let port = job[0].master_port;
+        let cfg = |rank: usize| CommConfig {
             timeout,
-            ..CommConfig::loopback(rank, 2, port, b"tok")
+            ..job[rank].clone()
         };
         let (c0, c1) = (cfg(0), cfg(1));
         let start = Instant::now();
@@ -425,11 +426,12 @@ mod tests {
     /// however short the rendezvous timeout.
     #[test]
     fn a_trickling_client_cannot_hold_rank_0_past_the_deadline() {
-        let port = crate::free_loopback_port().unwrap();
         let timeout = Duration::from_millis(1500);
+        let mut job = CommConfig::loopback_job(2, b"tok").unwrap();
+        let port = job[0].master_port;
         let cfg = CommConfig {
             timeout,
-            ..CommConfig::loopback(0, 2, port, b"tok")
+            ..job.swap_remove(0)
         };
         let start = Instant::now();
         let (result, ()) = std::thread::scope(|s| {
