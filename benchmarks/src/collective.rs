@@ -25,6 +25,8 @@ pub fn launch_local(world: usize, args: &[String]) -> Result<()> {
             let mut command = std::process::Command::new(&exe);
             if rank == 0 {
                 comm::pass_master_listener(&mut command, &master);
+            } else {
+                command.env_remove(comm::MASTER_FD_ENV);
             }
             command
                 .args(args)

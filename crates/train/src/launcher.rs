@@ -182,6 +182,9 @@ pub fn launch_logging(
         }
         if rank == 0 {
             comm::pass_master_listener(&mut command, &master);
+        } else {
+            // Not one this launcher inherited itself (were it started as some job's rank 0).
+            command.env_remove(comm::MASTER_FD_ENV);
         }
         let mut child = command
             .args(args)
