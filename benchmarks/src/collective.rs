@@ -23,11 +23,7 @@ pub fn launch_local(world: usize, args: &[String]) -> Result<()> {
     let children: Vec<_> = (0..world)
         .map(|rank| {
             let mut command = std::process::Command::new(&exe);
-            if rank == 0 {
-                comm::pass_master_listener(&mut command, &master);
-            } else {
-                command.env_remove(comm::MASTER_FD_ENV);
-            }
+            comm::pass_master_listener(&mut command, rank, &master);
             command
                 .args(args)
                 .env("RANK", rank.to_string())

@@ -56,8 +56,8 @@ impl CommConfig {
     }
 
     /// [`CommConfig::loopback`] for every rank of a job of threads in this process, on a
-    /// freshly bound master listener that rank 0's configuration holds (so no other
-    /// process can take the port in between, as it can with [`free_loopback_port`]).
+    /// freshly bound master listener that rank 0's configuration holds, so no other
+    /// process can take the port before rank 0 listens (see `master.rs`).
     pub fn loopback_job(world: usize, token: &[u8]) -> std::io::Result<Vec<CommConfig>> {
         let listener = Arc::new(crate::master::bind_loopback_master()?);
         let port = listener.local_addr()?.port();
@@ -176,16 +176,6 @@ impl CommConfig {
         }
         Ok(cfg)
     }
-}
-
-/// A loopback port that was free a moment ago (the OS picks it). Another process may take
-/// it before rank 0 listens on it: a local job's master is better bound at once
-/// ([`CommConfig::loopback_job`], [`crate::bind_loopback_master`] with
-/// [`crate::pass_master_listener`]).
-pub fn free_loopback_port() -> std::io::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

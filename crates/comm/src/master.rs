@@ -25,12 +25,18 @@ pub fn bind_loopback_master() -> std::io::Result<TcpListener> {
     TcpListener::bind("127.0.0.1:0")
 }
 
-/// Makes `command` hand `listener` to the process it starts, as rank 0's master listener:
-/// the descriptor stays open across `exec` in that child only (every other child, and
-/// every other descriptor, keeps close-on-exec) and `GRADEX_MASTER_FD` names it.
-/// [`CommConfig::from_env`](crate::CommConfig::from_env) in the child adopts it. The
-/// caller may close its own copy once the child has started.
-pub fn pass_master_listener(command: &mut Command, listener: &TcpListener) {
+/// Prepares `command`, which starts worker `rank`, for the job whose master is `listener`.
+/// Rank 0 gets the listener: the descriptor stays open across `exec` in that child only
+/// (every other child, and every other descriptor, keeps close-on-exec) and
+/// `GRADEX_MASTER_FD` names it; [`CommConfig::from_env`](crate::CommConfig::from_env) in
+/// the child adopts it. Every other rank gets the variable removed, so none inherits one
+/// from the launcher's own environment. The caller may close its own copy once rank 0
+/// has started.
+pub fn pass_master_listener(command: &mut Command, rank: usize, listener: &TcpListener) {
+    if rank != 0 {
+        command.env_remove(MASTER_FD_ENV);
+        return;
+    }
     let fd = listener.as_raw_fd();
     command.env(MASTER_FD_ENV, fd.to_string());
     // SAFETY: the closure runs in the child between fork and exec and only calls fcntl,

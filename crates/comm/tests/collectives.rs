@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use tensor::Rng;
 
 mod common;
-use common::{config, free_port};
+use common::job_configs;
 
 /// Runs `f` on every rank of a loopback job; results in rank order.
 fn job<T: Send>(world: usize, f: impl Fn(&mut Communicator) -> T + Sync) -> Vec<T> {
@@ -21,15 +21,15 @@ fn job_with<T: Send>(
     timeout: Duration,
     f: impl Fn(usize, &mut Communicator) -> T + Sync,
 ) -> Vec<T> {
-    let port = free_port();
+    let configs = job_configs(world, "secret", timeout);
     std::thread::scope(|s| {
-        let handles: Vec<_> = (0..world)
-            .map(|rank| {
+        let handles: Vec<_> = configs
+            .iter()
+            .enumerate()
+            .map(|(rank, cfg)| {
                 let f = &f;
                 s.spawn(move || {
-                    let mut c =
-                        Communicator::connect(&config(rank, world, port, "secret", timeout))
-                            .unwrap();
+                    let mut c = Communicator::connect(cfg).unwrap();
                     f(rank, &mut c)
                 })
             })
@@ -437,14 +437,14 @@ fn byte_counters_measure_the_ring() {
 fn a_peer_with_the_wrong_token_is_refused() {
     // Rank 0 refuses and logs the peer, then goes on accepting until its deadline: the
     // timeout error carries the refusal. The peer itself learns that it was refused.
-    let port = free_port();
+    let right = job_configs(2, "right", Duration::from_secs(3));
+    let wrong = comm::CommConfig {
+        token: b"wrong".to_vec(),
+        ..right[1].clone()
+    };
     let results: Vec<Result<Communicator, CommError>> = std::thread::scope(|s| {
-        let a = s.spawn(move || {
-            Communicator::connect(&config(0, 2, port, "right", Duration::from_secs(3)))
-        });
-        let b = s.spawn(move || {
-            Communicator::connect(&config(1, 2, port, "wrong", Duration::from_secs(3)))
-        });
+        let a = s.spawn(|| Communicator::connect(&right[0]));
+        let b = s.spawn(|| Communicator::connect(&wrong));
         vec![a.join().unwrap(), b.join().unwrap()]
     });
     let e0 = results[0]
@@ -470,9 +470,13 @@ fn a_peer_with_the_wrong_token_is_refused() {
 fn strangers_at_the_masters_port_do_not_stop_the_job() {
     use std::io::{Read, Write};
     use std::net::TcpStream;
-    let (world, port) = (3, free_port());
-    let cfg = |rank, token| config(rank, world, port, token, Duration::from_secs(20));
-    let addr = format!("127.0.0.1:{port}");
+    let world = 3;
+    let configs = job_configs(world, "secret", Duration::from_secs(20));
+    let cfg = |rank: usize, token: &str| comm::CommConfig {
+        token: token.as_bytes().to_vec(),
+        ..configs[rank].clone()
+    };
+    let addr = format!("127.0.0.1:{}", configs[0].master_port);
     let (sums, impostor) = std::thread::scope(|s| {
         let rank0 = s.spawn(move || {
             let mut c = Communicator::connect(&cfg(0, "secret")).unwrap();
@@ -611,12 +615,13 @@ fn malformed_local_sparse_vectors_are_errors_before_any_communication() {
 
 #[test]
 fn a_message_over_max_frame_is_refused_by_its_sender() {
-    let port = free_port();
+    let configs = job_configs(2, "t", Duration::from_secs(20));
     let out: Vec<Option<String>> = std::thread::scope(|s| {
-        let hs: Vec<_> = (0..2)
-            .map(|rank| {
+        let hs: Vec<_> = configs
+            .into_iter()
+            .enumerate()
+            .map(|(rank, mut cfg)| {
                 s.spawn(move || {
-                    let mut cfg = config(rank, 2, port, "t", Duration::from_secs(20));
                     cfg.max_frame = 1000;
                     let mut c = Communicator::connect(&cfg).unwrap();
                     let refused = if rank == 0 {
@@ -649,20 +654,21 @@ fn a_message_over_max_frame_is_refused_by_its_sender() {
 #[test]
 fn a_collective_message_over_max_frame_fails_every_rank_at_once() {
     let timeout = Duration::from_secs(20);
-    let with_limit = |rank: usize, world: usize, port: u16| {
-        let mut cfg = config(rank, world, port, "t", timeout);
+    let with_limit = |mut cfg: comm::CommConfig| {
         cfg.max_frame = 200_000;
         Communicator::connect(&cfg).unwrap()
     };
     for case in ["allgather_v", "broadcast"] {
         let world = if case == "allgather_v" { 4 } else { 3 };
-        let port = free_port();
+        let configs = job_configs(world, "t", timeout);
         let start = Instant::now();
         let errors: Vec<String> = std::thread::scope(|s| {
-            let hs: Vec<_> = (0..world)
-                .map(|rank| {
+            let hs: Vec<_> = configs
+                .into_iter()
+                .enumerate()
+                .map(|(rank, cfg)| {
                     s.spawn(move || {
-                        let mut c = with_limit(rank, world, port);
+                        let mut c = with_limit(cfg);
                         let r = if case == "allgather_v" {
                             c.allgather_v(&[rank as u8; 120_000]).map(|_| ())
                         } else {
@@ -866,17 +872,14 @@ fn multi_process_allreduce_on_loopback() {
         assert!(d.iter().all(|&v| v == 6.0), "{d:?}");
         return;
     }
-    let port = free_port();
-    let master = common::master_listener(port).unwrap();
-    let port = port.to_string();
+    let master = comm::bind_loopback_master().unwrap();
+    let port = master.local_addr().unwrap().port().to_string();
     let exe = std::env::current_exe().unwrap();
     let children: Vec<_> = (0..3)
         .map(|rank| {
             let mut command = std::process::Command::new(&exe);
-            if rank == 0 {
-                // The launcher's way: rank 0 inherits the listener the port came from.
-                comm::pass_master_listener(&mut command, &master);
-            }
+            // The launcher's way: rank 0 inherits the listener the port came from.
+            comm::pass_master_listener(&mut command, rank, &master);
             command
                 .args([
                     "--exact",

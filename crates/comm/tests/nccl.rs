@@ -9,27 +9,22 @@ use std::time::Duration;
 use tensor::{DType, Device, Rng, Tensor};
 
 mod common;
-use common::{config, free_port};
+use common::job_configs;
 
-fn connect(rank: usize, world: usize, port: u16) -> Communicator {
-    Communicator::connect(&config(
-        rank,
-        world,
-        port,
-        "secret",
-        Duration::from_secs(20),
-    ))
-    .unwrap()
+/// Every rank's configuration of a loopback job of `world` threads.
+fn job(world: usize) -> Vec<comm::CommConfig> {
+    job_configs(world, "secret", Duration::from_secs(20))
 }
 
 #[test]
 fn every_rank_names_the_ranks_that_cannot_start_nccl() {
-    let port = free_port();
     let errors: Vec<String> = std::thread::scope(|s| {
-        let hs: Vec<_> = (0..3)
-            .map(|rank| {
+        let hs: Vec<_> = job(3)
+            .into_iter()
+            .enumerate()
+            .map(|(rank, cfg)| {
                 s.spawn(move || {
-                    let mut c = connect(rank, 3, port);
+                    let mut c = Communicator::connect(&cfg).unwrap();
                     match NcclCommunicator::new(&mut c, Device::Cpu) {
                         Err(e @ CommError::Nccl(_)) => e.to_string(),
                         Err(e) => panic!("rank {rank}: wrong error kind: {e}"),
@@ -73,7 +68,7 @@ fn values(t: &Tensor) -> Vec<f32> {
 fn nccl_collectives_on_one_gpu() {
     let Some(dev) = gpu_with_nccl() else { return };
     eprintln!("NCCL {}", comm::nccl_version().unwrap_or_default());
-    let mut tcp = connect(0, 1, free_port());
+    let mut tcp = Communicator::connect(&job(1)[0]).unwrap();
     let mut nc = NcclCommunicator::new(&mut tcp, dev).unwrap();
     assert_eq!((nc.rank(), nc.world_size()), (0, 1));
 

@@ -147,9 +147,7 @@ fn every_method_converges_with_identical_parameters_in_worker_processes() {
         let children: Vec<_> = (0..WORLD)
             .map(|rank| {
                 let mut command = std::process::Command::new(&exe);
-                if rank == 0 {
-                    comm::pass_master_listener(&mut command, &master);
-                }
+                comm::pass_master_listener(&mut command, rank, &master);
                 command
                     .args([
                         "--exact",

@@ -180,12 +180,7 @@ pub fn launch_logging(
                 Ok(())
             });
         }
-        if rank == 0 {
-            comm::pass_master_listener(&mut command, &master);
-        } else {
-            // Not one this launcher inherited itself (were it started as some job's rank 0).
-            command.env_remove(comm::MASTER_FD_ENV);
-        }
+        comm::pass_master_listener(&mut command, rank, &master);
         let mut child = command
             .args(args)
             .env("RANK", rank.to_string())
