@@ -158,6 +158,12 @@ impl CommConfig {
             max_frame: 1 << 32,
             master_listener: None,
         };
+        if cfg.world > MAX_WORLD {
+            return Err(CommError::Config(format!(
+                "WORLD_SIZE {} is over the {MAX_WORLD} ranks this communicator supports",
+                cfg.world
+            )));
+        }
         if cfg.world == 0 || cfg.rank >= cfg.world {
             return Err(CommError::Config(format!(
                 "RANK {} is not in 0..WORLD_SIZE ({})",
@@ -218,6 +224,12 @@ const STALL_SKIP_MAX: u64 = 1 << 20;
 /// default TCP send buffer holds them, so the write completes before the peer reads.
 const SMALL_FRAME: usize = 64 * 1024;
 
+/// The most ranks a job may have. A full mesh of TCP connections needs a descriptor
+/// pair per peer on every rank, so far fewer are practical; the bound is here so that a
+/// mistyped WORLD_SIZE is a configuration error, not an attempt to allocate per-peer
+/// tables for billions of ranks.
+pub const MAX_WORLD: usize = 65_536;
+
 /// Tags of point-to-point messages live in their own space (high bit set).
 const P2P: u32 = 1 << 31;
 
@@ -273,14 +285,39 @@ fn read_header(
     if h.kind == KIND_ABORT {
         return Err(read_notice(r, peer, h.len));
     }
+    // The tag first: a frame of another call says more about what went wrong than its
+    // length does (`decode_header` has already bounded that by `max` or ABORT_MAX).
+    if h.tag != tag {
+        let msg = match (h.tag & P2P != 0, tag & P2P != 0) {
+            (true, false) => format!(
+                "point-to-point message #{} arrived during collective #{tag}: every `send` \
+                 must be received before either rank of the pair calls its next collective",
+                h.tag & !P2P
+            ),
+            (false, true) => format!(
+                "frame of collective #{} arrived while this rank waited for point-to-point \
+                 message #{}: the peer called a collective instead of sending it",
+                h.tag,
+                tag & !P2P
+            ),
+            (true, true) => format!(
+                "point-to-point message #{} arrived where #{} was due",
+                h.tag & !P2P,
+                tag & !P2P
+            ),
+            (false, false) => format!(
+                "frame of collective #{} arrived during #{tag}: ranks called collectives \
+                 in different orders",
+                h.tag
+            ),
+        };
+        return Err(CommError::Protocol { peer, msg });
+    }
     if h.len > max {
         return Err(CommError::Protocol {
             peer,
             msg: format!("payload of {} bytes exceeds the maximum of {max}", h.len),
         });
-    }
-    if h.tag != tag {
-        return Err(CommError::Protocol { peer, msg: format!("frame of collective #{} arrived during #{tag}: ranks called collectives in different orders", h.tag) });
     }
     if let Some(len) = exact.filter(|&len| len != h.len) {
         return Err(CommError::Protocol {
@@ -514,6 +551,12 @@ fn segment(n: usize, parts: usize, i: usize) -> std::ops::Range<usize> {
 impl Communicator {
     /// Joins the job described by `cfg` (blocks until every rank has connected).
     pub fn connect(cfg: &CommConfig) -> Result<Self> {
+        if cfg.world > MAX_WORLD {
+            return Err(CommError::Config(format!(
+                "a world of {} ranks: this communicator supports at most {MAX_WORLD}",
+                cfg.world
+            )));
+        }
         if cfg.world == 0 || cfg.rank >= cfg.world {
             return Err(CommError::Config(format!(
                 "rank {} of world {}",
@@ -630,7 +673,10 @@ impl Communicator {
     /// with no interrupted frame) and shuts its sockets, so that ranks blocked on it fail
     /// at once and name the failed rank, not the neighbour through which the failure
     /// reached them. A failed send whose peer had already sent a notice reports the
-    /// notice. Errors that blame no peer (a wrong argument) change nothing.
+    /// notice. This rank's own message over the frame limit or invalid argument to a
+    /// collective ([`CommError::TooLarge`], [`CommError::Argument`]) is news for the
+    /// peers too, naming this rank. Other errors that blame no peer (a peer index out of
+    /// range, say) change nothing.
     fn guard<T>(&mut self, r: Result<T>) -> Result<T> {
         let e = match r {
             Ok(v) => return Ok(v),
@@ -639,9 +685,12 @@ impl Communicator {
         if self.aborted.is_some() {
             return Err(e);
         }
-        if let CommError::TooLarge { .. } = e {
+        if let CommError::TooLarge { .. } | CommError::Argument(_) = e {
             // Nothing was sent, but the peers wait for this rank's part of the collective:
             // tell them why it will not come, and give up, as after a peer's failure.
+            // (Where every rank made the same mistake, each gives up on its own; where
+            // one did, the others would otherwise wait out their timeouts and blame it
+            // for a hang, and its collective count would fall one behind theirs.)
             let cause = e.to_string();
             self.notify(self.rank, &cause);
             self.shut_down(self.rank, cause);
@@ -656,7 +705,11 @@ impl Communicator {
                 op: "send",
                 ref source,
             } if !is_timeout(source) => self.news_from(peer).unwrap_or(e),
-            // A notice naming a rank outside the world blames its sender.
+            e => e,
+        };
+        let e = match e {
+            // A notice naming a rank outside the world (read here or by `news_from`)
+            // blames its sender.
             CommError::PeerFailed {
                 failed, reporter, ..
             } if failed >= self.world => CommError::Protocol {
@@ -898,20 +951,26 @@ impl Communicator {
     }
 
     /// Point-to-point send, matched by the next `recv` from this rank on `peer` (messages
-    /// between a pair arrive in order; other ranks need not take part).
+    /// between a pair arrive in order; other ranks need not take part). A pair's
+    /// point-to-point messages and collective frames share its connection, in order, so
+    /// `peer` must receive the message before either of the two calls its next
+    /// collective; a collective that finds it instead fails and says so. A message over
+    /// the frame limit is refused with [`CommError::TooLarge`], and the communicator
+    /// stays usable.
     pub fn send(&mut self, peer: usize, payload: &[u8]) -> Result<()> {
-        self.guarded(|c| c.send_unguarded(peer, payload))
+        self.check_alive()?;
+        match self.send_unguarded(peer, payload) {
+            // No peer waits inside a collective for a point-to-point message: refusing
+            // it leaves the communicator usable, so it goes past the guard, which gives
+            // up on a collective's message over the limit.
+            Err(e @ CommError::TooLarge { .. }) => Err(e),
+            r => self.guard(r),
+        }
     }
     fn send_unguarded(&mut self, peer: usize, payload: &[u8]) -> Result<()> {
         self.check_peer(peer)?;
         let n = self.p2p_sent[peer].wrapping_add(1);
-        // No peer waits inside a collective for a point-to-point message: refusing it
-        // leaves the communicator usable (a configuration error, not an abort).
-        self.send_to(peer, P2P | (n & !P2P), Collective::SendRecv, payload)
-            .map_err(|e| match e {
-                CommError::TooLarge { .. } => CommError::Config(e.to_string()),
-                e => e,
-            })?;
+        self.send_to(peer, P2P | (n & !P2P), Collective::SendRecv, payload)?;
         // Counted once sent: a message refused before sending (over max_frame) must not
         // shift the numbering the receiver matches against.
         self.p2p_sent[peer] = n;
@@ -959,7 +1018,7 @@ impl Communicator {
     }
     fn broadcast_unguarded(&mut self, root: usize, data: &[u8]) -> Result<Vec<u8>> {
         if root >= self.world {
-            return Err(CommError::Config(format!(
+            return Err(CommError::Argument(format!(
                 "broadcast from root {root}, which is not a rank of this world of {}",
                 self.world
             )));
@@ -1232,12 +1291,13 @@ impl Communicator {
 }
 
 /// A local sparse vector's shape, checked where it enters a collective: otherwise the
-/// local merge panics on unequal lengths, or the receivers refuse unsorted indices and
-/// blame this rank while the others wait out their timeouts.
+/// local merge panics on unequal lengths, or the receivers refuse unsorted indices with
+/// a protocol error that blames this rank for what its caller did. As an
+/// [`CommError::Argument`], it makes every rank fail at once with the cause.
 fn check_local(op: &str, local: &SparseVec) -> Result<()> {
     local
         .check()
-        .map_err(|e| CommError::Config(format!("{op}: this rank's sparse vector: {e}")))
+        .map_err(|e| CommError::Argument(format!("{op}: this rank's sparse vector: {e}")))
 }
 
 /// Several blocks in one message: their lengths as LEB128 varints, then their bytes.
@@ -1494,6 +1554,22 @@ mod tests {
         assert!(e.contains("RANK=\"one\""), "{e}");
         let e = parse(&[("RANK", "2")]).unwrap_err();
         assert!(e.contains("WORLD_SIZE"), "{e}");
+        // A mistyped world size is refused, not a try at per-peer tables for 10¹¹ ranks.
+        let e = parse(&[("WORLD_SIZE", "100000000000")]).unwrap_err();
+        assert!(e.contains("WORLD_SIZE 100000000000 is over"), "{e}");
+        assert_eq!(
+            parse(&[("WORLD_SIZE", "65536")]).unwrap().world,
+            super::MAX_WORLD
+        );
+        let huge = CommConfig {
+            world: usize::MAX,
+            ..parse(&[]).unwrap()
+        };
+        let e = super::Communicator::connect(&huge)
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(e.contains("at most 65536"), "{e}");
         let e = parse(&[("-MASTER_ADDR", "")]).unwrap_err();
         assert!(e.contains("MASTER_ADDR is not set"), "{e}");
         // The inherited master listener is rank 0's alone, and must be a real one.

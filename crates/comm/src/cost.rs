@@ -9,7 +9,8 @@
 //! | gTopKAllReduce (binomial tree up, then down) | 2⌈log₂P⌉(α + 8kβ) | 2log₂P·α + 4k·log₂P·β |
 //!
 //! The paper counts k in elements of its β unit; ours counts the 8 bytes of an
-//! (index, value) pair (the block lengths, 8 bytes per block, are left out). Bruck's
+//! (index, value) pair (each block's 4-byte entry count and its length, a LEB128 varint
+//! of 1–3 bytes, are left out). Bruck's
 //! allgather has recursive doubling's cost for any P, not only powers of two.
 
 use crate::communicator::Communicator;

@@ -18,10 +18,17 @@ pub enum CommError {
     Config(String),
     #[error("nccl: {0}")]
     Nccl(String),
+    /// This rank called a collective with an argument it cannot take part with (a
+    /// malformed sparse vector, a root that is not a rank). Nothing was sent, but the
+    /// peers wait for this rank's part: the communicator tells them (they fail at once,
+    /// naming this rank and the cause) and gives up, as for [`CommError::TooLarge`].
+    #[error("invalid argument: {0}")]
+    Argument(String),
     /// This rank's message to `peer` is over the frame limit the peer accepts, so it was
     /// not sent. Inside a collective the peers wait for it: the communicator tells them
-    /// and gives up ([`crate::Communicator`]'s guard); a point-to-point send is refused
-    /// and the communicator stays usable.
+    /// and gives up ([`crate::Communicator`]'s guard). A point-to-point send over the
+    /// limit returns this error too, but there no peer waits, so the communicator stays
+    /// usable.
     #[error("a message of {len} bytes for rank {peer} exceeds the frame limit of {limit} bytes, which the receiver would refuse (raise CommConfig::max_frame on every rank)")]
     TooLarge { peer: usize, len: u64, limit: u64 },
     /// A collective failed because of rank `failed`; `reporter` is the rank whose notice

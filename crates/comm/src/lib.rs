@@ -30,7 +30,7 @@ mod nccl;
 mod rendezvous;
 mod sparse;
 
-pub use communicator::{CommConfig, Communicator, ReduceOp};
+pub use communicator::{CommConfig, Communicator, ReduceOp, MAX_WORLD};
 pub use cost::{ping_pong, AlphaBeta};
 pub use counters::{ByteCounters, Collective, Traffic};
 pub use error::{CommError, Result};

@@ -1,5 +1,5 @@
 //! Joining a job: rank 0 listens on MASTER_ADDR:MASTER_PORT; every other rank opens its own
-//! listener, connects to rank 0, authenticates and reports its listening port; rank 0
+//! listener, connects to rank 0, authenticates and reports its listening address; rank 0
 //! answers with everyone's address; then each rank connects to the lower non-zero ranks
 //! and accepts the higher ones. Result: one authenticated connection per pair.
 //!
@@ -14,11 +14,11 @@ use crate::auth::{handshake, read_before, write_before, Role};
 use crate::communicator::CommConfig;
 use crate::error::{CommError, Result};
 use std::io::{ErrorKind, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 /// How long one accepted connection may take to authenticate (and, at rank 0, report its
-/// port), within what is left of the rendezvous: a rank answers in a round trip. Each
+/// listening address), within what is left of the rendezvous: a rank answers in a round trip. Each
 /// handshake runs on a thread of its own, so a silent stranger holds only its own thread
 /// this long, not the listener.
 const HANDSHAKE_LIMIT: Duration = Duration::from_secs(5);
@@ -59,7 +59,7 @@ fn tune(s: &TcpStream, timeout: Duration) -> Result<()> {
 /// Accepts connections until every rank in `expected` has joined `peers`, or the deadline
 /// passes. Each connection is authenticated on a thread of its own (at most
 /// [`HANDSHAKE_LIMIT`], [`MAX_PENDING_HANDSHAKES`] at a time), so a silent stranger
-/// delays nobody; the checks that follow and `admit` (rank 0 reads the peer's port there)
+/// delays nobody; the checks that follow and `admit` (rank 0 reads the peer's listening address there)
 /// run here, in the order handshakes finish. A connection that fails its handshake, claims
 /// a rank not in `expected` or already joined, or fails `admit` is logged and dropped, and
 /// accepting goes on: a port scanner, a stray `nc`, garbage or a rank with the wrong token
@@ -191,6 +191,75 @@ fn accept_peers(
     }
 }
 
+/// Where a non-zero rank listens for the higher ranks: `bind_addr`, except that the
+/// default "0.0.0.0" becomes "::" when the master is an IPv6 address (an IPv4 listener
+/// would not take the connections of ranks that reach each other over IPv6).
+fn listen_host(bind_addr: &str, master: SocketAddr) -> &str {
+    match bind_addr.parse::<IpAddr>() {
+        Ok(IpAddr::V4(v4)) if v4.is_unspecified() && master.is_ipv6() => "::",
+        _ => bind_addr,
+    }
+}
+
+/// A non-zero rank's report of its listener to rank 0: the port (u16 LE), then 0 when it
+/// listens on every interface (rank 0 then lists the address it sees the rank's
+/// connection come from), or 4 or 6 and the IPv4 or IPv6 address it is bound to. A rank
+/// bound to one interface (GRADEX_BIND_ADDR) must be listed at that address, which
+/// need not be the one its connection to rank 0 leaves from: a second network card, say.
+fn encode_listening_addr(at: SocketAddr) -> Vec<u8> {
+    let mut b = at.port().to_le_bytes().to_vec();
+    match at.ip() {
+        ip if ip.is_unspecified() => b.push(0),
+        IpAddr::V4(v4) => {
+            b.push(4);
+            b.extend(v4.octets());
+        }
+        IpAddr::V6(v6) => {
+            b.push(6);
+            b.extend(v6.octets());
+        }
+    }
+    b
+}
+
+/// Rank 0's side of [`encode_listening_addr`]: the address the other ranks reach `peer`
+/// at, its connection having come from `seen`.
+fn read_listening_addr(
+    s: &mut TcpStream,
+    peer: usize,
+    seen: SocketAddr,
+    limit: Instant,
+) -> Result<SocketAddr> {
+    let io = |e| CommError::Peer {
+        peer,
+        op: "rendezvous",
+        source: e,
+    };
+    let mut head = [0u8; 3];
+    read_before(s, &mut head, limit).map_err(io)?;
+    let port = u16::from_le_bytes([head[0], head[1]]);
+    let ip = match head[2] {
+        0 => seen.ip(),
+        4 => {
+            let mut o = [0u8; 4];
+            read_before(s, &mut o, limit).map_err(io)?;
+            IpAddr::from(o)
+        }
+        6 => {
+            let mut o = [0u8; 16];
+            read_before(s, &mut o, limit).map_err(io)?;
+            IpAddr::from(o)
+        }
+        f => {
+            return Err(CommError::Protocol {
+                peer,
+                msg: format!("listening address of family {f} (expected 0, 4 or 6)"),
+            })
+        }
+    };
+    Ok(SocketAddr::new(ip, port))
+}
+
 /// One stream per peer (None at our own index), each tuned for the collectives (no
 /// Nagle, `cfg.timeout` on reads and writes). Everything here finishes by the rendezvous
 /// deadline, `cfg.timeout` from now.
@@ -248,13 +317,7 @@ pub(crate) fn connect_mesh(cfg: &CommConfig) -> Result<Vec<Option<TcpStream>>> {
             &mut peers,
             1..world,
             |s, peer, addr, limit| {
-                let mut port = [0u8; 2];
-                read_before(s, &mut port, limit).map_err(|e| CommError::Peer {
-                    peer,
-                    op: "rendezvous",
-                    source: e,
-                })?;
-                table[peer] = SocketAddr::new(addr.ip(), u16::from_le_bytes(port)).to_string();
+                table[peer] = read_listening_addr(s, peer, addr, limit)?.to_string();
                 Ok(())
             },
         )?;
@@ -282,7 +345,7 @@ pub(crate) fn connect_mesh(cfg: &CommConfig) -> Result<Vec<Option<TcpStream>>> {
     Ok(peers)
 }
 
-/// A non-zero rank's part: authenticate to rank 0 and report our listening port, receive
+/// A non-zero rank's part: authenticate to rank 0 and report our listening address, receive
 /// the address table, connect to the lower non-zero ranks and accept the higher ones.
 fn join_as_nonzero(
     cfg: &CommConfig,
@@ -291,12 +354,12 @@ fn join_as_nonzero(
     peers: &mut [Option<TcpStream>],
 ) -> Result<()> {
     let (rank, world) = (cfg.rank, cfg.world);
-    let listener = TcpListener::bind((cfg.bind_addr.as_str(), 0))
-        .map_err(|e| CommError::Rendezvous(format!("cannot listen on {}: {e}", cfg.bind_addr)))?;
-    let my_port = listener
+    let bind = listen_host(&cfg.bind_addr, master);
+    let listener = TcpListener::bind((bind, 0))
+        .map_err(|e| CommError::Rendezvous(format!("cannot listen on {bind}: {e}")))?;
+    let listening = listener
         .local_addr()
-        .map_err(|e| CommError::Rendezvous(e.to_string()))?
-        .port();
+        .map_err(|e| CommError::Rendezvous(e.to_string()))?;
     let mut s = connect_before(master, deadline)?;
     tune(&s, cfg.timeout)?;
     let zero = handshake(&mut s, &cfg.token, rank, Role::Client, "rank 0", deadline)?;
@@ -321,7 +384,7 @@ fn join_as_nonzero(
             source,
         }
     };
-    write_before(&mut s, &my_port.to_le_bytes(), deadline).map_err(io)?;
+    write_before(&mut s, &encode_listening_addr(listening), deadline).map_err(io)?;
     // Rank 0 answers once every rank has joined: this waits up to the deadline.
     let mut len = [0u8; 4];
     read_before(&mut s, &mut len, deadline).map_err(io)?;
@@ -419,6 +482,74 @@ mod tests {
             took < HANDSHAKE_LIMIT,
             "the rendezvous took {took:?} with three silent strangers waiting"
         );
+    }
+
+    /// Ranks bound to one interface (GRADEX_BIND_ADDR) are listed at that address, not at
+    /// the one their connection to rank 0 came from: here 127.0.0.2, while connections to
+    /// the master at 127.0.0.1 leave from 127.0.0.1, where nothing of theirs listens.
+    /// Rank 2 reaches rank 1 only through the address rank 1 reported.
+    #[test]
+    fn a_rank_bound_to_one_interface_is_reached_there() {
+        let job = CommConfig::loopback_job(3, b"tok").unwrap();
+        let configs: Vec<CommConfig> = job
+            .into_iter()
+            .map(|c| CommConfig {
+                bind_addr: if c.rank == 0 {
+                    c.bind_addr
+                } else {
+                    "127.0.0.2".into()
+                },
+                timeout: Duration::from_secs(10),
+                ..c
+            })
+            .collect();
+        let meshes: Vec<Result<Vec<Option<TcpStream>>>> = std::thread::scope(|s| {
+            let hs: Vec<_> = configs
+                .iter()
+                .map(|c| s.spawn(move || connect_mesh(c)))
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let meshes: Vec<_> = meshes
+            .into_iter()
+            .map(|m| m.expect("every rank joins"))
+            .collect();
+        let to_1 = meshes[2][1].as_ref().expect("rank 2 reached rank 1");
+        assert_eq!(to_1.peer_addr().unwrap().ip().to_string(), "127.0.0.2");
+    }
+
+    #[test]
+    fn the_listening_address_report_round_trips() {
+        let (listener, port) = {
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            let p = l.local_addr().unwrap().port();
+            (l, p)
+        };
+        let seen: SocketAddr = "192.0.2.7:4000".parse().unwrap();
+        for (at, want) in [
+            ("0.0.0.0:1234", "192.0.2.7:1234"),
+            ("[::]:1234", "192.0.2.7:1234"),
+            ("10.1.0.2:1234", "10.1.0.2:1234"),
+            ("[fd00::2]:80", "[fd00::2]:80"),
+        ] {
+            let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+            c.write_all(&encode_listening_addr(at.parse().unwrap()))
+                .unwrap();
+            let (mut s, _) = listener.accept().unwrap();
+            let got = read_listening_addr(&mut s, 1, seen, Instant::now() + HANDSHAKE_LIMIT);
+            assert_eq!(got.unwrap().to_string(), want, "{at}");
+        }
+        let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        c.write_all(&[1, 2, 5]).unwrap();
+        let (mut s, _) = listener.accept().unwrap();
+        let e = read_listening_addr(&mut s, 1, seen, Instant::now() + HANDSHAKE_LIMIT)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("family 5"), "{e}");
+        let v6: SocketAddr = "[::1]:29500".parse().unwrap();
+        assert_eq!(listen_host("0.0.0.0", v6), "::");
+        assert_eq!(listen_host("0.0.0.0", seen), "0.0.0.0");
+        assert_eq!(listen_host("10.1.0.2", v6), "10.1.0.2");
     }
 
     /// A client that sends a valid start of a hello and then a byte every 200 ms: under

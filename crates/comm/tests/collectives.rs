@@ -531,86 +531,124 @@ fn strangers_at_the_masters_port_do_not_stop_the_job() {
     assert!(e.contains("different job tokens"), "{e}");
 }
 
+/// A root that is not a rank is an error before any communication, and like every
+/// invalid argument to a collective it makes the communicator give up (the peers wait
+/// for this rank's part otherwise; see the next test).
 #[test]
 fn a_broadcast_root_outside_the_world_is_an_error_before_any_communication() {
     for world in [1, 3] {
-        let out = job(world, |c| {
-            let errors: Vec<String> = [world, world + 1, usize::MAX]
-                .iter()
-                .map(|&root| c.broadcast(root, b"x").unwrap_err().to_string())
-                .collect();
-            // Nothing was sent or consumed: the next collectives line up on every rank.
-            c.barrier().unwrap();
-            let b = c.broadcast(world - 1, b"from the last rank").unwrap();
-            (errors, b)
-        });
-        for (errors, b) in out {
-            for e in errors {
+        for root in [world, world + 1, usize::MAX] {
+            let out = job(world, |c| {
+                let e = c.broadcast(root, b"x").unwrap_err().to_string();
+                (e, c.barrier().is_err())
+            });
+            for (e, gave_up) in out {
                 assert!(e.contains("not a rank of this world"), "{e}");
+                assert!(e.starts_with("invalid argument"), "{e}");
+                assert!(
+                    gave_up,
+                    "world {world}: the communicator must give up after {e}"
+                );
             }
-            assert_eq!(b, b"from the last rank");
         }
+    }
+}
+
+const MALFORMED: [(&[u32], &[f32], &str); 4] = [
+    (&[1, 2, 3], &[1.0], "3 indices but 1 values"),
+    (&[1], &[1.0, 2.0], "1 indices but 2 values"),
+    (&[5, 2], &[1.0, 2.0], "not strictly ascending"),
+    (&[2, 2], &[1.0, 2.0], "not strictly ascending"),
+];
+
+fn malformed(i: usize) -> SparseVec {
+    SparseVec {
+        indices: MALFORMED[i].0.to_vec(),
+        values: MALFORMED[i].1.to_vec(),
     }
 }
 
 #[test]
 fn malformed_local_sparse_vectors_are_errors_before_any_communication() {
-    let bad = [
-        (
-            SparseVec {
-                indices: vec![1, 2, 3],
-                values: vec![1.0],
-            },
-            "3 indices but 1 values",
-        ),
-        (
-            SparseVec {
-                indices: vec![1],
-                values: vec![1.0, 2.0],
-            },
-            "1 indices but 2 values",
-        ),
-        (
-            SparseVec {
-                indices: vec![5, 2],
-                values: vec![1.0, 2.0],
-            },
-            "not strictly ascending",
-        ),
-        (
-            SparseVec {
-                indices: vec![2, 2],
-                values: vec![1.0, 2.0],
-            },
-            "not strictly ascending",
-        ),
-    ];
     for world in [1, 3] {
-        let out = job(world, |c| {
-            let mut errors = Vec::new();
-            for (v, _) in &bad {
-                errors.push(c.gtopk_allreduce(v, 4).unwrap_err().to_string());
-                errors.push(c.topk_allreduce(v).unwrap_err().to_string());
+        for (i, (_, _, want)) in MALFORMED.iter().enumerate() {
+            for op in ["gtopk_allreduce", "topk_allreduce"] {
+                let out = job(world, |c| {
+                    let r = if op == "gtopk_allreduce" {
+                        c.gtopk_allreduce(&malformed(i), 4)
+                    } else {
+                        c.topk_allreduce(&malformed(i))
+                    };
+                    (r.unwrap_err().to_string(), c.barrier().is_err())
+                });
+                for (e, gave_up) in out {
+                    assert!(e.starts_with("invalid argument"), "{e}");
+                    assert!(e.contains(op) && e.contains(want), "{e}");
+                    assert!(gave_up, "{op}: the communicator must give up after {e}");
+                }
             }
-            // No rank sent anything: a well-formed call still works on every rank.
-            let good = SparseVec::new(vec![(c.rank() as u32, 1.0)]);
-            (errors, c.topk_allreduce(&good).unwrap())
-        });
-        for (errors, sum) in out {
-            for (e, (_, want)) in errors.chunks(2).zip(&bad) {
-                assert!(
-                    e[0].contains("gtopk_allreduce") && e[0].contains(want),
-                    "{e:?}"
-                );
-                assert!(
-                    e[1].contains("topk_allreduce") && e[1].contains(want),
-                    "{e:?}"
-                );
-                assert!(e[0].starts_with("configuration"), "{e:?}");
-            }
-            assert_eq!(sum.len(), world);
         }
     }
+}
+
+/// One rank's malformed vector is news for the others: they fail at once with its
+/// cause, naming it, instead of waiting out the timeout for its part and blaming it for
+/// a hang (and its collective count does not fall one behind theirs: it gives up).
+#[test]
+fn one_ranks_malformed_sparse_vector_fails_every_rank_at_once() {
+    let timeout = Duration::from_secs(20);
+    for op in ["gtopk_allreduce", "topk_allreduce"] {
+        let start = Instant::now();
+        let errors = job_with(4, timeout, |rank, c| {
+            let v = if rank == 1 {
+                malformed(2)
+            } else {
+                SparseVec::new(vec![(rank as u32, 1.0)])
+            };
+            let r = if op == "gtopk_allreduce" {
+                c.gtopk_allreduce(&v, 4)
+            } else {
+                c.topk_allreduce(&v)
+            };
+            r.expect_err("the collective must fail on every rank")
+                .to_string()
+        });
+        let took = start.elapsed();
+        assert!(
+            took < Duration::from_secs(5),
+            "{op}: took {took:?}: {errors:?}"
+        );
+        for (rank, e) in errors.iter().enumerate() {
+            assert!(
+                e.contains("not strictly ascending"),
+                "{op}, rank {rank}: {e}"
+            );
+            if rank != 1 {
+                assert!(e.contains("rank 1 failed"), "{op}, rank {rank}: {e}");
+            }
+        }
+    }
+}
+
+/// A point-to-point message must be received before either rank of the pair calls its
+/// next collective; a collective that finds one says so, not "different orders".
+#[test]
+fn a_pending_send_met_by_a_collective_is_named_as_such() {
+    let errors = job_with(2, Duration::from_secs(20), |rank, c| {
+        if rank == 0 {
+            c.send(1, b"x").unwrap();
+        }
+        c.barrier().map(|_| ()).err().map(|e| e.to_string())
+    });
+    // Whichever rank reads the message reports it; the other may see only the closed
+    // connection of that rank's giving up.
+    assert!(
+        errors
+            .iter()
+            .flatten()
+            .any(|e| e.contains("point-to-point message #1 arrived during collective")),
+        "{errors:?}"
+    );
 }
 
 #[test]
@@ -625,7 +663,9 @@ fn a_message_over_max_frame_is_refused_by_its_sender() {
                     cfg.max_frame = 1000;
                     let mut c = Communicator::connect(&cfg).unwrap();
                     let refused = if rank == 0 {
-                        let e = c.send(1, &[7u8; 1001]).unwrap_err().to_string();
+                        let e = c.send(1, &[7u8; 1001]).unwrap_err();
+                        assert!(matches!(e, CommError::TooLarge { len: 1001, .. }), "{e}");
+                        let e = e.to_string();
                         c.send(1, &[7u8; 1000]).unwrap();
                         Some(e)
                     } else {
