@@ -1,7 +1,7 @@
 //! Choosing which gradient entries to send, shared by the sparsifying methods:
 //!
 //! - [`exact_topk`]: the k entries of largest magnitude, by selection (O(n) expected,
-//!   `select_nth_unstable`), never a full sort.
+//!   `select_nth_unstable`), never a full sort; zeros are never chosen.
 //! - [`sampled_threshold`]: DGC's hierarchical selection (Lin et al. §3 and their code):
 //!   estimate the magnitude threshold from a random sample of 0.1–1 % of the entries,
 //!   keep what passes; when more than 1.3·k pass, select the exact top-k among those
@@ -10,7 +10,11 @@
 
 use tensor::Rng;
 
-/// Indices of the `k` largest |values| (ties to the lower index), ascending.
+/// Indices of the `k` largest |values| (ties to the lower index), ascending, less those
+/// whose value is zero: where fewer than `k` entries are nonzero (an all-zero gradient, a
+/// residual just sent), the zeros would travel and count as sent without carrying
+/// anything, and the density reported would differ from [`sampled_threshold`]'s, which
+/// never keeps a zero.
 pub fn exact_topk(values: &[f32], k: usize) -> Vec<u32> {
     let k = k.min(values.len());
     if k == 0 {
@@ -26,6 +30,8 @@ pub fn exact_topk(values: &[f32], k: usize) -> Vec<u32> {
         });
         idx.truncate(k);
     }
+    // Zeros rank last, so they are among the chosen only where fewer than k are nonzero.
+    idx.retain(|&i| values[i as usize] != 0.0);
     idx.sort_unstable();
     idx
 }

@@ -85,3 +85,30 @@ fn sbc_refuses_a_diverged_weight_update_at_the_sender() {
         );
     }
 }
+
+/// A peer that sends inf where gTop-k's other ranks refuse their own (an older build, a
+/// corrupted but well-formed frame): the ⊤ merge ranks inf first, so it would be
+/// broadcast and applied on every rank. The receiver refuses it.
+#[test]
+fn gtopk_refuses_a_peers_non_finite_value() {
+    let n = 1000;
+    let out = job(2, |rank, c| {
+        if rank == 1 {
+            let bad = comm::SparseVec::new(vec![(3, f32::INFINITY)]);
+            // Rank 0 fails after the collective; rank 1's own result is the same inf.
+            return c.gtopk_allreduce(&bad, 10).map(|_| None).unwrap_or(None);
+        }
+        let opts = vec!["density=0.01".to_string()];
+        let mut m = build(&MethodSpec::parse("gtopk", &opts).unwrap(), &ctx(rank, 2)).unwrap();
+        m.init(&[ParamSpec::new("w", &[n])]).unwrap();
+        m.begin_step(StepInfo {
+            step: 0,
+            epoch: 0.0,
+        });
+        m.exchange(c, 0, &[], &heavy_tailed(n, 4))
+            .err()
+            .map(|e| e.to_string())
+    });
+    let e = out[0].as_ref().expect("rank 0 must refuse the peer's inf");
+    assert!(e.contains("inf") && e.contains("a peer diverged"), "{e}");
+}

@@ -50,3 +50,45 @@ fn sampled_threshold_keeps_between_0_8_and_1_3_k() {
         }
     }
 }
+
+#[test]
+fn exact_topk_never_chooses_a_zero() {
+    assert_eq!(exact_topk(&[0.0, -0.0, 3.0, 0.0, -1.0], 3), vec![2, 4]);
+    assert_eq!(exact_topk(&[0.0; 10], 4), Vec::<u32>::new());
+    assert_eq!(exact_topk(&[f32::NAN, 0.0], 2), vec![0]);
+}
+
+/// Fewer nonzeros than k: what is sent and counted is the nonzeros only (zeros used to
+/// travel at 8 bytes each and count as sent values).
+#[test]
+fn an_all_zero_gradient_sends_no_values() {
+    use compress::{build, MethodSpec, ParamSpec, StepInfo};
+    let n = 10_000;
+    let cases: [(&str, &[&str]); 5] = [
+        ("topk", &["density=0.01"]),
+        ("local", &["density=0.01"]),
+        ("gtopk", &["density=0.01"]),
+        (
+            "dgc",
+            &["density=0.01", "warmup_epochs=0", "sampling=false"],
+        ),
+        // DGC's first warm-up stage (25 %) takes the exact path.
+        ("dgc", &["density=0.01", "warmup_epochs=1"]),
+    ];
+    for (method, opts) in cases {
+        let opts: Vec<String> = opts.iter().map(|s| s.to_string()).collect();
+        let sent = common::job(2, |rank, c| {
+            let spec = MethodSpec::parse(method, &opts).unwrap();
+            let mut m = build(&spec, &common::ctx(rank, 2)).unwrap();
+            m.init(&[ParamSpec::new("w", &[n])]).unwrap();
+            m.begin_step(StepInfo {
+                step: 0,
+                epoch: 0.0,
+            });
+            let u = m.exchange(c, 0, &vec![0.0; n], &vec![0.0; n]).unwrap();
+            assert!(u.values.iter().all(|&v| v == 0.0));
+            u.stats.sent_values
+        });
+        assert_eq!(sent, vec![0, 0], "{method} {opts:?}");
+    }
+}

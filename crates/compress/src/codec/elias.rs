@@ -1,7 +1,15 @@
 //! The Elias ω (recursive) code for positive integers, and QSGD's stream built from it
-//! (Alistarh et al. §3.2): a 32-bit norm, then for each nonzero quantised coordinate the
-//! Elias code of its gap from the previous one (the first counted from −1), a sign bit,
-//! and the Elias code of its level s·ξᵢ ≥ 1.
+//! (Alistarh et al. §3.2): per bucket of d coordinates, a 32-bit norm, then for each
+//! nonzero quantised coordinate the Elias code of its gap from the previous one (the
+//! first counted from −1), a sign bit, and the Elias code of its level s·ξᵢ ≥ 1; then
+//! one more gap, to coordinate d, one past the bucket, which ends it.
+//!
+//! The paper's stream is one vector's, which ends where the stream does. Buckets follow
+//! each other in one message, so each needs an end: the closing gap costs ω(d − last
+//! index), a few bits, where a 32-bit count of the nonzeros was the form before. On the
+//! pinned test's gradient (`tests/quantizers.rs`) the closing gaps average 4.9, 3.2 and
+//! 1.6 bits at the 2-, 4- and 8-bit presets, and the 2-bit message is 12.7 % shorter
+//! (3,669 bytes against 4,201; 4-bit 2.8 %, 8-bit 0.8 %).
 
 use super::{BitReader, BitWriter, CodecError, Result};
 
@@ -93,15 +101,17 @@ pub struct QuantizedBucket {
     pub entries: Vec<(u32, bool, u32)>,
 }
 
-pub fn encode_qsgd(w: &mut BitWriter, b: &QuantizedBucket) -> Result<()> {
+/// Writes bucket `b` of `d` coordinates: its norm, its entries, and the closing gap to
+/// `d` (module doc).
+pub fn encode_qsgd(w: &mut BitWriter, b: &QuantizedBucket, d: usize) -> Result<()> {
     w.bits(b.norm.to_bits() as u64, 32);
-    w.bits(b.entries.len() as u64, 32);
     let mut prev: i64 = -1;
     for &(i, neg, level) in &b.entries {
         let gap = i as i64 - prev;
-        if gap < 1 || level == 0 {
+        if gap < 1 || level == 0 || i as usize >= d {
             return Err(CodecError::Invalid(format!(
-                "entries must have increasing indices and levels ≥ 1 (index {i}, level {level})"
+                "entries must have increasing indices below the bucket's {d} and levels ≥ 1 \
+                 (index {i}, level {level})"
             )));
         }
         // An index is a u32, so the gap fits too. One write for gap, sign and level
@@ -117,39 +127,35 @@ pub fn encode_qsgd(w: &mut BitWriter, b: &QuantizedBucket) -> Result<()> {
         }
         prev = i as i64;
     }
-    Ok(())
+    write(w, (d as i64 - prev) as u64)
 }
 
-/// The index a gap leads to from `next` (one past the previous index), checked against a
-/// bucket of `d`: a peer's gap can be any 64-bit number, so the sum is checked too.
-fn next_index(next: u64, gap: u64, d: usize) -> Result<usize> {
+/// The index a gap leads to from `next` (one past the previous index) in a bucket of
+/// `d`: `Some(index)` inside it, `None` for the closing gap to `d`. A peer's gap can be
+/// any 64-bit number, so the sum is checked too.
+fn next_index(next: u64, gap: u64, d: usize) -> Result<Option<usize>> {
     match next.checked_add(gap - 1) {
-        Some(i) if i < d as u64 => Ok(i as usize),
+        Some(i) if i < d as u64 => Ok(Some(i as usize)),
+        Some(i) if i == d as u64 => Ok(None),
         _ => Err(CodecError::Invalid(format!(
             "a gap of {gap} after index {next} leaves the bucket of {d}"
         ))),
     }
 }
 
-/// Reads a bucket's count (at most `d`) and its entries after the norm, handing each
+/// Reads a bucket's entries after the norm, up to its closing gap, handing each
 /// (index, negative?, level ≤ `s`) to `visit`: what [`decode_qsgd`] collects and
-/// [`decode_qsgd_add`] adds.
+/// [`decode_qsgd_add`] adds. Every gap moves forward, so a bucket of `d` holds at most
+/// `d` entries before its end, whatever a peer sends.
 fn read_entries(
     r: &mut BitReader,
     d: usize,
     s: u32,
     mut visit: impl FnMut(usize, bool, u32),
 ) -> Result<()> {
-    let count = r.bits(32)? as usize;
-    if count > d {
-        return Err(CodecError::Invalid(format!(
-            "{count} nonzeros in a bucket of {d}"
-        )));
-    }
     // One past the last index: the next index is `next + gap − 1` (a gap is ≥ 1).
     let mut next: u64 = 0;
-    for _ in 0..count {
-        let index = next_index(next, read(r)?, d)?;
+    while let Some(index) = next_index(next, read(r)?, d)? {
         next = index as u64 + 1;
         let neg = r.bit()?;
         let level = read(r)?;
@@ -177,7 +183,7 @@ pub fn decode_qsgd_add(r: &mut BitReader, s: u32, out: &mut [f32]) -> Result<()>
     })
 }
 
-/// Reads one bucket of at most `d` coordinates with levels at most `s`.
+/// Reads one bucket of `d` coordinates with levels at most `s`.
 pub fn decode_qsgd(r: &mut BitReader, d: usize, s: u32) -> Result<QuantizedBucket> {
     let norm = f32::from_bits(r.bits(32)? as u32);
     let mut entries = Vec::new();

@@ -65,5 +65,13 @@ pub fn decode(bytes: &[u8], count: usize, b: u32, n: usize) -> Result<Vec<u32>> 
         }
         out.push(prev as u32);
     }
+    // Only the last byte's padding may follow: a full byte more means the message was
+    // longer than its `count` positions (as QSGD's decoder rules for its buckets).
+    if r.remaining() >= 8 {
+        return Err(CodecError::Invalid(format!(
+            "{} bits after the last of {count} positions",
+            r.remaining()
+        )));
+    }
     Ok(out)
 }

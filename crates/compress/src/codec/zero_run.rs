@@ -86,6 +86,13 @@ pub fn decode_add(bytes: &[u8], out: &mut [f32]) -> Result<usize> {
             )));
         }
         if run == ESCAPE {
+            // An escape is always followed by a record: the encoder writes them only
+            // before a value, so a message ending on one is malformed, not "zeros".
+            if i == bytes.len() {
+                return Err(CodecError::Invalid(
+                    "the message ends on an escape record, which must precede a value".into(),
+                ));
+            }
             continue;
         }
         let v = bytes

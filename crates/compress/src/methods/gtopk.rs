@@ -135,6 +135,13 @@ impl Method for GTopK {
                         "gtopk: the global top-k of parameter {index} has index {i} beyond its {n} elements (do all ranks train the same model?)"
                     ))
                 })?;
+                // The ⊤ merge ranks inf and NaN first, and every sender refuses its own, so
+                // one here came from a peer that does not: refused, not applied everywhere.
+                if !v.is_finite() {
+                    return Err(CompressError::Usage(format!(
+                        "gtopk: the global top-k of parameter {index} holds {v} at index {i} (a peer diverged or sent a malformed message)"
+                    )));
+                }
                 *slot = v / world;
             }
             // Put-back (Alg. 4 line 10): both index lists are ascending, so one merge pass.

@@ -3,9 +3,9 @@
 //! level `ξᵢ` is `⌊s|vᵢ|/‖v‖⌋` rounded up with probability equal to the remainder, so
 //! `E[Q_s(v)] = v` and `E‖Q_s(v) − v‖² ≤ min(d/s², √d/s)·‖v‖²` (Lemma 3.1).
 //!
-//! Wire, per bucket: the 32-bit norm, then either the Elias code (`coding=elias`: a
-//! 32-bit count and, per nonzero level, the Elias ω code of its gap, a sign bit and the
-//! Elias code of its level; `codec::elias`) or fixed width (`coding=fixed`: a sign bit and
+//! Wire, per bucket: the 32-bit norm, then either the Elias code (`coding=elias`: per
+//! nonzero level, the Elias ω code of its gap, a sign bit and the Elias code of its
+//! level, then a closing gap to one past the bucket; `codec::elias`) or fixed width (`coding=fixed`: a sign bit and
 //! `bits` bits of level for every value). The b-bit variant uses s = 2^b − 1 levels, so a
 //! level fits in b bits (the paper's variance arithmetic, √512/2⁴ ≈ 1.41 for 4 bits and
 //! d = 512, counts 2^b; ours is one level fewer). Messages are allgathered, decoded and
@@ -176,7 +176,7 @@ pub fn encode_with(
         }
         nonzeros += q.entries.len();
         match coding {
-            Coding::Elias => elias::encode_qsgd(&mut w, &q)
+            Coding::Elias => elias::encode_qsgd(&mut w, &q, chunk.len())
                 .map_err(|e| CompressError::Usage(format!("qsgd encode: {e}")))?,
             Coding::Fixed => write_fixed(&mut w, &q, chunk.len(), bits),
         }
