@@ -110,29 +110,6 @@ pub(crate) fn keep_count(density: f64, n: usize) -> usize {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::keep_count;
-
-    #[test]
-    fn keep_count_is_the_ceiling_of_the_exact_product() {
-        assert_eq!(keep_count(0.07, 100), 7);
-        assert_eq!(keep_count(0.001, 1_000_000_000_000), 1_000_000_000);
-        assert_eq!(keep_count(0.001, 1_000_001), 1001);
-        assert_eq!(keep_count(0.0725, 10_000), 725);
-        assert_eq!(keep_count(1e-9, 10), 1);
-        assert_eq!(keep_count(1.0, 10), 10);
-        assert_eq!(keep_count(0.5, 0), 0);
-        // Every density of two decimals on every n below 1,000 that is a multiple of 100.
-        for d in 1..100u32 {
-            for n in (100..1000).step_by(100) {
-                let want = (d as usize * n).div_ceil(100);
-                assert_eq!(keep_count(d as f64 / 100.0, n), want, "{d}% of {n}");
-            }
-        }
-    }
-}
-
 /// The density of a staged warm-up at a (fractional) epoch: `densities` spread evenly
 /// over the first `warmup_epochs`, then `density`; a stage never sends less than
 /// `density`. DGC's warm-up and gTop-k's (paper 002 §V) are both this schedule.
@@ -238,4 +215,27 @@ pub(crate) fn check_len(
         }
     }
     Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::keep_count;
+
+    #[test]
+    fn keep_count_is_the_ceiling_of_the_exact_product() {
+        assert_eq!(keep_count(0.07, 100), 7);
+        assert_eq!(keep_count(0.001, 1_000_000_000_000), 1_000_000_000);
+        assert_eq!(keep_count(0.001, 1_000_001), 1001);
+        assert_eq!(keep_count(0.0725, 10_000), 725);
+        assert_eq!(keep_count(1e-9, 10), 1);
+        assert_eq!(keep_count(1.0, 10), 10);
+        assert_eq!(keep_count(0.5, 0), 0);
+        // Every density of two decimals on every n below 1,000 that is a multiple of 100.
+        for d in 1..100u32 {
+            for n in (100..1000).step_by(100) {
+                let want = (d as usize * n).div_ceil(100);
+                assert_eq!(keep_count(d as f64 / 100.0, n), want, "{d}% of {n}");
+            }
+        }
+    }
 }
