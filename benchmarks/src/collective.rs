@@ -12,7 +12,7 @@ use std::time::Instant;
 /// and rank 0's master listener bound here and inherited),
 /// and waits for all of them. A worker that fails makes the others fail too, within the
 /// communicator's timeout; the error names the first failed rank.
-pub fn launch_local(world: usize, args: &[String]) -> Result<()> {
+pub fn launch_local(world: usize, args: &[std::ffi::OsString]) -> Result<()> {
     let master = comm::bind_loopback_master().context("binding the job's master listener")?;
     let port = master
         .local_addr()

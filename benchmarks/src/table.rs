@@ -314,7 +314,7 @@ pub fn run_job(cfg: &Config, label: &str) -> Result<Job> {
     train::launcher::launch_logging(
         cfg.workers,
         cfg.pin_cores,
-        &[WORKER_FLAG.into(), job_file.display().to_string()],
+        &[WORKER_FLAG.into(), job_file.clone().into_os_string()],
         train::launcher::WorkerLogs::Stderr,
     )
     .with_context(|| format!("the job '{label}'"))?;

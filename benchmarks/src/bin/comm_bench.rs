@@ -240,6 +240,6 @@ fn main() -> Result<()> {
         worker(&args)
     } else {
         anyhow::ensure!(args.world >= 1, "--world must be at least 1");
-        launch_local(args.world, &std::env::args().skip(1).collect::<Vec<_>>())
+        launch_local(args.world, &std::env::args_os().skip(1).collect::<Vec<_>>())
     }
 }

@@ -233,19 +233,19 @@ fn launch(args: &Args) -> Result<()> {
     let mut measured = Vec::new();
     for &w in &worlds {
         let path = args.out.join(format!("world-{w}.json"));
-        let mut forward: Vec<String> = vec![
+        let mut forward: Vec<std::ffi::OsString> = vec![
             "--size".into(),
-            args.size.to_string(),
+            args.size.to_string().into(),
             "--sizes".into(),
-            join(&args.sizes),
+            join(&args.sizes).into(),
             "--density".into(),
-            args.density.to_string(),
+            args.density.to_string().into(),
             "--repeats".into(),
-            args.repeats.to_string(),
+            args.repeats.to_string().into(),
             "--warmup".into(),
-            args.warmup.to_string(),
+            args.warmup.to_string().into(),
             "--rows-out".into(),
-            path.display().to_string(),
+            path.clone().into_os_string(),
         ];
         if args.no_dense {
             forward.push("--no-dense".into());

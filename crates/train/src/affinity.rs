@@ -38,6 +38,14 @@ pub fn plan(cpus: &[usize], workers: usize) -> Vec<Vec<usize>> {
         .collect()
 }
 
+/// [`plan`] over the first `capacity` of `cpus` (see [`capacity`]): under a CPU quota
+/// smaller than the CPU set (a container's `--cpus`), shares of the whole set would give
+/// each worker's thread pool more threads than its part of the quota allows, the
+/// oversubscription pinning is meant to avoid.
+pub fn plan_within(cpus: &[usize], capacity: usize, workers: usize) -> Vec<Vec<usize>> {
+    plan(&cpus[..capacity.max(1).min(cpus.len())], workers)
+}
+
 pub fn format(cpus: &[usize]) -> String {
     cpus.iter()
         .map(|c| c.to_string())
@@ -162,6 +170,23 @@ mod tests {
         assert_eq!(p, [vec![0, 1], vec![2, 3, 4], vec![5, 6, 7]]);
         // Only some CPUs allowed (taskset): their numbers are kept.
         assert_eq!(plan(&[2, 5, 7, 9], 2), [vec![2, 5], vec![7, 9]]);
+    }
+
+    /// 16 CPUs under a quota of 4, 4 workers: one CPU each (so a thread pool of one), not
+    /// 4 CPUs and 4 threads each, 16 threads on a quota of 4.
+    #[test]
+    fn a_cpu_quota_caps_the_cpus_shared_out() {
+        let cpus: Vec<usize> = (0..16).collect();
+        assert_eq!(
+            plan_within(&cpus, 4, 4),
+            [vec![0], vec![1], vec![2], vec![3]]
+        );
+        assert_eq!(plan_within(&cpus, 16, 4)[0], [0, 1, 2, 3]);
+        assert_eq!(
+            plan_within(&cpus, 2, 4),
+            [vec![0], vec![0], vec![1], vec![1]]
+        );
+        assert_eq!(plan_within(&[], 4, 2), [Vec::<usize>::new(), Vec::new()]);
     }
 
     #[test]

@@ -1,13 +1,15 @@
 //! Checkpoints: one safetensors file per rank (`checkpoint/rank{r}.safetensors`) with
 //! the parameters and buffers under their PyTorch-style names (`param/…`, `buffer/…`),
-//! the optimizer's momentum (`optim/{index}`), the method's state (`method/…`:
+//! the optimizer's state (`optim/{index}` for SGD's momentum, `optim/{index}/{m,v,step}`
+//! for Adam's), the method's state (`method/…`:
 //! residuals, momenta, random-stream state) and, as metadata, where training stands.
 //! Written atomically, so a worker killed mid-write leaves the previous checkpoint.
 //! Resuming restores every piece, and training continues bit for bit (tested).
 //!
 //! Two generations are kept per rank: saving renames the current file to
-//! `rank{r}.prev.safetensors` before writing the new one. Ranks save one after another,
-//! so a job that dies while they save can leave rank 0 one epoch ahead of rank 1; a
+//! `rank{r}.prev.safetensors` before writing the new one. Ranks save at the same step
+//! but not in step with each other, so a job that dies while they save can leave rank 0
+//! one generation ahead of rank 1; a
 //! resume then picks the newest step that every rank holds (see `Worker::agree`),
 //! instead of averaging gradients of replicas that stand at different steps.
 
@@ -77,6 +79,12 @@ pub struct Position {
     /// Batches per epoch of the run that wrote it (0: not recorded): `step` and `epoch`
     /// mean a place in the data only with the same epoch length.
     pub per_epoch: usize,
+    /// Per-worker batch size of the run that wrote it (0: not recorded).
+    pub batch_size: usize,
+    /// Training samples (or, for a language model, tokens) of the run that wrote it (0:
+    /// not recorded): two data sets can give the same batches per epoch and still shuffle
+    /// and shard differently.
+    pub train_len: usize,
     /// The training loss last logged (NaN: none yet, or not recorded), so that a run
     /// resumed where it ended still reports it.
     pub loss: f64,
@@ -97,6 +105,8 @@ impl Default for Position {
             wall_seconds: 0.0,
             world: 0,
             per_epoch: 0,
+            batch_size: 0,
+            train_len: 0,
             loss: f64::NAN,
             log_window: Vec::new(),
         }
@@ -133,6 +143,8 @@ pub fn save(file: &Path, tensors: &[(String, Vec<f32>, Vec<usize>)], pos: &Posit
         ("wall_seconds", pos.wall_seconds.to_string()),
         ("world", pos.world.to_string()),
         ("per_epoch", pos.per_epoch.to_string()),
+        ("batch_size", pos.batch_size.to_string()),
+        ("train_len", pos.train_len.to_string()),
         ("loss", pos.loss.to_string()),
         (
             "log_window",
@@ -197,6 +209,11 @@ fn position_from(file: &Path, m: &HashMap<String, String>) -> Result<Position> {
         // Recorded since later versions; older checkpoints read as "unknown".
         world: m.get("world").and_then(|v| v.parse().ok()).unwrap_or(0),
         per_epoch: m.get("per_epoch").and_then(|v| v.parse().ok()).unwrap_or(0),
+        batch_size: m
+            .get("batch_size")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0),
+        train_len: m.get("train_len").and_then(|v| v.parse().ok()).unwrap_or(0),
         loss: m
             .get("loss")
             .and_then(|v| v.parse().ok())

@@ -272,7 +272,8 @@ pub struct Args {
     #[arg(long)]
     pub adam_eps: Option<f64>,
     /// With --workers N > 1, pinning gives each worker its own share
-    /// of the C CPUs this process may use (C/N each; with N > C, one CPU per N/C workers),
+    /// of the C CPUs this process may use (its CPU set, capped by a container's CPU
+    /// quota; C/N each; with N > C, one CPU per N/C workers),
     /// and its thread pool as many threads (unless RAYON_NUM_THREADS says otherwise). auto
     /// pins when N <= C. With N > C, true halves the idle wait for peers but costs some
     /// throughput (RESULTS.md). A multi-node worker honours GRADEX_CPUS=0-3,8,...
@@ -469,6 +470,14 @@ impl Config {
                 bail!("--adam-eps must be positive");
             }
         }
+        // TOML integers are i64: a larger seed would fail only when config.toml is written.
+        if i64::try_from(self.seed).is_err() {
+            bail!(
+                "--seed {} is above {} (the run's config.toml stores it as a TOML integer)",
+                self.seed,
+                i64::MAX
+            );
+        }
         if self.steps == Some(0) || self.epochs == Some(0) {
             bail!("--steps and --epochs must be at least 1");
         }
@@ -510,6 +519,37 @@ impl Config {
         }
         if self.schedule == Schedule::Multistep && self.milestones.is_empty() {
             bail!("--schedule multistep needs --milestones E1,E2,... (epochs where the rate is multiplied by --gamma)");
+        }
+        if self.schedule == Schedule::Step && self.milestones.len() > 1 {
+            bail!("--schedule step takes one --milestones PERIOD (the rate is multiplied by --gamma every PERIOD epochs); E1,E2,... is --schedule multistep");
+        }
+        // Flags a schedule or optimizer would not read are errors, not silently constant
+        // rates: `--milestones 30,60` without `--schedule multistep` trained at one rate.
+        // (gamma and the Adam options are compared with their defaults, the only way a
+        // resolved configuration can tell; setting a default explicitly is harmless.)
+        if matches!(self.schedule, Schedule::Constant | Schedule::Cosine) {
+            let name = if self.schedule == Schedule::Constant {
+                "constant"
+            } else {
+                "cosine"
+            };
+            if !self.milestones.is_empty() {
+                bail!("--milestones is for --schedule step or multistep; this run's schedule is {name}");
+            }
+            if self.gamma != Config::default().gamma {
+                bail!("--gamma is for --schedule step or multistep; this run's schedule is {name}");
+            }
+        }
+        if self.optimizer == OptimizerChoice::Sgd {
+            let d = Config::default();
+            for (flag, set) in [
+                ("--adam-beta2", self.adam_beta2 != d.adam_beta2),
+                ("--adam-eps", self.adam_eps != d.adam_eps),
+            ] {
+                if set {
+                    bail!("{flag} is for --optimizer adam; this run's optimizer is sgd");
+                }
+            }
         }
         let spec = compress::MethodSpec::parse(&self.method, &self.method_opts)?;
         // Build the method once here, so a bad option value (density=2) is an error before
@@ -671,6 +711,63 @@ mod tests {
         };
         let e = multistep.validate().unwrap_err().to_string();
         assert!(e.contains("multistep needs --milestones"), "{e}");
+        // Milestones or a gamma under a schedule that reads neither, Adam's options under
+        // SGD: each used to train as if it were not given.
+        let synthetic = || Config {
+            dataset: "synthetic".into(),
+            ..Config::default()
+        };
+        for (c, want) in [
+            (
+                Config {
+                    milestones: vec![30.0, 60.0],
+                    ..synthetic()
+                },
+                "--milestones is for --schedule step or multistep; this run's schedule is constant",
+            ),
+            (
+                Config {
+                    schedule: Schedule::Cosine,
+                    gamma: 0.5,
+                    ..synthetic()
+                },
+                "--gamma is for --schedule step or multistep; this run's schedule is cosine",
+            ),
+            (
+                Config {
+                    schedule: Schedule::Step,
+                    milestones: vec![30.0, 60.0],
+                    ..synthetic()
+                },
+                "--schedule step takes one --milestones PERIOD",
+            ),
+            (
+                Config {
+                    adam_eps: 1e-6,
+                    ..synthetic()
+                },
+                "--adam-eps is for --optimizer adam",
+            ),
+        ] {
+            let e = c.validate().unwrap_err().to_string();
+            assert!(e.contains(want), "{e}");
+        }
+        Config {
+            schedule: Schedule::Multistep,
+            milestones: vec![30.0, 60.0],
+            gamma: 0.2,
+            ..synthetic()
+        }
+        .validate()
+        .unwrap();
+        let e = Config {
+            seed: u64::MAX,
+            ..synthetic()
+        }
+        .validate()
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("--seed 18446744073709551615 is above"), "{e}");
         // An evaluation that would fail only after the first epoch fails now.
         let few = Config {
             dataset: "synthetic".into(),

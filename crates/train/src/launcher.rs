@@ -72,8 +72,8 @@ fn cpu_shares(workers: usize, pin: PinCores) -> Vec<Option<Vec<usize>>> {
             );
             vec![None; workers]
         }
-        Ok((cpus, _)) if !cpus.is_empty() => {
-            let shares = affinity::plan(&cpus, workers);
+        Ok((cpus, capacity)) if !cpus.is_empty() => {
+            let shares = affinity::plan_within(&cpus, capacity, workers);
             let list: Vec<String> = shares
                 .iter()
                 .enumerate()
@@ -81,7 +81,7 @@ fn cpu_shares(workers: usize, pin: PinCores) -> Vec<Option<Vec<usize>>> {
                 .collect();
             eprintln!(
                 "train: {workers} workers on {} CPUs, pinned (rank:CPUs) {} (--pin-cores false leaves it to the scheduler)",
-                cpus.len(),
+                capacity.clamp(1, cpus.len()),
                 list.join(" ")
             );
             shares.into_iter().map(Some).collect()
@@ -131,7 +131,7 @@ impl Drop for Workers {
 /// Runs `workers` copies of this executable with `args`; returns when all have exited.
 /// `pin` (auto, true or false: `--pin-cores`) decides whether each is pinned to its own
 /// share of this process's CPUs. The workers' output goes to standard output.
-pub fn launch(workers: usize, pin: PinCores, args: &[String]) -> Result<()> {
+pub fn launch(workers: usize, pin: PinCores, args: &[std::ffi::OsString]) -> Result<()> {
     launch_logging(workers, pin, args, WorkerLogs::Stdout)
 }
 
@@ -139,7 +139,7 @@ pub fn launch(workers: usize, pin: PinCores, args: &[String]) -> Result<()> {
 pub fn launch_logging(
     workers: usize,
     pin: PinCores,
-    args: &[String],
+    args: &[std::ffi::OsString],
     logs: WorkerLogs,
 ) -> Result<()> {
     let exe = std::env::current_exe().context("locating the train executable")?;

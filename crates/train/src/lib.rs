@@ -23,7 +23,7 @@ use anyhow::{Context, Result};
 
 /// Runs this process's part of a job: one worker when RANK/WORLD_SIZE are set, the whole
 /// job (in this process) for one worker, or the launcher for several.
-pub fn run(cfg: &Config, resume: bool, raw_args: &[String]) -> Result<Option<Summary>> {
+pub fn run(cfg: &Config, resume: bool, raw_args: &[std::ffi::OsString]) -> Result<Option<Summary>> {
     let in_job = std::env::var("RANK").is_ok() && std::env::var("WORLD_SIZE").is_ok();
     if in_job {
         // First of all: validation may initialise the CUDA driver, whose threads would

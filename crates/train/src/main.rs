@@ -7,7 +7,9 @@ use train::{Args, Config};
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() {
-    let raw: Vec<String> = std::env::args().skip(1).collect();
+    // As the OS gave them (`args()` panics on one that is not UTF-8, say a run directory
+    // named in Latin-1): the launcher passes them on to its workers unchanged.
+    let raw: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
     let help = format!(
         "Methods and their options (--method NAME --method-opt key=value, repeatable):\n{}",
         compress::help_text()

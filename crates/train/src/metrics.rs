@@ -110,6 +110,9 @@ pub struct EvalRecord {
 
 #[derive(Clone, Debug, Default, Serialize, serde::Deserialize)]
 pub struct Summary {
+    /// The last evaluation's metric. A perplexity can overflow to inf while the training
+    /// loss stays finite; JSON writes it as null, read back as NaN.
+    #[serde(deserialize_with = "nan_if_null")]
     pub final_metric: f64,
     /// The last evaluation's top-5 accuracy (image tasks of at least 5 classes).
     #[serde(default)]
@@ -139,7 +142,9 @@ pub struct Summary {
     #[serde(default)]
     pub parameters: usize,
     pub dataset: String,
+    #[serde(deserialize_with = "nan_if_null")]
     pub mean_step_seconds: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub mean_idle_fraction: f64,
 }
 
@@ -216,6 +221,23 @@ fn nan_if_null<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<f6
 
 #[cfg(test)]
 mod tests {
+    /// The launcher reads rank 0's summary back: a non-finite metric (an overflowing
+    /// perplexity) or step mean, written as null, must not make that fail.
+    #[test]
+    fn a_summary_with_non_finite_values_reads_back() {
+        let s = super::Summary {
+            final_metric: f64::INFINITY,
+            final_loss: f64::NAN,
+            mean_step_seconds: f64::NAN,
+            mean_idle_fraction: f64::NAN,
+            ..Default::default()
+        };
+        let json = serde_json::to_string(&s).unwrap();
+        let back: super::Summary = serde_json::from_str(&json).unwrap();
+        assert!(back.final_metric.is_nan() && back.final_loss.is_nan());
+        assert!(back.mean_step_seconds.is_nan() && back.mean_idle_fraction.is_nan());
+    }
+
     /// Writers of the same file (ranks writing config.toml into a shared directory) do
     /// not share a temporary file, so none of them loses its rename.
     #[test]

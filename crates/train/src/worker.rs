@@ -448,11 +448,19 @@ impl Worker {
         }
     }
 
-    /// A checkpoint's step and epoch are a place in the data only for epochs of the
-    /// length that wrote it: resuming with another `--batch-size`, `--workers`,
+    /// A checkpoint's step and epoch are a place in the data only for the epochs that
+    /// wrote it: resuming with another `--batch-size`, `--workers`,
     /// `--synthetic-samples` or data would skip or repeat batches (or, with the epoch's
-    /// batches all "done", end the run at once), so it is an error.
-    fn check_epoch_length(&self, per_epoch: usize) -> Result<()> {
+    /// batches all "done", end the run at once), so it is an error. Batches per epoch
+    /// alone do not tell: 4,096 and 4,100 samples give 2 workers 64 batches of 32 each,
+    /// but shuffle differently; so the batch size and the training split's length are
+    /// compared too, where the checkpoint records them.
+    fn check_epoch_length(
+        &self,
+        per_epoch: usize,
+        batch_size: usize,
+        train_len: usize,
+    ) -> Result<()> {
         let p = &self.pos;
         let recorded = p.per_epoch;
         // Older checkpoints did not record it: their step must at least lie in their epoch.
@@ -467,6 +475,41 @@ impl Worker {
                 p.step,
                 p.epoch,
                 if recorded > 0 { recorded.to_string() } else { "other".into() }
+            );
+        }
+        if p.batch_size != 0 && p.batch_size != batch_size {
+            bail!(
+                "the checkpoint was written with --batch-size {}; this run has {batch_size} (resume with the batch size that wrote it)",
+                p.batch_size
+            );
+        }
+        if p.train_len != 0 && p.train_len != train_len {
+            bail!(
+                "the checkpoint was written on a training split of {} {}; this run's has {train_len} (resume with the data and --synthetic-samples that wrote it)",
+                p.train_len,
+                self.task.train_unit()
+            );
+        }
+        Ok(())
+    }
+
+    /// Every rank's verdict on a step that must succeed everywhere before any rank acts on
+    /// it (here: resuming, before rank 0 truncates `metrics.jsonl` and the ranks rewrite
+    /// `config.toml`). A rank that failed gets its own error back; the others get one
+    /// naming the first rank that failed and why. Ranks failing before this point (an
+    /// error returned on the way) end their process, which the others see as a dead peer.
+    fn all_ranks_ok(&self, mine: Result<()>, what: &str) -> Result<()> {
+        let msg = match &mine {
+            Ok(()) => Vec::new(),
+            // At least one byte, so that an empty message means success.
+            Err(e) => format!("{e:#} ").into_bytes(),
+        };
+        let all = self.ex.allgather(msg)?;
+        mine?;
+        if let Some((r, m)) = all.iter().enumerate().find(|(_, m)| !m.is_empty()) {
+            bail!(
+                "rank {r} could not {what}: {}",
+                String::from_utf8_lossy(m).trim_end()
             );
         }
         Ok(())
@@ -540,12 +583,14 @@ impl Worker {
         let lead = self.rank == 0;
         std::fs::create_dir_all(&cfg.out)
             .with_context(|| format!("creating the run directory {}", cfg.out.display()))?;
+        let mut loaded = Ok(());
         if resume {
             let file = self
                 .agree()
                 .with_context(|| format!("resuming from {}", cfg.out.display()))?;
-            self.load_checkpoint(&file)
-                .with_context(|| format!("resuming from {}", file.display()))?;
+            loaded = self
+                .load_checkpoint(&file)
+                .with_context(|| format!("resuming from {}", file.display()));
         } else {
             checkpoint::remove(&cfg.out, self.rank)?;
             self.broadcast_model()?;
@@ -554,11 +599,16 @@ impl Worker {
             .task
             .source(cfg.batch_size, self.rank, self.world, cfg.seed)?;
         let per_epoch = source.batches_per_epoch();
+        let train_len = self.task.train_len();
         if resume {
-            self.check_epoch_length(per_epoch)?;
+            let fits =
+                loaded.and_then(|_| self.check_epoch_length(per_epoch, cfg.batch_size, train_len));
+            self.all_ranks_ok(fits, "resume")?;
             self.last_loss = self.pos.loss;
         }
         self.pos.per_epoch = per_epoch;
+        self.pos.batch_size = cfg.batch_size;
+        self.pos.train_len = train_len;
         // Only once the checkpoint has been found to fit this configuration, so that a
         // refused resume leaves the run's records and configuration as they were.
         let mut metrics = if resume {

@@ -354,6 +354,32 @@ fn a_resumed_run_continues_bit_for_bit() {
         ],
         "16 batches per epoch; this run has 8",
     );
+    // The same batches per epoch from another training set (520 samples: 260 per worker,
+    // 16 batches of 16, as 512 give) shuffle and shard differently: refused as well.
+    refused(
+        &["--resume", "--synthetic-samples", "520", "--out", out],
+        "training split of 512 samples; this run's has 520",
+    );
+    // A checkpoint that only rank 1 cannot read (its header intact, its tensors cut
+    // short): every rank refuses before any of them rewrites the run's files, so the new
+    // flag does not reach config.toml and metrics.jsonl keeps its records.
+    let d = tmp("half-read");
+    copy_dir(&b, &d);
+    let ck1 = train::checkpoint::path(&d, 1);
+    let bytes = std::fs::read(&ck1).unwrap();
+    let header = 8 + u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    std::fs::write(&ck1, &bytes[..header + (bytes.len() - header) / 2]).unwrap();
+    let (config, metrics) = (
+        std::fs::read(d.join("config.toml")).unwrap(),
+        std::fs::read(d.join("metrics.jsonl")).unwrap(),
+    );
+    refused(
+        &["--resume", "--lr", "0.5", "--out", d.to_str().unwrap()],
+        "rank 1 could not resume",
+    );
+    assert_eq!(std::fs::read(d.join("config.toml")).unwrap(), config);
+    assert_eq!(std::fs::read(d.join("metrics.jsonl")).unwrap(), metrics);
+    let _ = std::fs::remove_dir_all(d);
     // Resumed where it ended: nothing to train, the summary keeps the last logged loss.
     let before = summary(&b)["final_loss"].as_f64().unwrap();
     let o = train(&["--resume", "--out", b.to_str().unwrap()], &[]);

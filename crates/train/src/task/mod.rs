@@ -297,6 +297,22 @@ impl Task {
         })
     }
 
+    /// The training split's size: samples, or tokens for a language model.
+    pub fn train_len(&self) -> usize {
+        match &self.train {
+            Split::Samples(ds) => ds.len(),
+            Split::Tokens(stream) => stream.len(),
+        }
+    }
+
+    /// What [`Task::train_len`] counts.
+    pub fn train_unit(&self) -> &'static str {
+        match &self.train {
+            Split::Samples(_) => "samples",
+            Split::Tokens(_) => "tokens",
+        }
+    }
+
     /// This rank's training batches.
     pub fn source(&self, batch: usize, rank: usize, world: usize, seed: u64) -> Result<Source> {
         match &self.train {
