@@ -16,18 +16,13 @@ pub fn read_cifar10(files: &[&Path]) -> Result<ImageDataset> {
     let mut pixels = Vec::new();
     let mut labels = Vec::new();
     for &path in files {
-        let size = std::fs::metadata(path)
-            .map_err(|e| DataError::io(path, e))?
-            .len();
-        if size > MAX_RECORDS_PER_FILE * RECORD as u64 {
-            return Err(DataError::format(
-                path,
-                format!(
-                    "{size} bytes is more than {MAX_RECORDS_PER_FILE} CIFAR-10 records (a batch file holds 10,000): not a CIFAR-10 batch"
-                ),
-            ));
-        }
-        let bytes = std::fs::read(path).map_err(|e| DataError::io(path, e))?;
+        let bytes = crate::error::read_at_most(
+            path,
+            MAX_RECORDS_PER_FILE * RECORD as u64,
+            &format!(
+                "{MAX_RECORDS_PER_FILE} CIFAR-10 records (a batch file holds 10,000): not a CIFAR-10 batch"
+            ),
+        )?;
         if bytes.is_empty() || bytes.len() % RECORD != 0 {
             return Err(DataError::format(
                 path,

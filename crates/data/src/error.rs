@@ -53,20 +53,11 @@ pub(crate) fn read_maybe_gz(path: &Path, max_len: u64) -> Result<Vec<u8>> {
     // Neither a plain file nor a gzip stream of at most `max_len` bytes is much larger
     // than `max_len` on disk (gzip adds well under 1/64 even to incompressible data): a
     // larger file is refused before it is read into memory.
-    let size = std::fs::metadata(path)
-        .map_err(|e| DataError::io(path, e))?
-        .len();
-    if size > max_len.saturating_add(max_len / 64).saturating_add(4096) {
-        return Err(DataError::format(
-            path,
-            format!(
-                "the file holds more than {max_len} bytes, the most this format can need \
-                 ({size} bytes on disk, refused before reading; corrupt, or not the file \
-                 expected?)"
-            ),
-        ));
-    }
-    let raw = std::fs::read(path).map_err(|e| DataError::io(path, e))?;
+    let raw = read_at_most(
+        path,
+        max_len.saturating_add(max_len / 64).saturating_add(4096),
+        &format!("{max_len} bytes, the most this format can need"),
+    )?;
     if !raw.starts_with(&[0x1f, 0x8b]) {
         if raw.len() as u64 > max_len {
             return Err(too_large("the file holds"));
@@ -85,9 +76,61 @@ pub(crate) fn read_maybe_gz(path: &Path, max_len: u64) -> Result<Vec<u8>> {
     Ok(out)
 }
 
+/// Reads a regular file of at most `max_len` bytes (`what` says what that bound is, for
+/// the error). Its size on disk is checked before reading, and the read itself stops one
+/// byte past the bound: a device or a pipe named where a data file belongs (`/dev/zero`
+/// reports a size of 0) is refused, not read until memory runs out.
+pub(crate) fn read_at_most(path: &Path, max_len: u64, what: &str) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let f = std::fs::File::open(path).map_err(|e| DataError::io(path, e))?;
+    let meta = f.metadata().map_err(|e| DataError::io(path, e))?;
+    if !meta.is_file() {
+        return Err(DataError::format(
+            path,
+            "not a regular file (a device, a pipe or a directory where a data file belongs)",
+        ));
+    }
+    let too_large = |size: String| {
+        DataError::format(
+            path,
+            format!("the file holds more than {what} ({size}; corrupt, or not the file expected?)"),
+        )
+    };
+    if meta.len() > max_len {
+        return Err(too_large(format!(
+            "{} bytes on disk, refused before reading",
+            meta.len()
+        )));
+    }
+    let mut out = Vec::with_capacity(meta.len() as usize);
+    f.take(max_len.saturating_add(1))
+        .read_to_end(&mut out)
+        .map_err(|e| DataError::io(path, e))?;
+    if out.len() as u64 > max_len {
+        return Err(too_large("it grew while being read".into()));
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::read_maybe_gz;
+
+    /// A device where a data file belongs reports a size of 0 and never ends: refused
+    /// before reading, where reading it whole would exhaust memory.
+    #[test]
+    fn a_device_in_place_of_a_data_file_is_refused() {
+        for f in ["/dev/zero", "/dev/null"] {
+            let e = read_maybe_gz(std::path::Path::new(f), 1 << 20)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("not a regular file"), "{f}: {e}");
+        }
+        let e = super::read_at_most(std::path::Path::new("/tmp"), 10, "ten bytes")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not a regular file"), "{e}");
+    }
     use std::io::Write;
 
     fn gz(bytes: &[u8]) -> Vec<u8> {

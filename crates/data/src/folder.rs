@@ -80,7 +80,14 @@ impl ImageFolder {
 
     fn load(&self, i: usize, rng: &mut Rng) -> Result<RgbImage> {
         let (path, _) = &self.files[i];
-        let img = image::open(path)
+        // The format from the content, not the extension: ILSVRC-2012's training set
+        // holds a PNG named `.JPEG` (n02105855_2933), which `image::open` would decode as
+        // JPEG and fail on, ending the run (PIL, under torchvision, reads it).
+        let img = image::ImageReader::open(path)
+            .map_err(|e| DataError::io(path, e))?
+            .with_guessed_format()
+            .map_err(|e| DataError::io(path, e))?
+            .decode()
             .map_err(|e| DataError::format(path, format!("cannot decode image: {e}")))?
             .to_rgb8();
         let (w, h) = (img.width() as f64, img.height() as f64);

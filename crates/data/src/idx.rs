@@ -124,6 +124,14 @@ pub fn read_mnist(images: &Path, labels: &Path, classes: usize) -> Result<ImageD
             ),
         ));
     }
+    // The pixels' shape is the images file's to answer for; what `ImageDataset::new`
+    // refuses after this check is a label.
+    if img.dims[1] == 0 || img.dims[2] == 0 {
+        return Err(DataError::format(
+            images,
+            format!("images of {} x {} pixels", img.dims[1], img.dims[2]),
+        ));
+    }
     let labels_u32: Vec<u32> = lab.data.iter().map(|&l| l as u32).collect();
     ImageDataset::new(img.data, labels_u32, [1, img.dims[1], img.dims[2]], classes).map_err(|e| {
         match e {

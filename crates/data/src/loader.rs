@@ -46,10 +46,12 @@ pub trait Dataset: Send + Sync {
 
 pub struct Loader {
     dataset: Arc<dyn Dataset>,
-    pub batch_size: usize,
-    pub rank: usize,
-    pub world: usize,
-    pub seed: u64,
+    // Checked by `new` (a batch and a shard for every rank): private, so that no later
+    // assignment divides by a world of 0 or slices past the shards.
+    batch_size: usize,
+    rank: usize,
+    world: usize,
+    seed: u64,
     pub shuffle: bool,
     /// Batches prepared ahead of the consumer.
     pub prefetch: usize,
@@ -87,6 +89,18 @@ impl Loader {
             keep_last: false,
         })
     }
+    pub fn batch_size(&self) -> usize {
+        self.batch_size
+    }
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+    pub fn world(&self) -> usize {
+        self.world
+    }
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
     pub fn batches_per_epoch(&self) -> usize {
         (self.dataset.len() / self.world) / self.batch_size
     }
@@ -111,9 +125,12 @@ impl Loader {
         let dataset = self.dataset.clone();
         // Salted: unsalted, rank 0's stream in epoch 0 was the shuffle's (both
         // `Rng::new(seed)`), so the first crops and flips replayed the shuffle's draws.
+        // The epoch is mixed in by an odd multiplier, not added: `(seed ^ SALT) + epoch`
+        // gave seed s at epoch e + 1 the stream of seed s + 1 at epoch e (the salt's low
+        // bits are zero), so runs of seeds 0, 1, 2 shared their crops an epoch apart.
         const AUGMENT_SALT: u64 = 0xA5A5_5A5A_C3C3_3C3C;
         let mut rng = Rng::for_rank(
-            (self.seed ^ AUGMENT_SALT).wrapping_add(epoch as u64),
+            self.seed ^ AUGMENT_SALT ^ (epoch as u64 + 1).wrapping_mul(0xD6E8_FEB8_6659_FD93),
             self.rank,
         );
         let (tx, rx) = sync_channel(self.prefetch.max(1));

@@ -28,6 +28,20 @@ fn fashion_mnist_has_60000_and_10000_images() {
     }
     let out = std::env::temp_dir().join(format!("fashion-{}", std::process::id()));
     assert_eq!(prepare_fashion_mnist(src, &out).unwrap(), (60_000, 10_000));
+    // Prepared again into the folder it reads from: `fs::copy` onto itself used to
+    // truncate every file to 0 bytes. The files are left as they are.
+    let before = std::fs::read(out.join("train-images-idx3-ubyte.gz")).unwrap();
+    assert_eq!(prepare_fashion_mnist(&out, &out).unwrap(), (60_000, 10_000));
+    let same = out.join(".").join("..").join(out.file_name().unwrap());
+    assert_eq!(
+        prepare_fashion_mnist(&same, &out).unwrap(),
+        (60_000, 10_000)
+    );
+    assert_eq!(
+        std::fs::read(out.join("train-images-idx3-ubyte.gz")).unwrap(),
+        before
+    );
+    let _ = std::fs::remove_dir_all(out);
 }
 
 #[test]

@@ -128,3 +128,46 @@ fn synthetic_speech_batches_carry_lengths() {
         .iter()
         .all(|&l| (1..29).contains(&l)));
 }
+
+/// A data set whose labels are the first draw of the augmentation stream it is given.
+struct Draws;
+
+impl Dataset for Draws {
+    fn len(&self) -> usize {
+        8
+    }
+    fn batch(&self, indices: &[usize], rng: &mut Rng) -> data::Result<data::Batch> {
+        let draw = rng.next_u64() as u32;
+        Ok(data::Batch::new(
+            tensor::Tensor::from_vec(
+                vec![0f32; indices.len()],
+                vec![indices.len(), 1],
+                tensor::Device::Cpu,
+            )?,
+            tensor::Tensor::from_vec(
+                vec![draw; indices.len()],
+                vec![indices.len()],
+                tensor::Device::Cpu,
+            )?,
+        ))
+    }
+}
+
+/// Every (seed, epoch, rank) draws its own augmentation: seeds 0 to 3 used to replay
+/// each other's streams an epoch apart (seed s at epoch e + 1 was seed s + 1 at epoch e).
+#[test]
+fn augmentation_streams_differ_across_seeds_epochs_and_ranks() {
+    let mut seen = std::collections::HashMap::new();
+    for seed in 0..6u64 {
+        for rank in 0..2 {
+            let l = Loader::new(Arc::new(Draws), 4, rank, 2, seed).unwrap();
+            for epoch in 0..6 {
+                let b = l.epoch(epoch).next().unwrap().unwrap();
+                let draw = b.labels.to_vec::<u32>().unwrap()[0];
+                if let Some(other) = seen.insert(draw, (seed, epoch, rank)) {
+                    panic!("seed {seed} epoch {epoch} rank {rank} drew what {other:?} drew");
+                }
+            }
+        }
+    }
+}

@@ -224,6 +224,15 @@ fn imagenet_style_folders() {
         train.batch(&[1, 2, 3], &mut rng).unwrap().inputs.dims(),
         [3, 3, 16, 16]
     );
+    // A PNG named .JPEG (ILSVRC-2012 holds one) decodes by its content.
+    let png = std::fs::read(root.join("dog").join("0.png")).unwrap();
+    std::fs::write(root.join("dog").join("z.JPEG"), png).unwrap();
+    let renamed = ImageFolder::open(&root, 16, true).unwrap();
+    assert_eq!(renamed.len(), 7);
+    let b = renamed.batch(&[6], &mut rng).unwrap();
+    assert_eq!(b.inputs.dims(), [1, 3, 16, 16]);
+    assert_eq!(b.labels.to_vec::<u32>().unwrap(), [1]);
+    std::fs::remove_file(root.join("dog").join("z.JPEG")).unwrap();
     // A corrupt image names the file.
     std::fs::write(root.join("cat").join("bad.png"), b"\x89PNG broken").unwrap();
     let broken = ImageFolder::open(&root, 16, false).unwrap();

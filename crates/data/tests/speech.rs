@@ -152,6 +152,12 @@ fn implausible_wav_headers_are_named_errors() {
             wav_bytes(8_000, None, &tone, Some(2 * 8_000 * 3_601)),
             "longer than the 3600 s",
         ),
+        // Under an hour at 384 kHz, but 1.3 G samples to read: held to an hour at 48 kHz.
+        (
+            "too-many-samples",
+            wav_bytes(384_000, None, &tone, Some(2 * 384_000 * 3_500)),
+            "more than the 172800000 input samples",
+        ),
     ];
     for (name, bytes, want) in cases {
         let (p, r) = read_wav_bytes(name, &bytes);

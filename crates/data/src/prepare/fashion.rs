@@ -26,10 +26,24 @@ pub fn prepare_fashion_mnist(source: &Path, out: &Path) -> Result<(usize, usize)
     }
     std::fs::create_dir_all(out).map_err(|e| DataError::io(out, e))?;
     for f in FILES {
-        std::fs::copy(source.join(f), out.join(f)).map_err(|e| DataError::io(&out.join(f), e))?;
+        let (from, to) = (source.join(f), out.join(f));
+        // `fs::copy` truncates its destination first: with `--out` naming the source
+        // folder (or a hard link to its files) it would empty the file it reads.
+        if !same_file(&from, &to) {
+            std::fs::copy(&from, &to).map_err(|e| DataError::io(&to, e))?;
+        }
     }
     let train = read_mnist(&out.join(FILES[0]), &out.join(FILES[1]), 10)?;
     let test = read_mnist(&out.join(FILES[2]), &out.join(FILES[3]), 10)?;
     use crate::loader::Dataset;
     Ok((train.len(), test.len()))
+}
+
+/// Whether two paths name one file (same device and inode): false where `b` is missing.
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => false,
+    }
 }

@@ -4,8 +4,9 @@
 //! the byte rate is 0 too) and any valid-bits count in an EXTENSIBLE header, which would
 //! make the resampler's ratio infinite or the integer scale overflow, and a 1 Hz file
 //! would resample to 16 000 outputs per input sample. So the rate must lie in
-//! [`MIN_SAMPLE_RATE`]..=[`MAX_SAMPLE_RATE`], the sample format be one we decode, and the
-//! duration at most [`MAX_SECONDS`], which bounds the output's length.
+//! [`MIN_SAMPLE_RATE`]..=[`MAX_SAMPLE_RATE`], the sample format be one we decode, the
+//! duration at most [`MAX_SECONDS`], which bounds the output's length, and the input at
+//! most [`MAX_INPUT_SAMPLES`], which bounds what is read.
 
 use super::spectrogram::SAMPLE_RATE;
 use crate::error::{DataError, Result};
@@ -18,9 +19,12 @@ pub const MIN_SAMPLE_RATE: u32 = 1_000;
 /// formats commonly use (8 x 48 kHz).
 pub const MAX_SAMPLE_RATE: u32 = 384_000;
 /// The longest file accepted, in seconds. Training utterances last seconds (LibriSpeech's
-/// at most 35 s); an hour at 16 kHz is 57.6 M samples (230 MB of f32), which bounds what
-/// a corrupt or hostile header can make us allocate.
+/// at most 35 s); an hour at 16 kHz is 57.6 M samples (230 MB of f32) of output.
 pub const MAX_SECONDS: u32 = 3_600;
+/// The most input samples accepted: an hour at 48 kHz (691 MB of f32 while it is
+/// resampled). The duration alone would let an hour at 384 kHz through, 1.38 G samples
+/// (5.5 GB), so a file at a high rate is held to fewer seconds (450 s at 384 kHz).
+pub const MAX_INPUT_SAMPLES: u64 = MAX_SECONDS as u64 * 48_000;
 
 /// Samples in [-1, 1] at 16 kHz.
 pub fn read_wav_16k(path: &Path) -> Result<Vec<f32>> {
@@ -63,6 +67,17 @@ pub fn read_wav_16k(path: &Path) -> Result<Vec<f32>> {
         ));
     }
     // Mono, so the header's sample count is the duration in samples.
+    if reader.duration() as u64 > MAX_INPUT_SAMPLES {
+        return Err(DataError::format(
+            path,
+            format!(
+                "{} samples at {} Hz is more than the {MAX_INPUT_SAMPLES} input samples \
+                 supported (an hour at 48 kHz)",
+                reader.duration(),
+                spec.sample_rate
+            ),
+        ));
+    }
     if reader.duration() as u64 > MAX_SECONDS as u64 * spec.sample_rate as u64 {
         return Err(DataError::format(
             path,
