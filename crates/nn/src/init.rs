@@ -99,11 +99,12 @@ pub fn normal(shape: &[usize], std: f64, rng: &mut Rng) -> Result<Tensor> {
     )?)
 }
 
-/// fan_in and fan_out of a weight of shape `[out, in, k...]`.
+/// fan_in and fan_out of a weight of shape `[out, in, k...]` (a vector `[out]` has fan_in
+/// 1; a scalar `[]` has both 1).
 pub fn fans(shape: &[usize]) -> (usize, usize) {
     let receptive: usize = shape.iter().skip(2).product();
     (
         shape.get(1).copied().unwrap_or(1) * receptive,
-        shape[0] * receptive,
+        shape.first().copied().unwrap_or(1) * receptive,
     )
 }

@@ -61,3 +61,46 @@ fn ctc_zero_infinity_leaves_nan_alone() {
     assert!(loss(&lp(ln(0.25))).is_finite());
     assert!(loss(&lp(f32::NAN)).is_nan());
 }
+
+/// Sequence lengths are checked on every network, not only on a bidirectional one with
+/// ragged lengths: a list for another batch, or a length past the padding, was accepted
+/// by a unidirectional GRU.
+#[test]
+fn sequence_lengths_are_checked_on_every_network() {
+    let mut rng = Rng::new(3);
+    let x = Tensor::zeros(vec![5, 2, 3], tensor::DType::F32, Device::Cpu).unwrap();
+    let mut ctx = Ctx::eval();
+    for bidirectional in [false, true] {
+        let gru = Rnn::gru(3, 4, 1, bidirectional, 0.0, &mut rng).unwrap();
+        assert!(gru
+            .forward_seq_lengths(&x, None, Some(&[5, 3]), &mut ctx)
+            .is_ok());
+        for bad in [&[5, 5, 5][..], &[7, 5], &[0, 5]] {
+            let e = gru
+                .forward_seq_lengths(&x, None, Some(bad), &mut ctx)
+                .expect_err("a wrong length list");
+            assert!(e.to_string().contains("sequence lengths"), "{bad:?}: {e}");
+        }
+    }
+}
+
+/// As `torch.nn.LSTM(dropout=2.0)` raises in its constructor, so does ours; a one-layer
+/// network used to accept it and never apply it.
+#[test]
+fn recurrent_dropout_outside_0_to_1_is_refused_at_construction() {
+    let mut rng = Rng::new(4);
+    assert!(Rnn::lstm(4, 4, 1, false, 2.0, &mut rng).is_err());
+    assert!(Rnn::gru(4, 4, 2, false, -0.1, &mut rng).is_err());
+    assert!(Rnn::lstm(4, 4, 2, false, 1.0, &mut rng).is_ok());
+}
+
+#[test]
+fn a_tied_decoder_needs_a_matrix() {
+    let mut rng = Rng::new(5);
+    let v = Tensor::zeros(vec![5], tensor::DType::F32, Device::Cpu).unwrap();
+    let e = nn::layers::Linear::tied(v, true, &mut rng)
+        .err()
+        .expect("a vector is no weight matrix");
+    assert!(e.to_string().contains("[outputs, inputs]"), "{e}");
+    assert_eq!(nn::init::fans(&[]), (1, 1));
+}

@@ -36,6 +36,25 @@ fn parameter_counts_match_the_papers() {
     assert!((ds / 488.08 - 1.0).abs() < 0.05, "DeepSpeech {ds:.2} MiB");
 }
 
+/// AlexNet's biases are the BVLC model's: 0 for conv1, conv3 and fc8, 0.1 for the others
+/// (its readme: 1, Krizhevsky et al.'s value, "gave flat loss").
+#[test]
+fn alexnet_biases_follow_the_bvlc_model() {
+    let m = models::by_name("alexnet", &mut Rng::new(0)).unwrap();
+    for p in m.named_params() {
+        let Some(layer) = p.name.strip_suffix(".bias") else {
+            continue;
+        };
+        let want = if ["conv1", "conv3", "fc8"].contains(&layer) {
+            0.0
+        } else {
+            0.1
+        };
+        let v = p.tensor.to_vec::<f32>().unwrap();
+        assert!(v.iter().all(|&x| x == want), "{}: {}", p.name, v[0]);
+    }
+}
+
 #[test]
 fn names_are_pytorch_style_unique_and_ordered() {
     for name in models::NAMES {

@@ -96,6 +96,14 @@ fn clipping_scales_to_the_global_norm() {
     let norm = clip_grad_norm(&mut grads, 10.0).unwrap();
     assert!((norm - after).abs() < 1e-6);
     assert!((grads[1].to_vec::<f32>().unwrap()[0] - 0.8).abs() < 1e-5);
+    // A NaN norm makes every gradient NaN, as in PyTorch, rather than letting a finite
+    // 1e6 through unclipped beside the NaN.
+    let mut grads = vec![
+        Tensor::from_vec(vec![f32::NAN], 1, Device::Cpu).unwrap(),
+        Tensor::from_vec(vec![1e6f32], 1, Device::Cpu).unwrap(),
+    ];
+    assert!(clip_grad_norm(&mut grads, 1.0).unwrap().is_nan());
+    assert!(grads[1].to_vec::<f32>().unwrap()[0].is_nan());
 }
 
 /// The fused in-place SGD step (one kernel per parameter) against the formula, plain

@@ -77,8 +77,11 @@ fn out_of_range_indices_and_labels() {
     assert!(m.contains("[2, 3]") && m.contains("[1]"), "{m}");
     let m = msg(t(&[2, 3]).topk(4, 1, true));
     assert!(m.contains("k = 4"), "{m}");
-    let m = msg(t(&[3]).dropout(1.0, &mut tensor::Rng::new(0)));
+    let m = msg(t(&[3]).dropout(1.5, &mut tensor::Rng::new(0)));
     assert!(m.contains("probability"), "{m}");
+    // p = 1 drops everything, as PyTorch's dropout does.
+    let z = t(&[3]).dropout(1.0, &mut tensor::Rng::new(0)).unwrap();
+    assert_eq!(z.to_vec::<f32>().unwrap(), [0.0; 3]);
 }
 
 #[test]

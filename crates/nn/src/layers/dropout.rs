@@ -1,4 +1,6 @@
 //! Dropout: active in training mode only, drawing its mask from the context's seeded RNG.
+//! A probability outside [0, 1] is an error at the first training forward (the layer is
+//! a plain tuple struct, built where the models are).
 
 use crate::module::{Ctx, Module, NamedTensor};
 use tensor::{Result, Tensor};

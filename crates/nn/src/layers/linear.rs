@@ -28,7 +28,13 @@ impl Linear {
     /// A decoder that shares `weight` (`[outputs, inputs]`) with another module, e.g. an
     /// embedding table; only the bias is listed as this layer's parameter.
     pub fn tied(weight: Tensor, bias: bool, rng: &mut Rng) -> Result<Self> {
-        let (outputs, inputs) = (weight.dims()[0], weight.dims()[1]);
+        let &[outputs, inputs] = weight.dims() else {
+            return Err(tensor::Error::BadShape {
+                op: "Linear::tied",
+                msg: "the shared weight must be [outputs, inputs]".into(),
+                shape: weight.shape().clone(),
+            });
+        };
         let bound = 1.0 / (inputs.max(1) as f64).sqrt();
         Ok(Linear {
             weight,

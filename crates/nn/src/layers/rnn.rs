@@ -5,9 +5,10 @@
 //! counts and checkpoints therefore match `torch.nn.LSTM` / `torch.nn.GRU`.
 //!
 //! Sequences are time-major `[T, N, features]`. The input projection of every time step
-//! is one matrix product per layer; the recurrence is composed from primitive ops, so the
-//! recurrent weights are consumed at every step and their gradient-ready hook fires once,
-//! after the earliest step's backward.
+//! is one matrix product per layer. The recurrence runs as fused ops: the LSTM's whole
+//! sequence as one (`Tensor::lstm_sequence`, whose recurrent weights' gradient is one
+//! product at the end of its backward), the GRU a fused cell per step. Either way each
+//! recurrent weight's gradient-ready hook fires once, when its gradient is complete.
 
 use crate::init;
 use crate::module::{join, Ctx, Module, NamedTensor};
@@ -67,6 +68,12 @@ impl Rnn {
         if layers == 0 || hidden == 0 {
             return Err(Error::msg(format!(
                 "{kind:?}: needs at least one layer and one hidden unit"
+            )));
+        }
+        // Here, as PyTorch does, not at the first training step (or never, with one layer).
+        if !(0.0..=1.0).contains(&dropout) {
+            return Err(Error::msg(format!(
+                "{kind:?}: dropout must be in [0, 1], got {dropout}"
             )));
         }
         let bound = 1.0 / (hidden as f64).sqrt();
@@ -166,11 +173,13 @@ impl Rnn {
     }
 
     /// [`Rnn::forward_seq`] over a batch of sequences padded to `T`, sample `b` being
-    /// `lengths[b]` steps long (PyTorch's packed sequences): the reverse direction starts
-    /// at each sequence's own last step, so no output within a sequence depends on its
-    /// padding (the forward direction's never does). Outputs at padded steps are
-    /// computed but meaningless; the reverse direction's final state is the one after a
-    /// sequence's first step only where that sequence fills `T`.
+    /// `lengths[b]` steps long (1 to `T`): the reverse direction starts at each
+    /// sequence's own last step, so no output within a sequence depends on its padding
+    /// (the forward direction's never does). That is what PyTorch's packed sequences give
+    /// the *outputs*. Unlike them, the returned final *state* is the one after all `T`
+    /// steps in the forward direction (for a shorter sequence, after its padding too), and
+    /// in the reverse direction the one after a sequence's first step only where that
+    /// sequence fills `T`: use the outputs, not the state, of padded sequences (CTC does).
     pub fn forward_seq_lengths(
         &self,
         x: &Tensor,
@@ -187,16 +196,20 @@ impl Rnn {
             });
         }
         let (steps, n) = (d[0], d[1]);
+        // Checked whether or not they change anything here: a wrong list is the caller's
+        // error on every network, not only on a bidirectional one with ragged lengths.
+        if let Some(l) = lengths {
+            if l.len() != n || l.iter().any(|&t| t == 0 || t > steps) {
+                return Err(Error::msg(format!(
+                    "Rnn: {} sequence lengths {l:?} for a batch of {n} sequences of 1 to {steps} steps",
+                    l.len()
+                )));
+            }
+        }
         // The reverse direction of padded sequences runs forward over each sequence
         // reversed within its length (padding left at the end), then is reversed back.
         let within = match lengths {
             Some(l) if self.bidirectional && l.iter().any(|&t| t != steps) => {
-                if l.len() != n || l.iter().any(|&t| t > steps) {
-                    return Err(Error::msg(format!(
-                        "Rnn: {} sequence lengths {l:?} for a batch of {n} sequences of at most {steps} steps",
-                        l.len()
-                    )));
-                }
                 Some(reverse_within(l, steps, x.device())?)
             }
             _ => None,

@@ -2,7 +2,9 @@
 //! 227×227 input, grouped conv2/conv4/conv5 (the original two-GPU split) and local
 //! response normalisation after conv1 and conv2. 60,965,224 parameters with 1000 classes.
 //! Initialisation follows the BVLC prototxt: weights N(0, 0.01) (fc6, fc7: N(0, 0.005)),
-//! biases 0 for conv1, conv3 and fc8 and 1 for conv2, conv4, conv5, fc6 and fc7.
+//! biases 0 for conv1, conv3 and fc8 and 0.1 for conv2, conv4, conv5, fc6 and fc7 (the
+//! model's readme: "initializing non-zero biases to 0.1 instead of 1 (found necessary for
+//! training, as initialization to 1 gave flat loss)"; Krizhevsky et al. used 1).
 
 use crate::init;
 use crate::layers::{Conv2d, Dropout, Linear, LocalResponseNorm};
@@ -51,14 +53,14 @@ fn fc(inputs: usize, outputs: usize, std: f64, bias: f64, rng: &mut Rng) -> Resu
 pub fn alexnet_caffe(classes: usize, rng: &mut Rng) -> Result<AlexNet> {
     let convs = vec![
         conv(3, 96, 11, 4, 0, 1, 0.0, rng)?,
-        conv(96, 256, 5, 1, 2, 2, 1.0, rng)?,
+        conv(96, 256, 5, 1, 2, 2, 0.1, rng)?,
         conv(256, 384, 3, 1, 1, 1, 0.0, rng)?,
-        conv(384, 384, 3, 1, 1, 2, 1.0, rng)?,
-        conv(384, 256, 3, 1, 1, 2, 1.0, rng)?,
+        conv(384, 384, 3, 1, 1, 2, 0.1, rng)?,
+        conv(384, 256, 3, 1, 1, 2, 0.1, rng)?,
     ];
     let fcs = vec![
-        fc(256 * 6 * 6, 4096, 0.005, 1.0, rng)?,
-        fc(4096, 4096, 0.005, 1.0, rng)?,
+        fc(256 * 6 * 6, 4096, 0.005, 0.1, rng)?,
+        fc(4096, 4096, 0.005, 0.1, rng)?,
         fc(4096, classes, 0.01, 0.0, rng)?,
     ];
     Ok(AlexNet {
