@@ -17,7 +17,7 @@ pub fn clip_grad_norm(grads: &mut [Tensor], max_norm: f64) -> Result<f64> {
                 .to_scalar::<f64>()?;
         }
         let total = sq.sqrt();
-        if !(total <= max_norm) {
+        if total.is_nan() || total > max_norm {
             let s = max_norm / (total + 1e-6);
             for g in grads.iter_mut() {
                 *g = g.scale(s)?;
