@@ -16,7 +16,8 @@
 #   w8-htb16k-gso1, w8-tbf256k, w4-htb16k-gso1   earlier configurations, on request
 # NETEM_CONFIGS="w8-ack w4-ack-gso1" picks a subset. Needs root (namespaces).
 # The device tool brings back at most 8 files: logs and CSVs go to a scratch folder,
-# packed into $OUT/netem-logs.tgz with the final table in $OUT/netem-table.txt on any exit.
+# packed into $OUT/netem-logs.tgz on any exit; the final table goes to
+# $OUT/netem-table.txt once every configuration has run (not when the call is cut off).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 final="${OUT:-netem-logs}"
@@ -87,4 +88,6 @@ for cfg in configs:
         model = f"{p * 1e3:10.3f}" if p else "         -"
         print(f"{cfg:<16} {r['collective']:<16} {int(r['bytes']) >> 20:>4} {m * 1e3:12.3f} {model} {ratio}")
 EOF
+# The table's own failure (a traceback on a CSV it cannot read) fails the script too.
+[ "${PIPESTATUS[0]}" -eq 0 ] || { echo "device-netem.sh: the table could not be made" >&2; status=1; }
 exit $status

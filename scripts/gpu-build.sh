@@ -68,7 +68,7 @@ if [ "$(source_hash)" != "$before" ]; then
   exit 1
 fi
 {
-  echo "commit $(git rev-parse --short=12 HEAD)$(git diff --quiet HEAD -- crates benchmarks || echo '+changes')"
+  echo "commit $(git rev-parse --short=12 HEAD)$(git diff --quiet HEAD -- crates benchmarks Cargo.toml Cargo.lock || echo '+changes')"
   echo "source $before"
   echo "built $(date -u +%Y-%m-%dT%H:%MZ)"
 } > .gpu/SOURCE

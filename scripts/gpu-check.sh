@@ -12,8 +12,8 @@
 # One device call is at most 10 minutes and brings back at most 8 files, so:
 # - every run has a time limit, and all of them share GPU_CHECK_BUDGET seconds (default
 #   540); a run that would start with under 20 s left is skipped and says so.
-#   GPU_CHECK_ONLY="nn-cuda-models train-deepspeech" runs only the runs named (a second
-#   call for what the first skipped);
+#   GPU_CHECK_ONLY="nn-cuda-models train-deepspeech-cuda" runs only the runs named (a
+#   second call for what the first skipped); a name that matches no run fails the check;
 # - each summary row is printed as its run ends, so a call cut off still shows them;
 # - the logs are written to a scratch folder and packed into $OUT/gpu-logs.tgz, with the
 #   rows in $OUT/summary.txt, on any exit (./gpu-logs without $OUT).
@@ -54,8 +54,11 @@ fi
 
 budget=${GPU_CHECK_BUDGET:-540}
 t0=$(date +%s)
-# wanted NAME: whether GPU_CHECK_ONLY (if set) names the run.
+# wanted NAME: whether GPU_CHECK_ONLY (if set) names the run. Every run asks, so
+# `considered` ends up listing them all, against which GPU_CHECK_ONLY's names are checked.
+considered=" "
 wanted() {
+  considered+="$1 "
   [ -z "${GPU_CHECK_ONLY:-}" ] && return 0
   [[ " $GPU_CHECK_ONLY " == *" $1 "* ]]
 }
@@ -195,6 +198,14 @@ if [ -x .gpu/bin/train ]; then
     fi
   fi
 fi
+
+# A misspelt name in GPU_CHECK_ONLY would otherwise run nothing and pass.
+for w in ${GPU_CHECK_ONLY:-}; do
+  if [[ "$considered" != *" $w "* ]]; then
+    row "GPU_CHECK_ONLY names no run: $w (runs:$considered)"
+    status=1
+  fi
+done
 
 # The GPU-vs-CPU comparison lines, for the record.
 grep -h "^GPU-vs-CPU" "$out"/*.log > "$out/errors.txt" 2>/dev/null || true

@@ -43,9 +43,20 @@ struct Args {
     json: Option<std::path::PathBuf>,
 }
 
+/// The median as Python's `statistics.median` takes it (the mean of the middle pair of an
+/// even count), which the PyTorch side (`gpu_step.py`) reports: the ratio compares like
+/// with like.
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
+    let n = v.len();
+    if n == 0 {
+        return f64::NAN;
+    }
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
 }
 
 /// Median step time in ms of `step`, which must leave the device idle when it returns.
