@@ -216,6 +216,8 @@ fn input_grads(op: &Op, node: &Tensor, g: &Tensor, needs: &[bool]) -> Result<Vec
                 UnaryOp::Sqr => Some(g.mul(&x.affine(2.0, 0.0)?)?),
                 UnaryOp::Recip => Some(g.mul(&node.sqr()?)?.neg()?),
                 UnaryOp::Affine { mul, .. } => Some(g.affine(mul, 0.0)?),
+                // x⁰ is constant: zeros, as PyTorch, where e·x^(e−1) is 0·∞ at x = 0.
+                UnaryOp::Powf(0.0) => Some(g.zeros_like()?),
                 UnaryOp::Powf(e) => Some(g.mul(&x.powf(e - 1.0)?.affine(e, 0.0)?)?),
                 UnaryOp::Clamp { min, max } => {
                     Some(g.mul(&x.unary_op(UnaryOp::InRange { min, max })?)?)

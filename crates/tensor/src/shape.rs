@@ -26,15 +26,21 @@ impl Shape {
     }
     /// The element count, or an error when it does not fit a `usize` (every shape a
     /// tensor is created with passes through this, so `elem_count` cannot wrap later).
+    ///
+    /// The product of the dimensions with zeros counted as ones must fit too: a shape
+    /// such as `[0, 2³³, 2³³]` has no elements, but its strides (2⁶⁶) would wrap, and the
+    /// check must not depend on where the zero stands.
     pub fn checked_elem_count(&self, op: &'static str) -> Result<usize> {
+        let overflow = || Error::BadShape {
+            op,
+            msg: "the element count overflows".into(),
+            shape: self.clone(),
+        };
         self.0
             .iter()
-            .try_fold(1usize, |n, &d| n.checked_mul(d))
-            .ok_or_else(|| Error::BadShape {
-                op,
-                msg: "the element count overflows".into(),
-                shape: self.clone(),
-            })
+            .try_fold(1usize, |n, &d| n.checked_mul(d.max(1)))
+            .ok_or_else(overflow)?;
+        Ok(self.0.iter().product())
     }
     /// Row-major (C-order) strides of a contiguous tensor of this shape.
     pub fn contiguous_strides(&self) -> Vec<usize> {

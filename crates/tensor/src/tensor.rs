@@ -36,6 +36,30 @@ pub(crate) struct Inner {
     pub(crate) hooks_cleared: std::sync::atomic::AtomicU64,
 }
 
+/// Releases a graph without recursion. Each node's op holds its inputs, so the default
+/// drop of the last handle to a chain of a million ops (an unrolled recurrence, a long
+/// loop of in-graph updates) recursed a million frames deep and overflowed the stack,
+/// though forward and backward (iterative) had run. Here the inputs this node held last
+/// are unlinked from their own ops before they drop, one node at a time, from a list.
+impl Drop for Inner {
+    fn drop(&mut self) {
+        let Some(op) = self.op.take() else {
+            return;
+        };
+        let mut pending: Vec<Tensor> = op.inputs().into_iter().cloned().collect();
+        drop(op);
+        while let Some(t) = pending.pop() {
+            // Only a node this list holds the last handle to is released here; a shared
+            // one stays with its other owners.
+            if let Ok(mut inner) = Arc::try_unwrap(t.0) {
+                if let Some(op) = inner.op.take() {
+                    pending.extend(op.inputs().into_iter().cloned());
+                }
+            }
+        }
+    }
+}
+
 #[derive(Clone)]
 pub struct Tensor(pub(crate) Arc<Inner>);
 
@@ -414,7 +438,9 @@ impl Tensor {
 
     /// Overwrites this tensor's elements (in place, visible through every view of the same
     /// storage) with `src`'s, copying them across devices when `src` lives elsewhere. Not
-    /// recorded by autograd: for optimizer updates and loading.
+    /// recorded by autograd: for optimizer updates and loading. There is no version
+    /// counter: a graph that saved this tensor and has not run backward yet would use the
+    /// new values silently, so assign only once its gradients are final (as the hooks say).
     pub fn assign(&self, src: &Tensor) -> Result<()> {
         if src.device() != self.device() {
             return self.assign(&src.to_device(self.device())?);

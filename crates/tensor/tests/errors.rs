@@ -207,6 +207,20 @@ fn sizes_that_overflow_are_errors() {
     assert!(m.contains("overflows"), "{m}");
     let m = msg(t(&[6]).reshape(vec![usize::MAX, usize::MAX]));
     assert!(m.contains("more than one dimension"), "{m}");
+    // No elements, but strides of 2⁶⁶: refused wherever the zero stands (the leading one
+    // passed, and its strides wrapped).
+    for dims in [vec![0usize, 1 << 33, 1 << 33], vec![1 << 33, 1 << 33, 0]] {
+        let m = msg(Tensor::zeros(dims.clone(), DType::F32, Device::Cpu));
+        assert!(m.contains("overflows"), "{dims:?}: {m}");
+        let m = msg(t(&[0]).reshape(dims.clone()));
+        assert!(m.contains("overflows"), "{dims:?}: {m}");
+    }
+    assert_eq!(
+        Tensor::zeros(vec![0, 5, 7], DType::F32, Device::Cpu)
+            .unwrap()
+            .elem_count(),
+        0
+    );
     let m = msg(t(&[2, 1, 0]).ctc_forward_backward(&[vec![]], &[2]));
     assert!(m.contains("no classes"), "{m}");
 }

@@ -365,3 +365,39 @@ fn nan_passes_through_relu_clamp_maximum_and_minimum() {
     assert_eq!(second(nan.maximum(&zero).unwrap()), 2.0);
     assert_eq!(second(nan.minimum(&zero).unwrap()), 0.0);
 }
+
+/// Releasing a long graph is iterative: the last handle to a chain of 200,000 ops used
+/// to recurse once per node as it dropped and overflowed a 2 MiB stack (forward and
+/// backward, both iterative, ran fine). Run on a thread with that stack.
+#[test]
+fn a_long_graph_drops_without_recursion() {
+    std::thread::Builder::new()
+        .stack_size(2 << 20)
+        .spawn(|| {
+            let x = Tensor::from_vec(vec![1f32], 1, Device::Cpu)
+                .unwrap()
+                .to_var();
+            let mut y = x.clone();
+            for _ in 0..200_000 {
+                y = y.affine(1.0, 1.0).unwrap();
+            }
+            assert_eq!(y.to_vec::<f32>().unwrap(), [200_001.0]);
+            drop(y);
+            // The leaf outlives the chain and is intact.
+            assert_eq!(x.to_vec::<f32>().unwrap(), [1.0]);
+        })
+        .unwrap()
+        .join()
+        .expect("dropping the chain must not overflow the stack");
+}
+
+/// x⁰'s gradient is zero everywhere, as in PyTorch, where e·x^(e−1) is 0·∞ = NaN at 0.
+#[test]
+fn the_gradient_of_x_to_the_zero_is_zero_at_zero() {
+    let x = Tensor::from_vec(vec![0f32, 2.0], 2, Device::Cpu)
+        .unwrap()
+        .to_var();
+    let grads = x.powf(0.0).unwrap().sum_all().unwrap().backward().unwrap();
+    let g = grads.get(&x).expect("a gradient for x");
+    assert_eq!(g.to_vec::<f32>().unwrap(), [0.0, 0.0]);
+}

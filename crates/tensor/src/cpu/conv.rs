@@ -3,8 +3,11 @@
 //!
 //! Each image is lowered to a column matrix (im2col, `[C/g·kh·kw, OH·OW]` per group) and
 //! multiplied with `gemm`. Work is split across images with rayon and each product runs
-//! single-threaded: with few cores, image-level parallelism avoids gemm's per-call
-//! synchronisation. The weight gradient is summed per thread and reduced at the end.
+//! single-threaded where there are images enough for every thread: with few cores,
+//! image-level parallelism avoids gemm's per-call synchronisation. The weight gradient is
+//! summed per fixed block of images and the blocks reduced in order (so the result does
+//! not depend on the thread count); with fewer blocks than threads, its products use
+//! several threads each.
 
 use super::matmul::{gemm_raw, parallelism_for};
 use super::scratch::Scratch;

@@ -1,5 +1,6 @@
 //! Batch normalisation over dimension 1 of contiguous `[N, C, spatial]` data, fused so
-//! that forward and backward each read the input twice at most. Statistics accumulate in
+//! that each pass is one sweep per channel: the training forward reads the input three
+//! times (mean, variance, normalise), evaluation and backward twice. Statistics accumulate in
 //! f64 whatever the element type, so large batches do not lose precision.
 
 use crate::storage::BatchNormParams;
