@@ -14,24 +14,15 @@ use std::time::Instant;
 /// communicator's timeout; the error names the first failed rank.
 pub fn launch_local(world: usize, args: &[std::ffi::OsString]) -> Result<()> {
     let master = comm::bind_loopback_master().context("binding the job's master listener")?;
-    let port = master
-        .local_addr()
-        .context("the job's master listener")?
-        .port();
     let token = train::launcher::token()?;
     let exe = std::env::current_exe().context("locating this benchmark's executable")?;
     let children: Vec<_> = (0..world)
         .map(|rank| {
             let mut command = std::process::Command::new(&exe);
-            comm::pass_master_listener(&mut command, rank, &master);
+            comm::prepare_local_worker(&mut command, rank, world, &master, &token)
+                .context("the job's master listener")?;
             command
                 .args(args)
-                .env("RANK", rank.to_string())
-                .env("WORLD_SIZE", world.to_string())
-                .env("MASTER_ADDR", "127.0.0.1")
-                .env("MASTER_PORT", port.to_string())
-                .env("GRADEX_TOKEN", &token)
-                .env("GRADEX_BIND_ADDR", "127.0.0.1")
                 .spawn()
                 .with_context(|| format!("starting worker {rank}"))
         })

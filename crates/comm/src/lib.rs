@@ -35,6 +35,6 @@ pub use cost::{ping_pong, AlphaBeta};
 pub use counters::{ByteCounters, Collective, Traffic};
 pub use error::{CommError, Result};
 pub use frame::{decode_header, FrameHeader, FRAME_VERSION, HEADER_LEN};
-pub use master::{bind_loopback_master, pass_master_listener, MASTER_FD_ENV};
+pub use master::{bind_loopback_master, prepare_local_worker, MASTER_FD_ENV};
 pub use nccl::{nccl_library_present, nccl_version, NcclCommunicator};
 pub use sparse::{merge_sum_into, sum_all, sum_encoded, top_merge, truncate_top, SparseVec};

@@ -20,9 +20,35 @@ pub const MASTER_FD_ENV: &str = "GRADEX_MASTER_FD";
 
 /// A listener on 127.0.0.1 at a port the OS picks, for a job on this machine: give it to
 /// rank 0 ([`CommConfig::master_listener`](crate::CommConfig) in this process,
-/// [`pass_master_listener`] to a worker process) and its port to the others.
+/// [`prepare_local_worker`] for worker processes) and its port to the others.
 pub fn bind_loopback_master() -> std::io::Result<TcpListener> {
     TcpListener::bind("127.0.0.1:0")
+}
+
+/// Prepares `command` to start rank `rank` of a `world`-rank job on this machine whose
+/// master is `listener` (from [`bind_loopback_master`]) and whose shared token is
+/// `token`: `RANK` and `LOCAL_RANK`, `WORLD_SIZE`, `MASTER_ADDR` and `GRADEX_BIND_ADDR`
+/// on the loopback interface, `MASTER_PORT` the listener's, `GRADEX_TOKEN`, and for rank
+/// 0 the listener itself ([`pass_master_listener`]). Every launcher of local workers (the
+/// trainer's, the collective benchmarks', the multi-process tests) sets exactly these.
+pub fn prepare_local_worker(
+    command: &mut Command,
+    rank: usize,
+    world: usize,
+    listener: &TcpListener,
+    token: &str,
+) -> std::io::Result<()> {
+    let port = listener.local_addr()?.port();
+    pass_master_listener(command, rank, listener);
+    command
+        .env("RANK", rank.to_string())
+        .env("LOCAL_RANK", rank.to_string())
+        .env("WORLD_SIZE", world.to_string())
+        .env("MASTER_ADDR", "127.0.0.1")
+        .env("MASTER_PORT", port.to_string())
+        .env("GRADEX_TOKEN", token)
+        .env("GRADEX_BIND_ADDR", "127.0.0.1");
+    Ok(())
 }
 
 /// Prepares `command`, which starts worker `rank`, for the job whose master is `listener`.
@@ -32,7 +58,7 @@ pub fn bind_loopback_master() -> std::io::Result<TcpListener> {
 /// the child adopts it. Every other rank gets the variable removed, so none inherits one
 /// from the launcher's own environment. The caller may close its own copy once rank 0
 /// has started.
-pub fn pass_master_listener(command: &mut Command, rank: usize, listener: &TcpListener) {
+fn pass_master_listener(command: &mut Command, rank: usize, listener: &TcpListener) {
     if rank != 0 {
         command.env_remove(MASTER_FD_ENV);
         return;

@@ -913,13 +913,12 @@ fn multi_process_allreduce_on_loopback() {
         return;
     }
     let master = comm::bind_loopback_master().unwrap();
-    let port = master.local_addr().unwrap().port().to_string();
     let exe = std::env::current_exe().unwrap();
     let children: Vec<_> = (0..3)
         .map(|rank| {
             let mut command = std::process::Command::new(&exe);
             // The launcher's way: rank 0 inherits the listener the port came from.
-            comm::pass_master_listener(&mut command, rank, &master);
+            comm::prepare_local_worker(&mut command, rank, 3, &master, "process-token").unwrap();
             command
                 .args([
                     "--exact",
@@ -927,12 +926,6 @@ fn multi_process_allreduce_on_loopback() {
                     "--nocapture",
                 ])
                 .env("COMM_TEST_WORKER_RANK", rank.to_string())
-                .env("RANK", rank.to_string())
-                .env("WORLD_SIZE", "3")
-                .env("MASTER_ADDR", "127.0.0.1")
-                .env("MASTER_PORT", &port)
-                .env("GRADEX_TOKEN", "process-token")
-                .env("GRADEX_BIND_ADDR", "127.0.0.1")
                 .env("GRADEX_TIMEOUT_SECS", "20")
                 // Captured, so the workers' own test summaries do not mix into ours.
                 .stdout(std::process::Stdio::piped())

@@ -143,11 +143,10 @@ fn every_method_converges_with_identical_parameters_in_worker_processes() {
     let exe = std::env::current_exe().unwrap();
     for (name, opts, lo, hi) in cases {
         let master = comm::bind_loopback_master().unwrap();
-        let port = master.local_addr().unwrap().port().to_string();
         let children: Vec<_> = (0..WORLD)
             .map(|rank| {
                 let mut command = std::process::Command::new(&exe);
-                comm::pass_master_listener(&mut command, rank, &master);
+                comm::prepare_local_worker(&mut command, rank, WORLD, &master, "methods").unwrap();
                 command
                     .args([
                         "--exact",
@@ -157,12 +156,6 @@ fn every_method_converges_with_identical_parameters_in_worker_processes() {
                     .env("COMPRESS_TEST_RANK", rank.to_string())
                     .env("COMPRESS_TEST_METHOD", name)
                     .env("COMPRESS_TEST_OPTS", opts)
-                    .env("RANK", rank.to_string())
-                    .env("WORLD_SIZE", WORLD.to_string())
-                    .env("MASTER_ADDR", "127.0.0.1")
-                    .env("MASTER_PORT", &port)
-                    .env("GRADEX_TOKEN", "methods")
-                    .env("GRADEX_BIND_ADDR", "127.0.0.1")
                     .env("GRADEX_TIMEOUT_SECS", "30")
                     .stdout(std::process::Stdio::piped())
                     .stderr(std::process::Stdio::piped())

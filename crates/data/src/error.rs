@@ -115,6 +115,7 @@ pub(crate) fn read_at_most(path: &Path, max_len: u64, what: &str) -> Result<Vec<
 #[cfg(test)]
 mod tests {
     use super::read_maybe_gz;
+    use std::io::Write;
 
     /// A device where a data file belongs reports a size of 0 and never ends: refused
     /// before reading, where reading it whole would exhaust memory.
@@ -131,7 +132,6 @@ mod tests {
             .to_string();
         assert!(e.contains("not a regular file"), "{e}");
     }
-    use std::io::Write;
 
     fn gz(bytes: &[u8]) -> Vec<u8> {
         let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());

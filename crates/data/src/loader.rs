@@ -89,18 +89,6 @@ impl Loader {
             keep_last: false,
         })
     }
-    pub fn batch_size(&self) -> usize {
-        self.batch_size
-    }
-    pub fn rank(&self) -> usize {
-        self.rank
-    }
-    pub fn world(&self) -> usize {
-        self.world
-    }
-    pub fn seed(&self) -> u64 {
-        self.seed
-    }
     pub fn batches_per_epoch(&self) -> usize {
         (self.dataset.len() / self.world) / self.batch_size
     }

@@ -198,6 +198,8 @@ fn position_from(file: &Path, m: &HashMap<String, String>) -> Result<Position> {
             .and_then(|v| v.parse::<f64>().ok())
             .with_context(|| format!("{}: metadata '{k}' missing or not a number", file.display()))
     };
+    // Recorded since later versions; older checkpoints read as 0, "unknown".
+    let recorded = |k: &str| -> usize { m.get(k).and_then(|v| v.parse().ok()).unwrap_or(0) };
     Ok(Position {
         step: num("step")? as usize,
         epoch: num("epoch")? as usize,
@@ -206,14 +208,10 @@ fn position_from(file: &Path, m: &HashMap<String, String>) -> Result<Position> {
         message_bytes: num("message_bytes")? as u64,
         dense_message_bytes: num("dense_message_bytes")? as u64,
         wall_seconds: num("wall_seconds")?,
-        // Recorded since later versions; older checkpoints read as "unknown".
-        world: m.get("world").and_then(|v| v.parse().ok()).unwrap_or(0),
-        per_epoch: m.get("per_epoch").and_then(|v| v.parse().ok()).unwrap_or(0),
-        batch_size: m
-            .get("batch_size")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0),
-        train_len: m.get("train_len").and_then(|v| v.parse().ok()).unwrap_or(0),
+        world: recorded("world"),
+        per_epoch: recorded("per_epoch"),
+        batch_size: recorded("batch_size"),
+        train_len: recorded("train_len"),
         loss: m
             .get("loss")
             .and_then(|v| v.parse().ok())

@@ -99,13 +99,16 @@ impl<'de> Deserialize<'de> for PinCores {
     }
 }
 
+/// A value of a `ValueEnum` flag as written on the command line, for messages.
+fn flag_value<T: ValueEnum + std::fmt::Debug>(v: &T) -> String {
+    v.to_possible_value()
+        .map_or_else(|| format!("{v:?}"), |p| p.get_name().to_string())
+}
+
 /// `--device` as written on the command line, for messages.
 impl std::fmt::Display for DeviceChoice {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.to_possible_value() {
-            Some(v) => f.write_str(v.get_name()),
-            None => write!(f, "{self:?}"),
-        }
+        f.write_str(&flag_value(self))
     }
 }
 
@@ -527,21 +530,17 @@ impl Config {
         // rates: `--milestones 30,60` without `--schedule multistep` trained at one rate.
         // (gamma and the Adam options are compared with their defaults, the only way a
         // resolved configuration can tell; setting a default explicitly is harmless.)
+        let d = Config::default();
         if matches!(self.schedule, Schedule::Constant | Schedule::Cosine) {
-            let name = if self.schedule == Schedule::Constant {
-                "constant"
-            } else {
-                "cosine"
-            };
+            let name = flag_value(&self.schedule);
             if !self.milestones.is_empty() {
                 bail!("--milestones is for --schedule step or multistep; this run's schedule is {name}");
             }
-            if self.gamma != Config::default().gamma {
+            if self.gamma != d.gamma {
                 bail!("--gamma is for --schedule step or multistep; this run's schedule is {name}");
             }
         }
         if self.optimizer == OptimizerChoice::Sgd {
-            let d = Config::default();
             for (flag, set) in [
                 ("--adam-beta2", self.adam_beta2 != d.adam_beta2),
                 ("--adam-eps", self.adam_eps != d.adam_eps),

@@ -146,11 +146,6 @@ pub fn launch_logging(
     // Bound here and handed to rank 0 as it starts, so the port is held from now until
     // rank 0 accepts its peers: another job on this machine cannot take it meanwhile.
     let master = comm::bind_loopback_master().context("binding the job's master listener")?;
-    let port = master
-        .local_addr()
-        .context("the job's master listener")?
-        .port()
-        .to_string();
     let token = token()?;
     let shares = cpu_shares(workers, pin);
     let progress = Arc::new(match logs {
@@ -180,16 +175,10 @@ pub fn launch_logging(
                 Ok(())
             });
         }
-        comm::pass_master_listener(&mut command, rank, &master);
+        comm::prepare_local_worker(&mut command, rank, workers, &master, &token)
+            .context("the job's master listener")?;
         let mut child = command
             .args(args)
-            .env("RANK", rank.to_string())
-            .env("LOCAL_RANK", rank.to_string())
-            .env("WORLD_SIZE", workers.to_string())
-            .env("MASTER_ADDR", "127.0.0.1")
-            .env("MASTER_PORT", &port)
-            .env("GRADEX_TOKEN", &token)
-            .env("GRADEX_BIND_ADDR", "127.0.0.1")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
