@@ -18,6 +18,12 @@ pub struct CommonArgs {
     /// Print the rows as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Checkpoint each job every N epochs and where it ends (0: never). Checkpoints let a
+    /// job be continued with `train --resume --config RUN/config.toml`; a large model's
+    /// take disk: two generations of parameters, optimizer and method state per rank.
+    /// Default: every epoch (dgc_table3's quick preset: never).
+    #[arg(long, value_name = "N")]
+    pub checkpoint_every: Option<usize>,
     /// Internal: run as one worker of the job described by this config file.
     #[arg(long, hide = true)]
     pub worker_config: Option<PathBuf>,
@@ -286,21 +292,27 @@ pub fn row_with_compression(cells: Value, job: &Job, from_epoch: f64) -> Value {
 
 /// Runs a table's jobs in order, labelled, after checking every configuration (a mistake
 /// in the last job's shows before the first one trains) and creating `out`.
-pub fn run_plan(out: &Path, plan: &[(String, Config)]) -> Result<Vec<Job>> {
+pub fn run_plan(out: &Path, plan: &[(String, Config)], common: &CommonArgs) -> Result<Vec<Job>> {
     for (label, cfg) in plan {
         cfg.validate()
             .with_context(|| format!("the {label} run's configuration"))?;
     }
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     plan.iter()
-        .map(|(label, cfg)| run_job(cfg, label))
+        .map(|(label, cfg)| run_job(cfg, label, common))
         .collect()
 }
 
 /// Runs `cfg` (its `out` is the run directory) as `cfg.workers` local processes of the
 /// current binary, which must call [`run_worker_if_asked`] first thing in `main`; their
-/// logs go to standard error. Fails with the first failing worker's error.
-pub fn run_job(cfg: &Config, label: &str) -> Result<Job> {
+/// logs go to standard error. Fails with the first failing worker's error. The common
+/// flags that reach the trainer (`--checkpoint-every`) override `cfg`'s.
+pub fn run_job(cfg: &Config, label: &str, common: &CommonArgs) -> Result<Job> {
+    let mut cfg = cfg.clone();
+    if let Some(n) = common.checkpoint_every {
+        cfg.checkpoint_every = n;
+    }
+    let cfg = &cfg;
     cfg.validate()
         .with_context(|| format!("the configuration of '{label}'"))?;
     let dir = &cfg.out;

@@ -3,7 +3,8 @@
 //! synthetic ImageNet-shaped data, the table's files, and each method's compression in
 //! the paper's measure, which its format fixes: TernGrad with AlexNet's last layer in
 //! f32 at the paper's 8x, DGC at 0.1 % with its 1-D tensors dense near the paper's 597x
-//! and 277x. Also its argument errors, which must come before any job starts.
+//! and 277x; no checkpoints. Also its argument errors, which must come before any job
+//! starts.
 
 mod common;
 
@@ -134,6 +135,11 @@ fn five_jobs_write_the_table_with_each_methods_compression() {
         "resnet50-dgc/summary.json",
     ] {
         assert!(dir.join(file).is_file(), "{file} missing");
+    }
+    // The quick preset keeps no checkpoints (AlexNet's would be gigabytes).
+    for run in ["alexnet-dense", "alexnet-dgc", "resnet50-dgc"] {
+        assert!(dir.join(run).is_dir(), "{run} missing");
+        assert!(!dir.join(run).join("checkpoint").exists(), "{run}");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -16,6 +16,10 @@ fn wrong_arguments_fail_before_any_job() {
             (&["--preset", "paper"], "--preset paper needs --data-dir"),
             (&["--sync-every", "0"], "--sync-every must be at least 1"),
             (&["--target", "0"], "--target must be a positive number"),
+            (
+                &["--checkpoint-every", "0"],
+                "--checkpoint-every 0 leaves no checkpoint",
+            ),
         ],
     );
 }

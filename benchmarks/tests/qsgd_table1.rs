@@ -30,7 +30,15 @@ fn four_jobs_write_the_table_and_fewer_bits_send_fewer_bytes() {
     let (dir, rows) = common::synthetic_rows(
         env!("CARGO_BIN_EXE_qsgd_table1"),
         "qsgd-table1",
-        &["--steps", "40", "--eval-samples", "64"],
+        // Checkpoints off through the tables' common flag, which reaches every job.
+        &[
+            "--steps",
+            "40",
+            "--eval-samples",
+            "64",
+            "--checkpoint-every",
+            "0",
+        ],
     );
     let runs: Vec<&str> = rows.iter().filter_map(|r| r["run"].as_str()).collect();
     assert_eq!(runs, ["32bit", "QSGD 2bit", "QSGD 4bit", "QSGD 8bit"]);
@@ -61,6 +69,10 @@ fn four_jobs_write_the_table_and_fewer_bits_send_fewer_bytes() {
     for run in ["qsgd-2bit", "qsgd-4bit", "qsgd-8bit"] {
         let s = std::fs::read_to_string(dir.join(run).join("summary.json")).expect("summary");
         assert!(s.contains("norm=max"), "{run}: {s}");
+    }
+    for run in ["32bit", "qsgd-2bit", "qsgd-4bit", "qsgd-8bit"] {
+        assert!(dir.join(run).join("summary.json").is_file(), "{run}");
+        assert!(!dir.join(run).join("checkpoint").exists(), "{run}");
     }
     let csv = std::fs::read_to_string(dir.join("table1.csv")).expect("table1.csv");
     assert_eq!(csv.lines().count(), 5, "{csv}");

@@ -155,7 +155,7 @@ fn main() -> Result<()> {
                 out: args.out.join(format!("{model}-{method}")),
                 ..Config::default()
             };
-            let job = table::run_job(&cfg, &format!("{model} {method}"))?;
+            let job = table::run_job(&cfg, &format!("{model} {method}"), &args.common)?;
             let step = job
                 .mean_step("step_seconds", args.skip)
                 .with_context(|| format!("{model} {method}: no timed step"))?;

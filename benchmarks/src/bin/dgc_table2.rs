@@ -157,7 +157,7 @@ fn main() -> Result<()> {
                 eval_samples: args.eval_samples,
                 ..p.base.clone()
             };
-            let job = table::run_job(&cfg, label)?;
+            let job = table::run_job(&cfg, label, &args.common)?;
             let acc = job.final_metric().unwrap_or(f64::NAN) * 100.0;
             let base = *baseline.get_or_insert(acc);
             let after = if *method == "dgc" {

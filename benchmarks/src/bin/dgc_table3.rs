@@ -162,6 +162,10 @@ fn model(args: &Args, name: &str) -> Result<Model> {
     };
     if quick {
         c.synthetic_samples = args.workers * batch * QUICK_STEPS_PER_EPOCH;
+        // A few steps on synthetic data, nothing worth continuing, and AlexNet's DGC job
+        // alone would leave two generations of 732 MB per rank (--checkpoint-every 1 to
+        // keep them).
+        c.checkpoint_every = 0;
     } else {
         c.schedule = Schedule::Multistep;
         c.milestones = vec![30.0, 60.0];
@@ -253,7 +257,7 @@ fn main() -> Result<()> {
             (format!("{} {method}", m.label), cfg)
         })
         .collect();
-    let jobs = table::run_plan(&args.out, &plan)?;
+    let jobs = table::run_plan(&args.out, &plan, &args.common)?;
     let mut rows = Vec::new();
     let mut curves = Vec::new();
     let mut baseline = None;

@@ -260,7 +260,7 @@ fn main() -> Result<()> {
             plan.push((format!("{} {method}", task.name), cfg));
         }
     }
-    let jobs = table::run_plan(&args.out, &plan)?;
+    let jobs = table::run_plan(&args.out, &plan, &args.common)?;
     let mut rows = Vec::new();
     let mut curves = Vec::new();
     let mut baseline = None;

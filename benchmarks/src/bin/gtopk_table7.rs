@@ -255,7 +255,7 @@ fn main() -> Result<()> {
                     .join(format!("{}-{method}-{workers}w", paper.model)),
                 ..Config::default()
             };
-            table::run_job(&cfg, &format!("{} {method}", paper.label))
+            table::run_job(&cfg, &format!("{} {method}", paper.label), &args.common)
         };
         let mut row = json!({"model": paper.label, "batch": batch, "steps": steps,
             "measured_world": args.workers, "project_world": p});

@@ -240,6 +240,9 @@ fn main() -> Result<()> {
         return Ok(());
     }
     table::check_synthetic(args.synthetic, args.data_dir.as_deref())?;
+    if args.common.checkpoint_every == Some(0) {
+        bail!("--checkpoint-every 0 leaves no checkpoint, and the rank-drift column compares the ranks' final ones");
+    }
     let base = base_config(&args)?;
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
@@ -251,7 +254,7 @@ fn main() -> Result<()> {
             out: args.out.join(r.label.to_lowercase().replace('+', "-")),
             ..base.clone()
         };
-        jobs.push(table::run_job(&cfg, r.label)?);
+        jobs.push(table::run_job(&cfg, r.label, &args.common)?);
     }
     let baseline = jobs[0].final_metric();
     let lower = jobs[0].lower_is_better();

@@ -224,7 +224,7 @@ fn main() -> Result<()> {
             out: args.out.join(label.to_lowercase().replace(' ', "-")),
             ..base.clone()
         };
-        jobs.push(table::run_job(&cfg, label)?);
+        jobs.push(table::run_job(&cfg, label, &args.common)?);
     }
     let full = jobs[0].final_metric();
     // Per training step, so that the evaluations and checkpoints every run pays alike do

@@ -246,7 +246,7 @@ fn main() -> Result<()> {
                 .join(label.to_lowercase().replace([' ', '(', ')'], "")),
             ..r.base.clone()
         };
-        let job = table::run_job(&cfg, label)?;
+        let job = table::run_job(&cfg, label, &args.common)?;
         let metric = job.final_metric();
         let base = *baseline.get_or_insert(metric);
         rows.push(json!({

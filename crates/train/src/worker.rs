@@ -18,11 +18,11 @@
 //!
 //! Every `log_every` steps rank 0 appends a line to `metrics.jsonl`; at the end of each
 //! epoch (and every `eval_every` steps, if set) the test set is evaluated (each rank its
-//! shard, counts summed); at the end of each epoch (and where `--steps` ends) every rank
-//! writes its checkpoint.
+//! shard, counts summed); at the end of every `checkpoint_every`-th epoch (and where the
+//! run ends; never when it is 0) every rank writes its checkpoint.
 //!
 //! `--resume`: the ranks first agree on the newest checkpoint generation they all hold
-//! (a job that died while its ranks were saving leaves them one epoch apart), then each
+//! (a job that died while its ranks were saving leaves them a generation apart), then each
 //! restores parameters, buffers, the optimizer's state, the method's state, the position and the
 //! carried language-model state; a checkpoint written inside an epoch resumes by skipping
 //! that epoch's finished batches (the loader's order and augmentation are deterministic
@@ -424,8 +424,13 @@ impl Worker {
                     ),
                 })
                 .collect();
+            let why = if self.cfg.checkpoint_every == 0 {
+                "; the run's configuration has checkpoint_every = 0, so it writes none"
+            } else {
+                ""
+            };
             bail!(
-                "no checkpoint step that every rank holds under {} ({})",
+                "no checkpoint step that every rank holds under {} ({}){why}",
                 out.join("checkpoint").display(),
                 listing.join("; ")
             );
@@ -828,7 +833,10 @@ impl Worker {
             self.pos.wall_seconds = wall_before + started.elapsed().as_secs_f64();
             (self.pos.bytes_sent, self.pos.bytes_received) = self.traffic()?;
             self.flush_message_bytes(&mut window.wire);
-            self.save_checkpoint(stopped_window.as_ref().unwrap_or(&window))?;
+            let every = cfg.checkpoint_every;
+            if every > 0 && (self.pos.epoch.is_multiple_of(every) || step >= total_steps) {
+                self.save_checkpoint(stopped_window.as_ref().unwrap_or(&window))?;
+            }
             if step >= total_steps {
                 break;
             }

@@ -1164,3 +1164,50 @@ fn eval_every_adds_mid_epoch_evaluations_without_changing_training() {
     let _ = std::fs::remove_dir_all(&plain);
     let _ = std::fs::remove_dir_all(&fine);
 }
+
+#[test]
+fn checkpoints_come_every_nth_epoch_and_where_the_run_ends_or_never() {
+    // 16 steps an epoch (as above): a 56-step run ends inside its fourth epoch. Every
+    // epoch would save at 16, 32, 48 and 56; every second at 32 and 56.
+    let (every2, _) = dense_run(
+        "checkpoint-every-2",
+        56,
+        &["--lr", "0.02", "--checkpoint-every", "2"],
+    );
+    let step = |f: PathBuf| {
+        train::checkpoint::read_position(&f)
+            .unwrap()
+            .map(|p| p.step)
+    };
+    for rank in 0..2 {
+        // The run's end, and before it the second epoch's end, not the third's.
+        assert_eq!(step(train::checkpoint::path(&every2, rank)), Some(56));
+        assert_eq!(step(train::checkpoint::prev_path(&every2, rank)), Some(32));
+    }
+    let (never, _) = dense_run(
+        "checkpoint-never",
+        40,
+        &["--lr", "0.02", "--checkpoint-every", "0"],
+    );
+    assert!(never.join("summary.json").is_file());
+    assert!(!never.join("checkpoint").exists());
+    // Nothing to continue from, and the error says why.
+    let o = train(
+        &[
+            "--resume",
+            "--out",
+            never.to_str().unwrap(),
+            "--steps",
+            "48",
+        ],
+        &[],
+    );
+    assert!(!o.status.success());
+    assert!(
+        text(&o).contains("checkpoint_every = 0, so it writes none"),
+        "{}",
+        text(&o)
+    );
+    let _ = std::fs::remove_dir_all(&every2);
+    let _ = std::fs::remove_dir_all(&never);
+}
