@@ -140,6 +140,34 @@ impl TokenBatches {
         }
         Ok(TokenBatches { data, steps, batch })
     }
+    /// Columns `cols` of the whole `stream` cut into `streams` contiguous streams of
+    /// equal length (the remainder of the division is not used), batchified. Unlike
+    /// [`TokenBatches::new`], the cut does not depend on how many workers share it: the
+    /// columns of every worker together are the one-worker layout, so an evaluation split
+    /// this way scores the same tokens in the same streams for any number of workers.
+    pub fn columns(stream: &[u32], streams: usize, cols: std::ops::Range<usize>) -> Result<Self> {
+        if cols.is_empty() || cols.end > streams {
+            return Err(DataError::Msg(format!(
+                "streams {}..{} are not a non-empty range of the {streams}",
+                cols.start, cols.end
+            )));
+        }
+        let steps = stream.len() / streams;
+        if steps < 2 {
+            return Err(DataError::Msg(format!(
+                "{} tokens are too few for {streams} streams",
+                stream.len()
+            )));
+        }
+        let batch = cols.len();
+        let mut data = vec![0u32; steps * batch];
+        for (b, col) in cols.enumerate() {
+            for t in 0..steps {
+                data[t * batch + b] = stream[col * steps + t];
+            }
+        }
+        Ok(TokenBatches { data, steps, batch })
+    }
     /// Number of BPTT windows of length `bptt`.
     pub fn windows(&self, bptt: usize) -> usize {
         (self.steps - 1).div_ceil(bptt.max(1))
@@ -171,5 +199,39 @@ mod tests {
     fn a_rank_outside_the_job_is_an_error() {
         assert!(super::TokenBatches::new(&[0; 100], 2, 2, 5).is_err());
         assert!(super::TokenBatches::new(&[0; 100], 2, 2, 1).is_ok());
+    }
+
+    /// Any split of the columns holds the one-worker layout's streams, each whole.
+    #[test]
+    fn columns_are_the_same_streams_for_any_split() {
+        use super::TokenBatches;
+        let stream: Vec<u32> = (0..103).collect();
+        let whole = TokenBatches::columns(&stream, 10, 0..10).unwrap();
+        assert_eq!((whole.steps, whole.batch), (10, 10));
+        // Column b is tokens 10b..10b+10; the 3 left over are not used.
+        let (x, y) = whole.window(0, 9).unwrap();
+        let x = x.to_vec::<u32>().unwrap();
+        assert_eq!(&x[..10], &[0, 10, 20, 30, 40, 50, 60, 70, 80, 90]);
+        assert_eq!(y.to_vec::<u32>().unwrap()[..2], [1, 11]);
+        let column = |t: &TokenBatches, b: usize| -> Vec<u32> {
+            let x = t.window(0, t.steps - 1).unwrap().0.to_vec::<u32>().unwrap();
+            let y = t.window(0, t.steps - 1).unwrap().1.to_vec::<u32>().unwrap();
+            let mut c: Vec<u32> = x.iter().skip(b).step_by(t.batch).copied().collect();
+            c.push(*y.iter().skip(b).step_by(t.batch).last().unwrap());
+            c
+        };
+        let streams: Vec<Vec<u32>> = (0..10).map(|b| column(&whole, b)).collect();
+        for world in [1, 3, 4, 10] {
+            let mut got = Vec::new();
+            for rank in 0..world {
+                let part = TokenBatches::columns(&stream, 10, crate::shard_range(10, world, rank))
+                    .unwrap();
+                got.extend((0..part.batch).map(|b| column(&part, b)));
+            }
+            assert_eq!(got, streams, "{world} workers");
+        }
+        assert!(TokenBatches::columns(&stream, 10, 3..3).is_err());
+        assert!(TokenBatches::columns(&stream, 10, 8..11).is_err());
+        assert!(TokenBatches::columns(&stream[..19], 10, 0..10).is_err());
     }
 }

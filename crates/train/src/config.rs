@@ -497,19 +497,22 @@ impl Config {
         if self.eval_samples == Some(0) {
             bail!("--eval-samples must be at least 1 (it limits the test set; leave it out for the whole set)");
         }
-        // Every rank evaluates its shard: an image or speech sample each at least; a
-        // language model's tokens as 10 streams of at least 2 tokens, 20 per rank.
+        // Every rank evaluates its shard of images or utterances, a sample each at least; a
+        // language model's test text is cut into EVAL_STREAMS streams of at least 2 tokens
+        // whatever the number of workers.
         if let Some(n) = self.eval_samples {
-            let per_rank = if crate::task::is_language_model(&self.model) {
-                20
-            } else {
-                1
-            };
-            if n < per_rank * self.workers {
+            if crate::task::is_language_model(&self.model) {
+                let least = 2 * crate::task::EVAL_STREAMS;
+                if n < least {
+                    bail!(
+                        "--eval-samples {n} is too few: a language model's test text is cut into {} streams of at least 2 tokens, {least} tokens",
+                        crate::task::EVAL_STREAMS
+                    );
+                }
+            } else if n < self.workers {
                 bail!(
-                    "--eval-samples {n} is too few for {} workers: each evaluates its own share, at least {per_rank} {}",
-                    self.workers,
-                    if per_rank == 1 { "sample" } else { "tokens" }
+                    "--eval-samples {n} is too few for {} workers: each evaluates its own share, at least a sample",
+                    self.workers
                 );
             }
         }
@@ -789,6 +792,18 @@ mod tests {
             e.contains("--eval-samples 3 is too few for 4 workers"),
             "{e}"
         );
+        // A language model's test text is cut into 10 streams of at least 2 tokens,
+        // however many workers share them.
+        let lm = |n: usize, workers: usize| Config {
+            model: "lstm_lm".into(),
+            dataset: "synthetic".into(),
+            workers,
+            eval_samples: Some(n),
+            ..Config::default()
+        };
+        let e = lm(19, 1).validate().unwrap_err().to_string();
+        assert!(e.contains("--eval-samples 19 is too few"), "{e}");
+        lm(20, 16).validate().unwrap();
         let char_dropout = Config {
             model: "char_lstm".into(),
             dataset: "kjv".into(),

@@ -47,8 +47,9 @@ pub fn is_language_model(model: &str) -> bool {
 }
 const SPEECH_MODELS: [&str; 2] = ["deepspeech", "an4_lstm"];
 
-/// Streams of the language model's evaluation (PyTorch's word-LM example uses 10).
-const EVAL_STREAMS: usize = 10;
+/// Streams of the language model's evaluation, over the whole test text whatever the
+/// number of workers (PyTorch's word-LM example uses 10).
+pub const EVAL_STREAMS: usize = 10;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -414,8 +415,15 @@ impl Task {
         no_grad(|| -> Result<()> {
             match (&self.model, &self.test) {
                 (Model::Language(m), Split::Tokens(stream)) => {
-                    // Each rank a contiguous share in 10 streams, the state carried.
-                    let tokens = match TokenBatches::new(stream, EVAL_STREAMS, world, rank) {
+                    // The test text in EVAL_STREAMS streams, each rank some of them whole
+                    // with the state carried through: the tokens scored and the streams
+                    // they are in do not depend on the number of workers. Ranks past the
+                    // number of streams score none.
+                    let cols = data::shard_range(EVAL_STREAMS, world, rank);
+                    if cols.is_empty() {
+                        return Ok(());
+                    }
+                    let tokens = match TokenBatches::columns(stream, EVAL_STREAMS, cols) {
                         Ok(t) => t,
                         Err(e) => bail!("rank {rank}: the test text is too short to evaluate: {e}"),
                     };
@@ -558,7 +566,44 @@ fn detach(s: &RnnState) -> RnnState {
 
 #[cfg(test)]
 mod tests {
-    use super::top_k_hits;
+    use super::{top_k_hits, Task, EVAL_STREAMS};
+    use crate::config::Config;
+    use tensor::Device;
+
+    /// A language model's test perplexity scores the same tokens in the same streams
+    /// for any number of workers: the ranks' sums add up to one worker's (to rounding),
+    /// ranks past the number of streams score nothing.
+    #[test]
+    fn language_model_evaluation_does_not_depend_on_the_number_of_workers() {
+        let c = Config {
+            model: "lstm_lm".into(),
+            dataset: "synthetic".into(),
+            hidden: Some(16),
+            synthetic_samples: 2000,
+            eval_samples: Some(1003),
+            ..Config::default()
+        };
+        let mut task = Task::new(&c, Device::Cpu).unwrap();
+        let sums = |task: &mut Task, world: usize| -> (f64, f64) {
+            (0..world).fold((0.0, 0.0), |(nll, n), rank| {
+                let s = task.evaluate(c.batch_size, rank, world).unwrap();
+                (nll + s.numerator, n + s.denominator)
+            })
+        };
+        let (nll, n) = sums(&mut task, 1);
+        // 1,003 tokens in 10 streams of 100: 99 predictions each.
+        assert_eq!(n, (EVAL_STREAMS * 99) as f64);
+        for world in [2, 3, 4, 12] {
+            let (other, m) = sums(&mut task, world);
+            assert_eq!(m, n, "{world} workers");
+            assert!(
+                (other - nll).abs() <= 1e-5 * nll,
+                "{world} workers: {other} against {nll}"
+            );
+        }
+        let idle = task.evaluate(c.batch_size, 11, 12).unwrap();
+        assert_eq!((idle.numerator, idle.denominator), (0.0, 0.0));
+    }
 
     #[test]
     fn top_k_counts_labels_among_the_k_largest_with_ties_in_their_favour() {
