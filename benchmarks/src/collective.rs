@@ -3,45 +3,22 @@
 //! collective the way nccl-tests and the papers do, by its completion time on the
 //! slowest rank.
 
-use anyhow::{bail, Context, Result};
+use anyhow::Result;
 use comm::Communicator;
 use std::time::Instant;
 
 /// Runs `world` copies of the current executable with `args`, as ranks of one job on the
-/// loopback interface (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, a fresh GRADEX_TOKEN,
-/// and rank 0's master listener bound here and inherited),
-/// and waits for all of them. A worker that fails makes the others fail too, within the
-/// communicator's timeout; the error names the first failed rank.
+/// loopback interface, through the trainer's launcher (its job variables, a fresh token,
+/// rank 0's master listener bound here and inherited; workers unpinned, writing straight to
+/// this process's output). When a worker fails the others are stopped at once and the
+/// error names it; a worker dies with this process.
 pub fn launch_local(world: usize, args: &[std::ffi::OsString]) -> Result<()> {
-    let master = comm::bind_loopback_master().context("binding the job's master listener")?;
-    let token = train::launcher::token()?;
-    let exe = std::env::current_exe().context("locating this benchmark's executable")?;
-    let children: Vec<_> = (0..world)
-        .map(|rank| {
-            let mut command = std::process::Command::new(&exe);
-            comm::prepare_local_worker(&mut command, rank, world, &master, &token)
-                .context("the job's master listener")?;
-            command
-                .args(args)
-                .spawn()
-                .with_context(|| format!("starting worker {rank}"))
-        })
-        .collect::<Result<_>>()?;
-    drop(master);
-    let mut failed = None;
-    for (rank, mut c) in children.into_iter().enumerate() {
-        let ok = c
-            .wait()
-            .with_context(|| format!("waiting for worker {rank}"))?
-            .success();
-        if !ok && failed.is_none() {
-            failed = Some(rank);
-        }
-    }
-    if let Some(rank) = failed {
-        bail!("worker {rank} of {world} failed (its error is above)");
-    }
-    Ok(())
+    train::launcher::launch_logging(
+        world,
+        train::config::PinCores::False,
+        args,
+        train::launcher::WorkerLogs::Inherit,
+    )
 }
 
 /// The best over `reps` of a collective's completion time, after `warmup` untimed calls:

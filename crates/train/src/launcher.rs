@@ -103,6 +103,10 @@ pub enum WorkerLogs {
     /// Standard error, leaving standard output to the caller's own results (the paper
     /// tables, whose `--json` output must parse).
     Stderr,
+    /// Not copied: the workers inherit this process's standard output and error and write
+    /// there unprefixed (the collective benchmarks, whose rank 0 prints the results). A
+    /// failure's message then points at the output above instead of quoting its tail.
+    Inherit,
 }
 
 /// The launched workers with their output tails. Dropped on any early return (a worker
@@ -142,7 +146,7 @@ pub fn launch_logging(
     args: &[std::ffi::OsString],
     logs: WorkerLogs,
 ) -> Result<()> {
-    let exe = std::env::current_exe().context("locating the train executable")?;
+    let exe = std::env::current_exe().context("locating this executable, which the workers run")?;
     // Bound here and handed to rank 0 as it starts, so the port is held from now until
     // rank 0 accepts its peers: another job on this machine cannot take it meanwhile.
     let master = comm::bind_loopback_master().context("binding the job's master listener")?;
@@ -150,7 +154,7 @@ pub fn launch_logging(
     let shares = cpu_shares(workers, pin);
     let progress = Arc::new(match logs {
         WorkerLogs::Stdout => Progress::new(),
-        WorkerLogs::Stderr => Progress::off(),
+        WorkerLogs::Stderr | WorkerLogs::Inherit => Progress::off(),
     });
     let mut children = Workers(Vec::new());
     for (rank, share) in shares.iter().enumerate() {
@@ -177,10 +181,18 @@ pub fn launch_logging(
         }
         comm::prepare_local_worker(&mut command, rank, workers, &master, &token)
             .context("the job's master listener")?;
+        let piped = logs != WorkerLogs::Inherit;
+        let pipe = || {
+            if piped {
+                Stdio::piped()
+            } else {
+                Stdio::inherit()
+            }
+        };
         let mut child = command
             .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
+            .stdout(pipe())
+            .stderr(pipe())
             .spawn()
             .with_context(|| format!("starting worker {rank}"))?;
         let tail = Arc::new(Mutex::new(VecDeque::new()));
@@ -244,10 +256,12 @@ pub fn launch_logging(
             } else {
                 format!("; also failed: {}", others.join(", "))
             };
-            bail!(
-                "worker {rank} failed ({first}){also}; the other workers were stopped. Its last output:\n  {}",
-                tail.join("\n  ")
-            );
+            let output = if tail.is_empty() {
+                "Its output is above.".to_string()
+            } else {
+                format!("Its last output:\n  {}", tail.join("\n  "))
+            };
+            bail!("worker {rank} failed ({first}){also}; the other workers were stopped. {output}");
         }
         if status.iter().all(|s| s.is_some()) {
             progress.finish();
