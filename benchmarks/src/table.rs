@@ -306,9 +306,12 @@ pub fn run_plan(out: &Path, plan: &[(String, Config)], common: &CommonArgs) -> R
 /// Runs `cfg` (its `out` is the run directory) as `cfg.workers` local processes of the
 /// current binary, which must call [`run_worker_if_asked`] first thing in `main`; their
 /// logs go to standard error. Fails with the first failing worker's error. The common
-/// flags that reach the trainer (`--checkpoint-every`) override `cfg`'s.
+/// flags that reach the trainer (`--checkpoint-every`) override `cfg`'s, and the job
+/// replaces what an earlier run of the table left in its directory.
 pub fn run_job(cfg: &Config, label: &str, common: &CommonArgs) -> Result<Job> {
     let mut cfg = cfg.clone();
+    // A table's jobs live in its own --out: running the table again replaces them.
+    cfg.overwrite = true;
     if let Some(n) = common.checkpoint_every {
         cfg.checkpoint_every = n;
     }

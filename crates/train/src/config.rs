@@ -153,6 +153,8 @@ pub struct Config {
     pub pin_cores: PinCores,
     /// Save a checkpoint every this many epochs and where the run ends (0: never).
     pub checkpoint_every: usize,
+    /// A fresh run may replace an earlier run's records and checkpoints in `out`.
+    pub overwrite: bool,
 }
 
 impl Default for Config {
@@ -194,6 +196,7 @@ impl Default for Config {
             bucket_elems: 0,
             pin_cores: PinCores::Auto,
             checkpoint_every: 1,
+            overwrite: false,
         }
     }
 }
@@ -307,6 +310,10 @@ pub struct Args {
     /// Continue the run in --out from its last checkpoint.
     #[arg(long)]
     pub resume: bool,
+    /// Let a fresh run replace an earlier run in --out (its metrics.jsonl and
+    /// checkpoints); without it such a directory is refused, nothing touched.
+    #[arg(long, conflicts_with = "resume")]
+    pub overwrite: bool,
     /// Checkpoint every N epochs and where the run ends (default 1: every epoch; 0: never,
     /// which saves disk and time but leaves nothing to --resume from). Each rank keeps
     /// two generations of its parameters, optimizer state and the method's residuals:
@@ -454,6 +461,9 @@ impl Config {
         }
         if !args.method_opts.is_empty() {
             c.method_opts = args.method_opts.clone();
+        }
+        if args.overwrite {
+            c.overwrite = true;
         }
         Ok(c)
     }

@@ -520,6 +520,31 @@ impl Worker {
         Ok(())
     }
 
+    /// An error when `cfg.out` holds an earlier run that a fresh one would replace (this
+    /// rank's checkpoints; rank 0: the metrics), unless `--overwrite` allows it.
+    /// `config.toml` alone is no run: every rank writes it first thing.
+    fn earlier_run(&self, cfg: &Config) -> Result<()> {
+        if cfg.overwrite {
+            return Ok(());
+        }
+        let mut found = vec![
+            checkpoint::path(&cfg.out, self.rank),
+            checkpoint::prev_path(&cfg.out, self.rank),
+        ];
+        if self.rank == 0 {
+            found.push(cfg.out.join("metrics.jsonl"));
+        }
+        found.retain(|f| f.exists());
+        if let Some(f) = found.first() {
+            bail!(
+                "{} holds an earlier run ({}): --resume continues it, --overwrite replaces it, or choose another --out",
+                cfg.out.display(),
+                f.display()
+            );
+        }
+        Ok(())
+    }
+
     fn load_checkpoint(&mut self, file: &std::path::Path) -> Result<()> {
         let saved = checkpoint::load(file)?;
         no_grad(|| -> Result<()> {
@@ -597,6 +622,9 @@ impl Worker {
                 .load_checkpoint(&file)
                 .with_context(|| format!("resuming from {}", file.display()));
         } else {
+            // Every rank's verdict before any rank removes anything of the earlier run.
+            let fresh = self.earlier_run(&cfg);
+            self.all_ranks_ok(fresh, "start a fresh run")?;
             checkpoint::remove(&cfg.out, self.rank)?;
             self.broadcast_model()?;
         }

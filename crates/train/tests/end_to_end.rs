@@ -772,6 +772,10 @@ fn wrong_configurations_fail_before_any_worker_starts() {
         ),
         (&["--method", "nope"], "unknown method"),
         (
+            &["--resume", "--overwrite"],
+            "'--resume' cannot be used with '--overwrite'",
+        ),
+        (
             &["--eval-samples", "0"],
             "--eval-samples must be at least 1",
         ),
@@ -1210,4 +1214,35 @@ fn checkpoints_come_every_nth_epoch_and_where_the_run_ends_or_never() {
     );
     let _ = std::fs::remove_dir_all(&every2);
     let _ = std::fs::remove_dir_all(&never);
+}
+
+#[test]
+fn a_fresh_run_refuses_an_earlier_runs_directory_unless_told_to_overwrite() {
+    let (dir, _) = dense_run("earlier-run", 4, &[]);
+    let out = dir.to_str().unwrap();
+    let metrics = std::fs::read(dir.join("metrics.jsonl")).unwrap();
+    let saved = params(&dir, 1);
+    let again = |extra: &[&str]| {
+        let mut args: Vec<&str> = BASE.to_vec();
+        args.extend([
+            "--method", "dense", "--steps", "2", "--lr", "0.05", "--out", out,
+        ]);
+        args.extend(extra);
+        train(&args, &[])
+    };
+    let o = again(&[]);
+    assert!(!o.status.success());
+    assert!(
+        text(&o).contains("holds an earlier run") && text(&o).contains("--overwrite replaces it"),
+        "{}",
+        text(&o)
+    );
+    // Nothing of the earlier run was touched: its records and every rank's checkpoint.
+    assert_eq!(std::fs::read(dir.join("metrics.jsonl")).unwrap(), metrics);
+    assert_eq!(params(&dir, 1), saved);
+    assert_eq!(summary(&dir)["steps"], 4);
+    let o = again(&["--overwrite"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(summary(&dir)["steps"], 2);
+    let _ = std::fs::remove_dir_all(&dir);
 }
