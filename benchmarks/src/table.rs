@@ -19,9 +19,10 @@ pub struct CommonArgs {
     #[arg(long)]
     pub json: bool,
     /// Checkpoint each job every N epochs and where it ends (0: never). Checkpoints let a
-    /// job be continued with `train --resume --config RUN/config.toml`; a large model's
-    /// take disk: two generations of parameters, optimizer and method state per rank.
-    /// Default: every epoch (dgc_table3's quick preset: never).
+    /// job be continued with `train --resume --out RUN`; a large model's take disk: two
+    /// generations of parameters, optimizer and method state per rank. Default: every
+    /// epoch (dgc_table3's quick preset: never). Running the table again replaces its
+    /// jobs' runs, one continued by hand included.
     #[arg(long, value_name = "N")]
     pub checkpoint_every: Option<usize>,
     /// Internal: run as one worker of the job described by this config file.

@@ -304,14 +304,17 @@ pub struct Args {
     /// Collective backend.
     #[arg(long, value_enum)]
     pub backend: Option<Backend>,
-    /// Run directory: config, metrics.jsonl, summary.json, checkpoints.
+    /// Run directory: config, metrics.jsonl, summary.json, checkpoints (default
+    /// runs/latest). One that holds an earlier run is refused unless --resume or
+    /// --overwrite.
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Continue the run in --out from its last checkpoint.
     #[arg(long)]
     pub resume: bool,
-    /// Let a fresh run replace an earlier run in --out (its metrics.jsonl and
-    /// checkpoints); without it such a directory is refused, nothing touched.
+    /// Let a fresh run replace an earlier run in --out (a finished one's summary.json, or
+    /// checkpoints); without it such a directory is refused, nothing touched. Not recorded
+    /// in the run's config.toml.
     #[arg(long, conflicts_with = "resume")]
     pub overwrite: bool,
     /// Checkpoint every N epochs and where the run ends (default 1: every epoch; 0: never,
@@ -685,8 +688,15 @@ impl Config {
         })
     }
 
+    /// Writes `config.toml`, what `--resume` and `--config` read back. `overwrite` is
+    /// recorded as false: permission to replace a run is given for one command, not
+    /// passed on to every run started from this file.
     pub fn write(&self, dir: &Path) -> Result<()> {
-        let text = toml::to_string_pretty(self).context("serialising the configuration")?;
+        let recorded = Config {
+            overwrite: false,
+            ..self.clone()
+        };
+        let text = toml::to_string_pretty(&recorded).context("serialising the configuration")?;
         crate::metrics::write_atomic(&dir.join("config.toml"), text.as_bytes())
     }
 }

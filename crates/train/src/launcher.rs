@@ -139,7 +139,8 @@ pub fn launch(workers: usize, pin: PinCores, args: &[std::ffi::OsString]) -> Res
     launch_logging(workers, pin, args, WorkerLogs::Stdout)
 }
 
-/// [`launch`], with the workers' standard output copied to `logs`.
+/// [`launch`], with the workers' standard output copied to `logs` (or, with
+/// [`WorkerLogs::Inherit`], written there by the workers themselves).
 pub fn launch_logging(
     workers: usize,
     pin: PinCores,

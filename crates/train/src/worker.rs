@@ -151,6 +151,24 @@ fn fault_injection(rank: usize, step: usize) {
     }
 }
 
+/// Removes an earlier run's summary and charts from `out` (a fresh run's rank 0, at its
+/// start), so that a run that dies leaves none of them beside its own records.
+fn remove_results(out: &std::path::Path) -> Result<()> {
+    let charts = crate::plot::RUN_CHARTS
+        .iter()
+        .flat_map(|c| ["png", "svg"].map(|e| out.join(c).with_extension(e)));
+    for f in std::iter::once(out.join("summary.json")).chain(charts) {
+        match std::fs::remove_file(&f) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(e)
+                    .with_context(|| format!("removing the earlier run's {}", f.display()))
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 /// A checkpoint's name for an optimizer state entry: SGD's momentum keeps the name it had
 /// before Adam (`optim/{i}`), so older checkpoints still resume; others add their key.
 fn optim_name(index: usize, key: &str) -> String {
@@ -424,8 +442,9 @@ impl Worker {
                     ),
                 })
                 .collect();
-            let why = if self.cfg.checkpoint_every == 0 {
-                "; the run's configuration has checkpoint_every = 0, so it writes none"
+            let none = decoded.iter().all(|g| g.iter().all(Option::is_none));
+            let why = if none {
+                " (a run with --checkpoint-every 0 writes none); without --resume, --overwrite starts the run afresh"
             } else {
                 ""
             };
@@ -520,9 +539,10 @@ impl Worker {
         Ok(())
     }
 
-    /// An error when `cfg.out` holds an earlier run that a fresh one would replace (this
-    /// rank's checkpoints; rank 0: the metrics), unless `--overwrite` allows it.
-    /// `config.toml` alone is no run: every rank writes it first thing.
+    /// An error when `cfg.out` holds an earlier run that a fresh one would replace, one
+    /// that can be resumed (this rank's checkpoints) or that finished (rank 0: its
+    /// summary), unless `--overwrite` allows it. A run that died before either left
+    /// nothing to keep but its log, which the fresh run's replaces.
     fn earlier_run(&self, cfg: &Config) -> Result<()> {
         if cfg.overwrite {
             return Ok(());
@@ -532,7 +552,7 @@ impl Worker {
             checkpoint::prev_path(&cfg.out, self.rank),
         ];
         if self.rank == 0 {
-            found.push(cfg.out.join("metrics.jsonl"));
+            found.push(cfg.out.join("summary.json"));
         }
         found.retain(|f| f.exists());
         if let Some(f) = found.first() {
@@ -626,6 +646,9 @@ impl Worker {
             let fresh = self.earlier_run(&cfg);
             self.all_ranks_ok(fresh, "start a fresh run")?;
             checkpoint::remove(&cfg.out, self.rank)?;
+            if lead {
+                remove_results(&cfg.out)?;
+            }
             self.broadcast_model()?;
         }
         let source = self

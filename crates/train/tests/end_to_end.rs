@@ -1208,7 +1208,8 @@ fn checkpoints_come_every_nth_epoch_and_where_the_run_ends_or_never() {
     );
     assert!(!o.status.success());
     assert!(
-        text(&o).contains("checkpoint_every = 0, so it writes none"),
+        text(&o).contains("--checkpoint-every 0 writes none")
+            && text(&o).contains("--overwrite starts the run afresh"),
         "{}",
         text(&o)
     );
@@ -1244,5 +1245,14 @@ fn a_fresh_run_refuses_an_earlier_runs_directory_unless_told_to_overwrite() {
     let o = again(&["--overwrite"]);
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(summary(&dir)["steps"], 2);
+    // The permission was for that command: a run from the recorded file has none.
+    let recorded = std::fs::read_to_string(dir.join("config.toml")).unwrap();
+    assert!(recorded.contains("overwrite = false"), "{recorded}");
+    // A run that died before its first checkpoint and summary left only its log, which
+    // a fresh run replaces without being asked.
+    std::fs::remove_file(dir.join("summary.json")).unwrap();
+    std::fs::remove_dir_all(dir.join("checkpoint")).unwrap();
+    let o = again(&[]);
+    assert!(o.status.success(), "{}", text(&o));
     let _ = std::fs::remove_dir_all(&dir);
 }

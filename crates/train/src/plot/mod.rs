@@ -99,6 +99,14 @@ pub fn line_chart(
         .with_context(|| format!("plotting {}", png_path.display()))
 }
 
+/// The stems of the run directory's charts (each written as `.png` and `.svg`).
+pub const RUN_CHARTS: [&str; 4] = [
+    "loss_by_epoch",
+    "loss_by_bytes",
+    "metric_by_epoch",
+    "metric_by_bytes",
+];
+
 /// The run directory's charts from its `metrics.jsonl`: loss and metric against epoch
 /// and against bytes sent.
 pub fn run_charts(dir: &Path, metric_name: &str) -> Result<()> {
@@ -117,10 +125,10 @@ pub fn run_charts(dir: &Path, metric_name: &str) -> Result<()> {
     let bytes = "bytes sent (this rank)";
     // (file stem, record kind, x key, x label, y key, series name and y label)
     let charts = [
-        ("loss_by_epoch", "step", "epoch", "epoch", "loss", "loss"),
-        ("loss_by_bytes", "step", "bytes_sent", bytes, "loss", "loss"),
+        (RUN_CHARTS[0], "step", "epoch", "epoch", "loss", "loss"),
+        (RUN_CHARTS[1], "step", "bytes_sent", bytes, "loss", "loss"),
         (
-            "metric_by_epoch",
+            RUN_CHARTS[2],
             "eval",
             "epoch",
             "epoch",
@@ -128,7 +136,7 @@ pub fn run_charts(dir: &Path, metric_name: &str) -> Result<()> {
             metric_name,
         ),
         (
-            "metric_by_bytes",
+            RUN_CHARTS[3],
             "eval",
             "bytes_sent",
             bytes,
