@@ -254,18 +254,10 @@ impl Job {
         Ok(worst)
     }
 
-    /// The evaluation metric against epoch, one point per evaluation.
+    /// The evaluation metric against epoch, one point per evaluation (an evaluation
+    /// whose metric is not a number, an overflowed perplexity, is left out).
     pub fn eval_curve(&self) -> Vec<(f64, f64)> {
-        self.records
-            .iter()
-            .filter(|r| r["kind"] == "eval")
-            .map(|r| {
-                (
-                    r["epoch"].as_f64().unwrap_or(0.0),
-                    r["metric"].as_f64().unwrap_or(0.0),
-                )
-            })
-            .collect()
+        self.curve("eval", "epoch", "metric")
     }
 }
 
@@ -334,20 +326,45 @@ pub fn run_job(cfg: &Config, label: &str, common: &CommonArgs) -> Result<Job> {
         train::launcher::WorkerLogs::Stderr,
     )
     .with_context(|| format!("the job '{label}'"))?;
-    let summary_path = dir.join("summary.json");
-    let summary: Value = serde_json::from_str(
-        &std::fs::read_to_string(&summary_path)
-            .with_context(|| format!("reading {}", summary_path.display()))?,
-    )
-    .with_context(|| format!("parsing {}", summary_path.display()))?;
-    let records = read_jsonl(&dir.join("metrics.jsonl"))?;
     Ok(Job {
-        dir: dir.clone(),
-        workers: cfg.workers,
-        summary,
-        records,
         wall_seconds: started.elapsed().as_secs_f64(),
+        ..Job::read(dir)?
     })
+}
+
+impl Job {
+    /// A finished run as its directory holds it (`summary.json`, `metrics.jsonl`), its
+    /// wall time the summary's.
+    pub fn read(dir: &Path) -> Result<Job> {
+        let summary_path = dir.join("summary.json");
+        let text = match std::fs::read_to_string(&summary_path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => anyhow::bail!(
+                "{} has no summary.json: not a finished run (the trainer writes it at the end)",
+                dir.display()
+            ),
+            Err(e) => return Err(e).with_context(|| format!("reading {}", summary_path.display())),
+        };
+        let summary: Value = serde_json::from_str(&text)
+            .with_context(|| format!("parsing {}", summary_path.display()))?;
+        let records = read_jsonl(&dir.join("metrics.jsonl"))?;
+        Ok(Job {
+            dir: dir.to_path_buf(),
+            workers: summary["workers"].as_u64().unwrap_or(0) as usize,
+            wall_seconds: summary["wall_seconds"].as_f64().unwrap_or(f64::NAN),
+            summary,
+            records,
+        })
+    }
+
+    /// Records of `kind` (`step`, `eval`) as (x, y) points of their keys `x` and `y`.
+    pub fn curve(&self, kind: &str, x: &str, y: &str) -> Vec<(f64, f64)> {
+        self.records
+            .iter()
+            .filter(|r| r["kind"] == kind)
+            .filter_map(|r| Some((r[x].as_f64()?, r[y].as_f64()?)))
+            .collect()
+    }
 }
 
 fn read_jsonl(path: &Path) -> Result<Vec<Value>> {
@@ -383,7 +400,8 @@ pub fn write_table(
 }
 
 /// Writes `{stem}.json` (the rows) and `{stem}.csv` (the rows' `columns` in that order:
-/// numbers in full, strings as they are, nothing for null) into `out`.
+/// numbers in full, strings as they are unless they need quoting, nothing for null) into
+/// `out`.
 pub fn write_rows(out: &Path, stem: &str, rows: &[Value], columns: &[&str]) -> Result<()> {
     let write = |name: &str, text: &str| {
         let path = out.join(name);
@@ -399,6 +417,10 @@ pub fn write_rows(out: &Path, stem: &str, rows: &[Value], columns: &[&str]) -> R
             .iter()
             .map(|&c| match &row[c] {
                 Value::Null => String::new(),
+                // Quoted (RFC 4180) where a comma, quote or line break would split it.
+                Value::String(s) if s.contains([',', '"', '\n', '\r']) => {
+                    format!("\"{}\"", s.replace('"', "\"\""))
+                }
                 Value::String(s) => s.clone(),
                 v => v.to_string(),
             })
@@ -448,5 +470,22 @@ mod tests {
         assert_eq!(whole, (83.0 + 10.0 * 117.0) / 200.0);
         // No record after the warm-up but the last: nothing to measure.
         assert_eq!(job().message_ratio_after(1.9), None);
+    }
+
+    /// A string cell that holds a comma, a quote or a line break is quoted, its quotes
+    /// doubled; numbers and plain strings are written as they are, null as nothing.
+    #[test]
+    fn csv_cells_are_quoted_where_they_must_be() {
+        let dir = std::env::temp_dir().join(format!("table-csv-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let rows = [json!({"a": "dgc(density=0.001, clip=0)", "b": "say \"hi\"", "c": 1.5,
+                           "d": null, "e": "plain"})];
+        super::write_rows(&dir, "t", &rows, &["a", "b", "c", "d", "e"]).unwrap();
+        let csv = std::fs::read_to_string(dir.join("t.csv")).unwrap();
+        assert_eq!(
+            csv.lines().nth(1),
+            Some("\"dgc(density=0.001, clip=0)\",\"say \"\"hi\"\"\",1.5,,plain")
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
