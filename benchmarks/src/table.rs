@@ -2,8 +2,8 @@
 //! `localgrad_table1`, `qsgd_table1`, `gtopk_table7`) share: running one training job per table cell as real worker
 //! processes (the binary re-executes itself with `--worker-config`, as `train --workers
 //! N` does), and reading back what the job wrote (summary, metrics records, the
-//! evaluation curve, the ranks' checkpoints). The tables' layouts, presets and the
-//! papers' numbers stay in each binary.
+//! evaluation curve, the ranks' checkpoints; `compare_runs` reads any run directory this
+//! way too). The tables' layouts, presets and the papers' numbers stay in each binary.
 
 use anyhow::{Context, Result};
 use serde_json::Value;
