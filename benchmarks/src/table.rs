@@ -257,7 +257,7 @@ impl Job {
     /// The evaluation metric against epoch, one point per evaluation (an evaluation
     /// whose metric is not a number, an overflowed perplexity, is left out).
     pub fn eval_curve(&self) -> Vec<(f64, f64)> {
-        self.curve("eval", "epoch", "metric")
+        train::plot::points(&self.records, "eval", "epoch", "metric")
     }
 }
 
@@ -355,15 +355,6 @@ impl Job {
             summary,
             records,
         })
-    }
-
-    /// Records of `kind` (`step`, `eval`) as (x, y) points of their keys `x` and `y`.
-    pub fn curve(&self, kind: &str, x: &str, y: &str) -> Vec<(f64, f64)> {
-        self.records
-            .iter()
-            .filter(|r| r["kind"] == kind)
-            .filter_map(|r| Some((r[x].as_f64()?, r[y].as_f64()?)))
-            .collect()
     }
 }
 
@@ -478,8 +469,10 @@ mod tests {
     fn csv_cells_are_quoted_where_they_must_be() {
         let dir = std::env::temp_dir().join(format!("table-csv-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let rows = [json!({"a": "dgc(density=0.001, clip=0)", "b": "say \"hi\"", "c": 1.5,
-                           "d": null, "e": "plain"})];
+        let rows = [
+            json!({"a": "dgc(density=0.001, clip=0)", "b": "say \"hi\"", "c": 1.5,
+                           "d": null, "e": "plain"}),
+        ];
         super::write_rows(&dir, "t", &rows, &["a", "b", "c", "d", "e"]).unwrap();
         let csv = std::fs::read_to_string(dir.join("t.csv")).unwrap();
         assert_eq!(

@@ -120,9 +120,9 @@ fn rows_differences_ratios_after_warm_up_and_charts() {
     let csv = std::fs::read_to_string(out.join("compare.csv")).unwrap();
     assert_eq!(csv.lines().count(), 3, "{csv}");
     assert!(csv.lines().nth(2).unwrap().starts_with("DGC,"), "{csv}");
-    for stem in train::plot::RUN_CHARTS {
+    for chart in &train::plot::RUN_CHARTS {
         for ext in ["png", "svg"] {
-            let f = out.join(stem).with_extension(ext);
+            let f = out.join(chart.stem).with_extension(ext);
             assert!(f.is_file(), "{} missing", f.display());
         }
     }

@@ -133,49 +133,17 @@ fn main() -> Result<()> {
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
     table::write_rows(&args.out, "compare", &rows, &COLUMNS)?;
-    charts(&args, &jobs, &labels, &name)?;
+    let runs: Vec<(Option<&str>, &[Value])> = labels
+        .iter()
+        .zip(&jobs)
+        .map(|(l, j)| (Some(l.as_str()), j.records.as_slice()))
+        .collect();
+    train::plot::learning_charts(&args.out, &name, &runs)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
         print_table(&rows, &name, args.after_epoch);
         println!("\nwritten: {}", args.out.display());
-    }
-    Ok(())
-}
-
-/// The run directory's four charts, one series per run.
-fn charts(args: &Args, jobs: &[Job], labels: &[String], metric: &str) -> Result<()> {
-    let bytes = "bytes sent (rank 0)";
-    let [loss_epoch, loss_bytes, metric_epoch, metric_bytes] = train::plot::RUN_CHARTS;
-    for (stem, kind, x, x_label, y, y_label) in [
-        (metric_epoch, "eval", "epoch", "epoch", "metric", metric),
-        (metric_bytes, "eval", "bytes_sent", bytes, "metric", metric),
-        (
-            loss_epoch,
-            "step",
-            "epoch",
-            "epoch",
-            "loss",
-            "training loss",
-        ),
-        (
-            loss_bytes,
-            "step",
-            "bytes_sent",
-            bytes,
-            "loss",
-            "training loss",
-        ),
-    ] {
-        let series: Vec<train::plot::Series> = jobs
-            .iter()
-            .zip(labels)
-            .map(|(j, l)| train::plot::Series {
-                name: l.clone(),
-                points: j.curve(kind, x, y),
-            })
-            .collect();
-        train::plot::line_chart(&args.out.join(stem), y_label, x_label, y_label, &series)?;
     }
     Ok(())
 }

@@ -124,21 +124,16 @@ impl TokenBatches {
                 "rank {rank} is not a worker of a job of {world}"
             )));
         }
-        let shard = &stream[shard_range(stream.len(), world, rank)];
-        let steps = shard.len() / batch.max(1);
-        if batch == 0 || steps < 2 {
-            return Err(DataError::Msg(format!(
-                "{} tokens are too few for {batch} streams",
-                shard.len()
-            )));
+        if batch == 0 {
+            return Err(DataError::Msg(
+                "0 streams: the batch must be at least 1".into(),
+            ));
         }
-        let mut data = vec![0u32; steps * batch];
-        for b in 0..batch {
-            for t in 0..steps {
-                data[t * batch + b] = shard[b * steps + t];
-            }
-        }
-        Ok(TokenBatches { data, steps, batch })
+        Self::columns(
+            &stream[shard_range(stream.len(), world, rank)],
+            batch,
+            0..batch,
+        )
     }
     /// Columns `cols` of the whole `stream` cut into `streams` contiguous streams of
     /// equal length (the remainder of the division is not used), batchified. Unlike

@@ -156,7 +156,7 @@ fn fault_injection(rank: usize, step: usize) {
 fn remove_results(out: &std::path::Path) -> Result<()> {
     let charts = crate::plot::RUN_CHARTS
         .iter()
-        .flat_map(|c| ["png", "svg"].map(|e| out.join(c).with_extension(e)));
+        .flat_map(|c| ["png", "svg"].map(|e| out.join(c.stem).with_extension(e)));
     for f in std::iter::once(out.join("summary.json")).chain(charts) {
         match std::fs::remove_file(&f) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {

@@ -99,16 +99,62 @@ pub fn line_chart(
         .with_context(|| format!("plotting {}", png_path.display()))
 }
 
-/// The stems of the run directory's charts (each written as `.png` and `.svg`).
-pub const RUN_CHARTS: [&str; 4] = [
-    "loss_by_epoch",
-    "loss_by_bytes",
-    "metric_by_epoch",
-    "metric_by_bytes",
+/// One of a run directory's charts (written as `{stem}.png` and `{stem}.svg`): the
+/// records of `kind` (`step` or `eval`) in `metrics.jsonl`, their `y` key against `x`.
+pub struct RunChart {
+    pub stem: &'static str,
+    pub kind: &'static str,
+    pub x: &'static str,
+    pub x_label: &'static str,
+    /// `loss` (training loss) or `metric` (the evaluation metric).
+    pub y: &'static str,
+}
+
+const BYTES_LABEL: &str = "bytes sent (this rank)";
+
+/// The run directory's charts: loss and metric against epoch and against bytes sent.
+pub const RUN_CHARTS: [RunChart; 4] = [
+    RunChart {
+        stem: "loss_by_epoch",
+        kind: "step",
+        x: "epoch",
+        x_label: "epoch",
+        y: "loss",
+    },
+    RunChart {
+        stem: "loss_by_bytes",
+        kind: "step",
+        x: "bytes_sent",
+        x_label: BYTES_LABEL,
+        y: "loss",
+    },
+    RunChart {
+        stem: "metric_by_epoch",
+        kind: "eval",
+        x: "epoch",
+        x_label: "epoch",
+        y: "metric",
+    },
+    RunChart {
+        stem: "metric_by_bytes",
+        kind: "eval",
+        x: "bytes_sent",
+        x_label: BYTES_LABEL,
+        y: "metric",
+    },
 ];
 
-/// The run directory's charts from its `metrics.jsonl`: loss and metric against epoch
-/// and against bytes sent.
+/// The (x, y) points of the `records` of `kind` (`metrics.jsonl` lines) that hold both
+/// keys as numbers.
+pub fn points(records: &[serde_json::Value], kind: &str, x: &str, y: &str) -> Vec<(f64, f64)> {
+    records
+        .iter()
+        .filter(|r| r["kind"] == kind)
+        .filter_map(|r| Some((r[x].as_f64()?, r[y].as_f64()?)))
+        .collect()
+}
+
+/// The run directory's charts from its `metrics.jsonl`.
 pub fn run_charts(dir: &Path, metric_name: &str) -> Result<()> {
     let text =
         std::fs::read_to_string(dir.join("metrics.jsonl")).context("reading metrics.jsonl")?;
@@ -116,41 +162,30 @@ pub fn run_charts(dir: &Path, metric_name: &str) -> Result<()> {
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect();
-    let get = |kind: &str, x: &str, y: &str| -> Vec<(f64, f64)> {
-        recs.iter()
-            .filter(|r| r["kind"] == kind)
-            .filter_map(|r| Some((r[x].as_f64()?, r[y].as_f64()?)))
-            .collect()
-    };
-    let bytes = "bytes sent (this rank)";
-    // (file stem, record kind, x key, x label, y key, series name and y label)
-    let charts = [
-        (RUN_CHARTS[0], "step", "epoch", "epoch", "loss", "loss"),
-        (RUN_CHARTS[1], "step", "bytes_sent", bytes, "loss", "loss"),
-        (
-            RUN_CHARTS[2],
-            "eval",
-            "epoch",
-            "epoch",
-            "metric",
-            metric_name,
-        ),
-        (
-            RUN_CHARTS[3],
-            "eval",
-            "bytes_sent",
-            bytes,
-            "metric",
-            metric_name,
-        ),
-    ];
-    for (stem, kind, x, x_label, y, name) in charts {
-        let title = if y == "loss" { "training loss" } else { name };
-        let series = [Series {
-            name: name.to_string(),
-            points: get(kind, x, y),
-        }];
-        line_chart(&dir.join(stem), title, x_label, name, &series)?;
+    learning_charts(dir, metric_name, &[(None, &recs)])
+}
+
+/// [`RUN_CHARTS`] drawn into `dir`, one series per run: its name (None: the quantity
+/// drawn, for a run charted alone) and its `metrics.jsonl` records.
+pub fn learning_charts(
+    dir: &Path,
+    metric_name: &str,
+    runs: &[(Option<&str>, &[serde_json::Value])],
+) -> Result<()> {
+    for c in &RUN_CHARTS {
+        let (quantity, title) = if c.y == "loss" {
+            ("loss", "training loss")
+        } else {
+            (metric_name, metric_name)
+        };
+        let series: Vec<Series> = runs
+            .iter()
+            .map(|(name, recs)| Series {
+                name: name.unwrap_or(quantity).to_string(),
+                points: points(recs, c.kind, c.x, c.y),
+            })
+            .collect();
+        line_chart(&dir.join(c.stem), title, c.x_label, quantity, &series)?;
     }
     Ok(())
 }
