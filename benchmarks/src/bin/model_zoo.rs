@@ -1,12 +1,14 @@
 //! The papers' models: parameter counts, gradient sizes against the sizes the papers
-//! state, and (`--time`) one forward+backward step of each on the CPU. ResNet-20's step
-//! is compared with PyTorch's, measured in the same run by `reference/resnet20_time.py`.
+//! state, and (`--time`) one forward+backward step of each on the CPU. The steps of
+//! ResNet-20 and of the language models are compared with PyTorch's, measured in the same
+//! run by `reference/resnet20_time.py` and `reference/lstm_lm_time.py`.
 //!
 //! `cargo run --release -p benchmarks --bin model_zoo -- --json` prints a JSON array with
 //! one object per model: `name`, `params`, `grad_mib` (params × 4 / 2²⁰), `paper_mib`
-//! (where a paper states it, else null), and with `--time` also `batch` and `step_ms`.
+//! (where a paper states it, else null), and with `--time` also `batch` and `step_ms`,
+//! and where PyTorch ran the same network `torch_step_ms` and `ours_over_torch_time`.
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use benchmarks::{best_of, init_threads, run_reference};
 use clap::Parser;
 use nn::loss::{ctc_loss, CtcReduction};
@@ -18,7 +20,8 @@ use tensor::{DType, Device, Rng, Tensor};
 #[derive(Parser)]
 #[command(about = "Parameter counts of the papers' models against the papers, and CPU step times")]
 struct Args {
-    /// Also time one forward+backward step per model (and ResNet-20 against PyTorch).
+    /// Also time one forward+backward step per model (ResNet-20 and the language models
+    /// against PyTorch).
     #[arg(long)]
     time: bool,
     /// Only these models (comma-separated); default all.
@@ -27,6 +30,16 @@ struct Args {
     /// Batch size for the timing of the CIFAR-sized models (ResNet-n, VGG-16, LeNet-5).
     #[arg(long, default_value_t = 32)]
     batch: usize,
+    /// Batch size (streams) for the timing of the language models; each sample is a
+    /// 35-token window. 20 is the batch of the PyTorch word-LM example and of the README's
+    /// King James Bible runs.
+    #[arg(long, default_value_t = 20)]
+    lm_batch: usize,
+    /// Width of `lstm_lm` (default the paper's 1500), as the trainer's `--hidden`: the
+    /// README's King James Bible runs use 200. Dropout follows the trainer's default
+    /// (the papers' 0.65 at 1500 and 0.5 at 650, none at other widths).
+    #[arg(long)]
+    lm_hidden: Option<usize>,
     /// Timed repetitions (the best is reported).
     #[arg(long, default_value_t = 3)]
     repeats: usize,
@@ -47,8 +60,15 @@ enum Input {
         classes: usize,
         large: bool,
     },
-    /// Token ids `[35, batch]` (truncated BPTT length of the PTB setups).
-    Tokens { vocab: usize },
+    /// Token ids `[35, batch]` (truncated BPTT length of the PTB setups) into a 2-layer
+    /// LSTM of `hidden` units over an embedding of `emb` (the network PyTorch rebuilds).
+    Tokens {
+        vocab: usize,
+        emb: usize,
+        hidden: usize,
+        tied: bool,
+        dropout: f64,
+    },
     /// Spectrograms `[batch, 1, 161, frames]`.
     Spectrogram { frames: usize },
 }
@@ -77,6 +97,21 @@ const fn image(
     }
 }
 
+/// A tied word-level LSTM LM over PTB's 10,000 words (`models::lstm_lm`).
+const fn word_lm(name: &'static str, paper_mib: Option<f64>, hidden: usize) -> Entry {
+    Entry {
+        name,
+        paper_mib,
+        input: Input::Tokens {
+            vocab: 10_000,
+            emb: hidden,
+            hidden,
+            tied: true,
+            dropout: models::lstm_lm_dropout(hidden),
+        },
+    }
+}
+
 /// Every model of `models::NAMES`, with the gradient size a paper states and its input.
 fn zoo() -> Vec<Entry> {
     vec![
@@ -89,20 +124,18 @@ fn zoo() -> Vec<Entry> {
         image("alexnet", Some(232.56), [3, 227, 227], 1000, true),
         image("vgg16", None, [3, 32, 32], 10, false),
         image("lenet5", None, [1, 28, 28], 10, false),
-        Entry {
-            name: "lstm_lm",
-            paper_mib: Some(194.68),
-            input: Input::Tokens { vocab: 10_000 },
-        },
-        Entry {
-            name: "lstm_lm_medium",
-            paper_mib: None,
-            input: Input::Tokens { vocab: 10_000 },
-        },
+        word_lm("lstm_lm", Some(194.68), 1500),
+        word_lm("lstm_lm_medium", None, 650),
         Entry {
             name: "char_lstm",
             paper_mib: None,
-            input: Input::Tokens { vocab: 98 },
+            input: Input::Tokens {
+                vocab: 98,
+                emb: 200,
+                hidden: 200,
+                tied: false,
+                dropout: 0.0,
+            },
         },
         Entry {
             name: "deepspeech",
@@ -117,6 +150,9 @@ fn zoo() -> Vec<Entry> {
     ]
 }
 
+/// Time steps of a language model's timing window (the PTB setups' truncated BPTT).
+const BPTT: usize = 35;
+
 /// A prepared training step, run once per timing repetition.
 type StepFn<'m> = Box<dyn FnMut() -> Result<()> + 'm>;
 
@@ -125,6 +161,7 @@ fn step<'m>(
     model: &'m dyn Module,
     input: Input,
     batch: usize,
+    lm_batch: usize,
     rng: &mut Rng,
 ) -> Result<(usize, StepFn<'m>)> {
     let mut ctx = Ctx::train(1);
@@ -159,8 +196,8 @@ fn step<'m>(
                 }),
             )
         }
-        Input::Tokens { vocab } => {
-            let (t, b) = (35, 4);
+        Input::Tokens { vocab, .. } => {
+            let (t, b) = (BPTT, lm_batch);
             let ids: Vec<u32> = (0..t * b).map(|_| rng.below(vocab) as u32).collect();
             let x = Tensor::from_vec(ids.clone(), vec![t, b], Device::Cpu)?;
             let y = Tensor::from_vec(ids, t * b, Device::Cpu)?;
@@ -207,22 +244,91 @@ fn step<'m>(
     })
 }
 
+/// The entry's network, with `lstm_lm` at `--lm-hidden` where given (the entry's input
+/// updated to match, and no paper size for a width the paper did not use).
+fn build(e: &mut Entry, lm_hidden: Option<usize>, rng: &mut Rng) -> Result<Box<dyn Module>> {
+    if let (Some(h), "lstm_lm") = (lm_hidden, e.name) {
+        if h == 0 {
+            bail!("--lm-hidden must be at least 1");
+        }
+        *e = word_lm(e.name, e.paper_mib.filter(|_| h == 1500), h);
+        return Ok(Box::new(models::lstm_lm(
+            10_000,
+            h,
+            models::lstm_lm_dropout(h),
+            rng,
+        )?));
+    }
+    Ok(models::by_name(e.name, rng)?)
+}
+
+/// The PyTorch script that times the same network's step, and its arguments; None where
+/// there is no reference for the model.
+fn reference(e: &Entry, args: &Args, threads: usize) -> Option<(&'static str, Vec<String>)> {
+    let mut a = vec![
+        "--threads".to_string(),
+        threads.to_string(),
+        "--repeats".into(),
+        args.repeats.to_string(),
+    ];
+    match e.input {
+        Input::Image { .. } if e.name == "resnet20" => {
+            a.extend(["--batch".into(), args.batch.to_string()]);
+            Some(("resnet20_time.py", a))
+        }
+        Input::Tokens {
+            vocab,
+            emb,
+            hidden,
+            tied,
+            dropout,
+        } => {
+            a.extend([
+                "--batch".into(),
+                args.lm_batch.to_string(),
+                "--bptt".into(),
+                BPTT.to_string(),
+                "--vocab".into(),
+                vocab.to_string(),
+                "--emb".into(),
+                emb.to_string(),
+                "--hidden".into(),
+                hidden.to_string(),
+                "--dropout".into(),
+                dropout.to_string(),
+            ]);
+            if tied {
+                a.push("--tied".into());
+            }
+            Some(("lstm_lm_time.py", a))
+        }
+        _ => None,
+    }
+}
+
 fn main() -> Result<()> {
     let args = Args::parse();
     let threads = init_threads(args.threads)?;
+    if args.lm_batch == 0 || args.batch == 0 {
+        bail!("--batch and --lm-batch must be at least 1");
+    }
     let mut rows: Vec<Value> = Vec::new();
-    for e in zoo() {
+    for mut e in zoo() {
         if !args.models.is_empty() && !args.models.iter().any(|m| m == e.name) {
             continue;
         }
         let mut rng = Rng::new(0);
-        let model =
-            models::by_name(e.name, &mut rng).with_context(|| format!("building {}", e.name))?;
+        let model = build(&mut e, args.lm_hidden, &mut rng)
+            .with_context(|| format!("building {}", e.name))?;
         let params = model.param_count();
         let grad_mib = params as f64 * 4.0 / (1u64 << 20) as f64;
         let mut row = json!({"name": e.name, "params": params, "grad_mib": (grad_mib * 100.0).round() / 100.0, "paper_mib": e.paper_mib});
+        if let Input::Tokens { hidden, .. } = e.input {
+            row["hidden"] = json!(hidden);
+        }
         if args.time {
-            let (batch, mut f) = step(model.as_ref(), e.input, args.batch, &mut rng)?;
+            let (batch, mut f) =
+                step(model.as_ref(), e.input, args.batch, args.lm_batch, &mut rng)?;
             let t = best_of(1, args.repeats, &mut f)?;
             row["batch"] = json!(batch);
             row["step_ms"] = json!(t * 1e3);
@@ -231,28 +337,28 @@ fn main() -> Result<()> {
                 e.name,
                 t * 1e3
             );
+            if let Some((script, ref_args)) = reference(&e, &args, threads) {
+                let torch = match run_reference(script, &ref_args) {
+                    // A parameter count that differs means the script built another
+                    // network: its time would compare nothing.
+                    Ok(v) if v["params"].as_u64() != Some(params as u64) => {
+                        eprintln!(
+                            "model_zoo: {script} built {} parameters, ours {params}: no comparison for {}",
+                            v["params"], e.name
+                        );
+                        None
+                    }
+                    Ok(v) => v["torch_ms"].as_f64(),
+                    Err(err) => {
+                        eprintln!("model_zoo: PyTorch reference unavailable ({err:#})");
+                        None
+                    }
+                };
+                row["torch_step_ms"] = json!(torch);
+                row["ours_over_torch_time"] = json!(torch.map(|tm| t * 1e3 / tm));
+            }
         }
         rows.push(row);
-    }
-    let mut torch = None;
-    if args.time && rows.iter().any(|r| r["name"] == "resnet20") {
-        let ref_args = vec![
-            "--threads".into(),
-            threads.to_string(),
-            "--batch".into(),
-            args.batch.to_string(),
-            "--repeats".into(),
-            args.repeats.to_string(),
-        ];
-        match run_reference("resnet20_time.py", &ref_args) {
-            Ok(v) => torch = v["torch_ms"].as_f64(),
-            Err(e) => eprintln!("model_zoo: PyTorch reference unavailable ({e:#})"),
-        }
-        if let Some(r) = rows.iter_mut().find(|r| r["name"] == "resnet20") {
-            r["torch_step_ms"] = json!(torch);
-            r["ours_over_torch_time"] =
-                json!(torch.and_then(|t| r["step_ms"].as_f64().map(|o| o / t)));
-        }
     }
     if args.json {
         println!("{}", Value::Array(rows));
@@ -260,13 +366,13 @@ fn main() -> Result<()> {
     }
     println!("threads: {threads}");
     println!(
-        "{:<16} {:>12} {:>10} {:>10} {:>7} {:>10} {:>10}",
-        "model", "params", "grad MiB", "paper MiB", "batch", "step ms", "torch ms"
+        "{:<16} {:>12} {:>10} {:>10} {:>7} {:>10} {:>10} {:>11}",
+        "model", "params", "grad MiB", "paper MiB", "batch", "step ms", "torch ms", "ours/torch"
     );
     for r in &rows {
         let opt = |v: &Value, p: usize| v.as_f64().map_or("-".to_string(), |x| format!("{x:.p$}"));
         println!(
-            "{:<16} {:>12} {:>10.2} {:>10} {:>7} {:>10} {:>10}",
+            "{:<16} {:>12} {:>10.2} {:>10} {:>7} {:>10} {:>10} {:>11}",
             r["name"].as_str().unwrap_or("?"),
             r["params"].as_u64().unwrap_or(0),
             r["grad_mib"].as_f64().unwrap_or(0.0),
@@ -274,6 +380,7 @@ fn main() -> Result<()> {
             r.get("batch").map_or("-".to_string(), |b| b.to_string()),
             opt(r.get("step_ms").unwrap_or(&Value::Null), 1),
             opt(r.get("torch_step_ms").unwrap_or(&Value::Null), 1),
+            opt(r.get("ours_over_torch_time").unwrap_or(&Value::Null), 2),
         );
     }
     Ok(())

@@ -148,6 +148,62 @@ fn large_parallel_paths_match_serial_math() {
 }
 
 #[test]
+fn column_sums_of_one_wide_block_match_serial_math() {
+    // [rows, features] summed over the rows (a bias gradient): one block, its columns
+    // split across threads; and the same over a transposed view (gathered first).
+    let (rows, cols) = (40, 5000);
+    let x = randn(&[rows, cols], 11);
+    let xv = x.to_vec::<f64>().unwrap();
+    let want: Vec<f64> = (0..cols)
+        .map(|j| (0..rows).map(|i| xv[i * cols + j]).sum())
+        .collect();
+    let got = x.sum(&[0], false).unwrap().to_vec::<f64>().unwrap();
+    assert_close(&got, &want, 1e-12, "column sums");
+    let xt = x.transpose(0, 1).unwrap();
+    let got = xt.sum(&[1], false).unwrap().to_vec::<f64>().unwrap();
+    assert_close(&got, &want, 1e-12, "row sums of the transposed view");
+    let m = x.max(&[0], false).unwrap().to_vec::<f64>().unwrap();
+    let want_max: Vec<f64> = (0..cols)
+        .map(|j| (0..rows).map(|i| xv[i * cols + j]).fold(f64::MIN, f64::max))
+        .collect();
+    assert_eq!(m, want_max, "column maxima");
+}
+
+#[test]
+fn f32_softmax_and_cross_entropy_on_wide_rows_match_f64_math() {
+    // A language model's shape (many classes, rows not a multiple of the lane count) in
+    // f32, whose exponentials are the vectorised ones, against f64 libm arithmetic.
+    let (rows, classes) = (7, 10_003);
+    let x = randn(&[rows, classes], 12).affine(4.0, 0.0).unwrap();
+    let xv = x.to_vec::<f64>().unwrap();
+    let labels: Vec<u32> = (0..rows as u32)
+        .map(|r| r * 1_429 % classes as u32)
+        .collect();
+    let mut want_p = Vec::new();
+    let mut want_loss = 0.0;
+    for (r, &l) in labels.iter().enumerate() {
+        let row = &xv[r * classes..(r + 1) * classes];
+        let max = row.iter().cloned().fold(f64::MIN, f64::max);
+        let sum: f64 = row.iter().map(|v| (v - max).exp()).sum();
+        want_p.extend(row.iter().map(|v| (v - max).exp() / sum));
+        want_loss -= row[l as usize] - max - sum.ln();
+    }
+    want_loss /= rows as f64;
+    let x32 = x.to_dtype(DType::F32).unwrap();
+    let p = x32.softmax(1).unwrap().to_vec_f64().unwrap();
+    assert_close(&p, &want_p, 1e-6, "softmax f32");
+    let lsm = x32.log_softmax(1).unwrap().to_vec_f64().unwrap();
+    let want_lsm: Vec<f64> = want_p.iter().map(|p| p.ln()).collect();
+    assert_close(&lsm, &want_lsm, 1e-4, "log_softmax f32");
+    let y = Tensor::from_vec(labels, rows, Device::Cpu).unwrap();
+    let loss = x32.cross_entropy(&y, None).unwrap().to_vec_f64().unwrap()[0];
+    assert!(
+        (loss - want_loss).abs() < 1e-5 * want_loss.abs().max(1.0),
+        "cross-entropy f32 {loss} against {want_loss}"
+    );
+}
+
+#[test]
 fn softmax_rows_sum_to_one_and_are_stable() {
     let x = f32s(vec![1000., 1001., 1002., -5., 0., 5.], &[2, 3]);
     let s = x

@@ -318,7 +318,9 @@ impl Rnn {
             let s = Tensor::lstm_sequence(&xp, &w.w_hh, &h, &c0, reverse)?;
             return Ok((s.output, s.h_last, Some(s.c_last)));
         }
-        let w_hh_t = w.w_hh.transpose_last()?;
+        // Laid out densely once per sequence: `gemm` repacks a transposed view on every
+        // product, which with a few batch rows costs more than the product.
+        let w_hh_t = w.w_hh.transpose_last()?.contiguous()?;
         let mut outs: Vec<Option<Tensor>> = vec![None; steps];
         let order: Vec<usize> = if reverse {
             (0..steps).rev().collect()

@@ -60,6 +60,16 @@ fn build(
     })
 }
 
+/// The papers' dropout for a word LM of `hidden` units: 0.65 for the large (1500) model,
+/// 0.5 for the medium (650), none for other sizes.
+pub const fn lstm_lm_dropout(hidden: usize) -> f64 {
+    match hidden {
+        1500 => 0.65,
+        650 => 0.5,
+        _ => 0.0,
+    }
+}
+
 /// 2-layer LSTM language model with `hidden` units, tied encoder/decoder.
 pub fn lstm_lm(vocab: usize, hidden: usize, dropout: f64, rng: &mut Rng) -> Result<LstmLm> {
     build(vocab, hidden, hidden, true, dropout, rng)

@@ -14,7 +14,7 @@ mod vgg;
 pub use alexnet::{alexnet_caffe, AlexNet};
 pub use deepspeech::{conv_rows, deepspeech, DeepSpeech, SPECTROGRAM_BINS};
 pub use lenet::{lenet5_caffe, LeNet5};
-pub use lstm_lm::{char_lstm, lstm_lm, LstmLm};
+pub use lstm_lm::{char_lstm, lstm_lm, lstm_lm_dropout, LstmLm};
 pub use resnet_cifar::{resnet_cifar, BasicBlock, ResNetCifar};
 pub use resnet_imagenet::{resnet50, ResNet50};
 pub use vgg::{vgg16_cifar, Vgg};
@@ -57,8 +57,8 @@ pub fn by_name(name: &str, rng: &mut Rng) -> Result<Box<dyn Module>> {
         "alexnet" => Box::new(alexnet_caffe(1000, rng)?),
         "vgg16" => Box::new(vgg16_cifar(10, rng)?),
         "lenet5" => Box::new(lenet5_caffe(1, 10, rng)?),
-        "lstm_lm" => Box::new(lstm_lm(10_000, 1500, 0.65, rng)?),
-        "lstm_lm_medium" => Box::new(lstm_lm(10_000, 650, 0.5, rng)?),
+        "lstm_lm" => Box::new(lstm_lm(10_000, 1500, lstm_lm_dropout(1500), rng)?),
+        "lstm_lm_medium" => Box::new(lstm_lm(10_000, 650, lstm_lm_dropout(650), rng)?),
         "char_lstm" => Box::new(char_lstm(98, rng)?),
         "deepspeech" => Box::new(deepspeech(RnnKind::Gru, 7, 1200, 29, rng)?),
         "an4_lstm" => Box::new(deepspeech(RnnKind::Lstm, 5, 800, 29, rng)?),

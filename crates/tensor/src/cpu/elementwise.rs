@@ -10,6 +10,18 @@ use rayon::prelude::*;
 pub(crate) const PAR_THRESHOLD: usize = 1 << 15;
 
 /// Gathers the elements of `layout` into a new contiguous vector.
+/// The elements of `layout` in row-major order: borrowed where they already lie so in
+/// `src`, gathered otherwise (for readers, so a contiguous input is not copied).
+pub(crate) fn dense<'a, T: Copy + Send + Sync>(
+    src: &'a [T],
+    layout: &Layout,
+) -> std::borrow::Cow<'a, [T]> {
+    match layout.contiguous_range() {
+        Some(r) => std::borrow::Cow::Borrowed(&src[r]),
+        None => std::borrow::Cow::Owned(gather(src, layout)),
+    }
+}
+
 pub(crate) fn gather<T: Copy + Send + Sync>(src: &[T], layout: &Layout) -> Vec<T> {
     match layout.contiguous_range() {
         Some(r) => src[r].to_vec(),
@@ -62,10 +74,10 @@ pub(crate) fn unary<T: Float>(src: &[T], l: &Layout, op: UnaryOp) -> Vec<T> {
             (if x > zero { one } else { zero }) - (if x < zero { one } else { zero })
         }),
         UnaryOp::Sqrt => map(src, l, |x| x.sqrt()),
-        UnaryOp::Exp => map(src, l, |x| x.exp()),
+        UnaryOp::Exp => map(src, l, |x| x.kernel_exp()),
         UnaryOp::Log => map(src, l, |x| x.ln()),
-        UnaryOp::Tanh => map(src, l, |x| x.tanh()),
-        UnaryOp::Sigmoid => map(src, l, move |x| one / (one + (-x).exp())),
+        UnaryOp::Tanh => map(src, l, |x| x.kernel_tanh()),
+        UnaryOp::Sigmoid => map(src, l, |x| x.kernel_sigmoid()),
         // NaN passes through, as in PyTorch: a diverged value
         // must not turn into a number on its way to the loss.
         UnaryOp::Relu => map(

@@ -6,6 +6,7 @@
 mod conv;
 mod ctc;
 mod elementwise;
+pub(crate) mod fastmath;
 mod index;
 pub(crate) mod matmul;
 mod norm;

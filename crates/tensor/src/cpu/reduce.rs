@@ -13,8 +13,11 @@ use crate::storage::ReduceOp;
 use crate::{Float, Layout, Shape};
 use rayon::prelude::*;
 
+/// Columns per parallel task when a single block is reduced down its rows.
+const COL_BLOCK: usize = 1024;
+
 pub(crate) fn reduce<T: Float>(src: &[T], layout: &Layout, dims: &[usize], op: ReduceOp) -> Vec<T> {
-    let data = super::elementwise::gather(src, layout);
+    let data = super::elementwise::dense(src, layout);
     let shape = layout.dims();
     let rank = shape.len();
     let mut out_dims = shape.to_vec();
@@ -32,7 +35,7 @@ pub(crate) fn reduce<T: Float>(src: &[T], layout: &Layout, dims: &[usize], op: R
     sorted.dedup();
     let adjacent = sorted.windows(2).all(|w| w[1] == w[0] + 1);
     if sorted.is_empty() {
-        return data;
+        return data.into_owned();
     }
     if adjacent {
         let (first, last) = (sorted[0], *sorted.last().unwrap_or(&0));
@@ -40,41 +43,51 @@ pub(crate) fn reduce<T: Float>(src: &[T], layout: &Layout, dims: &[usize], op: R
         let red: usize = shape[first..=last].iter().product();
         let inner: usize = shape[last + 1..].iter().product();
         let mut out = vec![T::zero(); outer * inner];
-        let reduce_block = |o: usize, out_row: &mut [T]| {
+        // Columns `i0..i0 + out_cols.len()` of block `o`. Each column's fold runs over its
+        // rows in order whatever the split, so results do not depend on the thread count.
+        let reduce_cols = |o: usize, i0: usize, out_cols: &mut [T]| {
             let base = o * red * inner;
             if inner == 1 {
-                out_row[0] = fold(&data[base..base + red], op);
+                out_cols[0] = fold(&data[base..base + red], op);
                 return;
             }
+            let cols = i0..i0 + out_cols.len();
             match op {
                 ReduceOp::Sum => {
-                    let mut acc = vec![0f64; inner];
+                    let mut acc = vec![0f64; out_cols.len()];
                     for r in 0..red {
                         let row = &data[base + r * inner..base + (r + 1) * inner];
-                        for (a, &b) in acc.iter_mut().zip(row) {
+                        for (a, &b) in acc.iter_mut().zip(&row[cols.clone()]) {
                             *a += Float::to_f64(b);
                         }
                     }
-                    for (o, a) in out_row.iter_mut().zip(acc) {
+                    for (o, a) in out_cols.iter_mut().zip(acc) {
                         *o = <T as Float>::from_f64(a);
                     }
                 }
                 ReduceOp::Max | ReduceOp::Min | ReduceOp::ArgMax => {
-                    for (i, slot) in out_row.iter_mut().enumerate() {
+                    for (i, slot) in cols.zip(out_cols.iter_mut()) {
                         let col: Vec<T> = (0..red).map(|r| data[base + r * inner + i]).collect();
                         *slot = fold(&col, op);
                     }
                 }
             }
         };
-        if outer * red * inner >= super::elementwise::PAR_THRESHOLD && outer > 1 {
+        let big = outer * red * inner >= super::elementwise::PAR_THRESHOLD;
+        if big && outer > 1 {
             out.par_chunks_mut(inner)
                 .enumerate()
-                .for_each(|(o, row)| reduce_block(o, row));
+                .for_each(|(o, row)| reduce_cols(o, 0, row));
+        } else if big && inner >= 2 * COL_BLOCK {
+            // One block (a bias gradient: the batch summed away from [rows, features]):
+            // its columns in parallel.
+            out.par_chunks_mut(COL_BLOCK)
+                .enumerate()
+                .for_each(|(b, cols)| reduce_cols(0, b * COL_BLOCK, cols));
         } else {
             out.chunks_mut(inner)
                 .enumerate()
-                .for_each(|(o, row)| reduce_block(o, row));
+                .for_each(|(o, row)| reduce_cols(o, 0, row));
         }
         return out;
     }
@@ -82,7 +95,7 @@ pub(crate) fn reduce<T: Float>(src: &[T], layout: &Layout, dims: &[usize], op: R
     let out_strides = Shape::new(out_dims.clone()).contiguous_strides();
     let mut slots: Vec<Vec<T>> = vec![Vec::new(); out_n];
     let mut idx = vec![0usize; rank];
-    for &v in &data {
+    for &v in data.iter() {
         let mut o = 0;
         for d in 0..rank {
             if out_dims[d] != 1 || !sorted.contains(&d) {
@@ -124,7 +137,7 @@ fn fold<T: Float>(xs: &[T], op: ReduceOp) -> T {
 
 /// Index of the first maximum along `dim` (NaN counts as the maximum, as in PyTorch).
 pub(crate) fn argmax<T: Float>(src: &[T], layout: &Layout, dim: usize) -> Vec<u32> {
-    let data = super::elementwise::gather(src, layout);
+    let data = super::elementwise::dense(src, layout);
     let shape = layout.dims();
     let outer: usize = shape[..dim].iter().product();
     let red = shape[dim];

@@ -1,33 +1,41 @@
 //! Fused LSTM and GRU cells on the CPU: the pointwise part of one time step, forward and
 //! backward, with the same formulas as kernels/rnn.cu (gate order i, f, g, o and r, z, n,
-//! as PyTorch). The backward recomputes the gate activations from the inputs.
+//! as PyTorch). The backward recomputes the gate activations from the inputs. Exp and
+//! tanh are `cpu::fastmath`'s for f32, so the per-unit loops vectorise.
 
 use crate::storage::RnnCell;
 use crate::Float;
 use rayon::prelude::*;
 
-#[inline]
+#[inline(always)]
 fn sigm<T: Float>(x: T) -> T {
-    T::one() / (T::one() + (-x).exp())
+    x.kernel_sigmoid()
 }
 
-/// Unit j's LSTM gate activations (i, f, g, o) from a row of pre-activations `[4h]`.
-#[inline]
-fn lstm_gates<T: Float>(g: &[T], j: usize, h: usize) -> (T, T, T, T) {
-    (
-        sigm(g[j]),
-        sigm(g[h + j]),
-        g[2 * h + j].tanh(),
-        sigm(g[3 * h + j]),
-    )
+/// A row of `[k·h]` as its k gate blocks of exactly h values each. The per-unit loops
+/// index these by j < h, so the compiler drops the bounds checks and vectorises them.
+#[inline(always)]
+fn blocks<const K: usize, T>(row: &[T], h: usize) -> [&[T]; K] {
+    std::array::from_fn(|b| &row[b * h..(b + 1) * h])
 }
 
-/// Unit j's GRU reset and update gates and candidate (r, z, n) from rows `[3h]` of the
-/// input part `x` and the hidden part `y`.
-#[inline]
-fn gru_gates<T: Float>(x: &[T], y: &[T], j: usize, h: usize) -> (T, T, T) {
-    let (r, z) = (sigm(x[j] + y[j]), sigm(x[h + j] + y[h + j]));
-    (r, z, (x[2 * h + j] + r * y[2 * h + j]).tanh())
+/// [`blocks`] of a mutable row.
+#[inline(always)]
+fn blocks_mut<const K: usize, T>(row: &mut [T], h: usize) -> [&mut [T]; K] {
+    let mut rest = &mut row[..K * h];
+    std::array::from_fn(|_| {
+        let (b, r) = std::mem::take(&mut rest).split_at_mut(h);
+        rest = r;
+        b
+    })
+}
+
+/// Unit j's GRU reset and update gates and candidate (r, z, n) from the gate blocks of
+/// the input part `x` and the hidden part `y`.
+#[inline(always)]
+fn gru_gates<T: Float>(x: &[&[T]; 3], y: &[&[T]; 3], j: usize) -> (T, T, T) {
+    let (r, z) = (sigm(x[0][j] + y[0][j]), sigm(x[1][j] + y[1][j]));
+    (r, z, (x[2][j] + r * y[2][j]).kernel_tanh())
 }
 
 /// Rows per rayon task: at least this many elements each, so a small step (one batch of
@@ -51,11 +59,14 @@ pub(crate) fn forward<T: Float>(inputs: &[&[T]], cell: RnnCell, n: usize, h: usi
                 .enumerate()
                 .with_min_len(min)
                 .for_each(|(r, (hr, cr))| {
-                    let g = &gates[r * 4 * h..(r + 1) * 4 * h];
+                    let [gi, gf, gg, go] = blocks(&gates[r * 4 * h..(r + 1) * 4 * h], h);
+                    let cp = &c_prev[r * h..(r + 1) * h];
+                    let (hr, cr) = (&mut hr[..h], &mut cr[..h]);
                     for j in 0..h {
-                        let (i, f, gg, og) = lstm_gates(g, j, h);
-                        let c = f * c_prev[r * h + j] + i * gg;
-                        hr[j] = og * c.tanh();
+                        let (i, f, g, o) =
+                            (sigm(gi[j]), sigm(gf[j]), gg[j].kernel_tanh(), sigm(go[j]));
+                        let c = f * cp[j] + i * g;
+                        hr[j] = o * c.kernel_tanh();
                         cr[j] = c;
                     }
                 });
@@ -68,13 +79,13 @@ pub(crate) fn forward<T: Float>(inputs: &[&[T]], cell: RnnCell, n: usize, h: usi
                 .enumerate()
                 .with_min_len(min)
                 .for_each(|(r, hr)| {
-                    let (x, y) = (
-                        &gx[r * 3 * h..(r + 1) * 3 * h],
-                        &gh[r * 3 * h..(r + 1) * 3 * h],
-                    );
+                    let x = blocks(&gx[r * 3 * h..(r + 1) * 3 * h], h);
+                    let y = blocks(&gh[r * 3 * h..(r + 1) * 3 * h], h);
+                    let hp = &h_prev[r * h..(r + 1) * h];
+                    let hr = &mut hr[..h];
                     for j in 0..h {
-                        let (_, z, cand) = gru_gates(x, y, j, h);
-                        hr[j] = cand + z * (h_prev[r * h + j] - cand);
+                        let (_, z, cand) = gru_gates(&x, &y, j);
+                        hr[j] = cand + z * (hp[j] - cand);
                     }
                 });
             out
@@ -104,18 +115,23 @@ pub(crate) fn backward<T: Float>(
                 .enumerate()
                 .with_min_len(min)
                 .for_each(|(r, (dg, dcp))| {
-                    let g = &gates[r * 4 * h..(r + 1) * 4 * h];
+                    let [gi, gf, gg, go] = blocks(&gates[r * 4 * h..(r + 1) * 4 * h], h);
+                    let [di, df, dgg, dgo] = blocks_mut(dg, h);
+                    let cp = &c_prev[r * h..(r + 1) * h];
+                    let dh_row = &grad[r * h..(r + 1) * h];
+                    let dc_row = &grad[(n + r) * h..(n + r + 1) * h];
+                    let dcp = &mut dcp[..h];
                     for j in 0..h {
-                        let k = r * h + j;
-                        let (i, f, gg, og) = lstm_gates(g, j, h);
-                        let c = f * c_prev[k] + i * gg;
-                        let tc = c.tanh();
-                        let dh = grad[k];
-                        let dc = grad[n * h + k] + dh * og * (T::one() - tc * tc);
-                        dg[j] = dc * gg * i * (T::one() - i);
-                        dg[h + j] = dc * c_prev[k] * f * (T::one() - f);
-                        dg[2 * h + j] = dc * i * (T::one() - gg * gg);
-                        dg[3 * h + j] = dh * tc * og * (T::one() - og);
+                        let (i, f, g, o) =
+                            (sigm(gi[j]), sigm(gf[j]), gg[j].kernel_tanh(), sigm(go[j]));
+                        let c = f * cp[j] + i * g;
+                        let tc = c.kernel_tanh();
+                        let dh = dh_row[j];
+                        let dc = dc_row[j] + dh * o * (T::one() - tc * tc);
+                        di[j] = dc * g * i * (T::one() - i);
+                        df[j] = dc * cp[j] * f * (T::one() - f);
+                        dgg[j] = dc * i * (T::one() - g * g);
+                        dgo[j] = dh * tc * o * (T::one() - o);
                         dcp[j] = dc * f;
                     }
                 });
@@ -132,22 +148,25 @@ pub(crate) fn backward<T: Float>(
                 .enumerate()
                 .with_min_len(min)
                 .for_each(|(r, ((dx, dy), dhp))| {
-                    let (x, y) = (
-                        &gx[r * 3 * h..(r + 1) * 3 * h],
-                        &gh[r * 3 * h..(r + 1) * 3 * h],
-                    );
+                    let x = blocks(&gx[r * 3 * h..(r + 1) * 3 * h], h);
+                    let y = blocks(&gh[r * 3 * h..(r + 1) * 3 * h], h);
+                    let [dxr, dxz, dxn] = blocks_mut(dx, h);
+                    let [dyr, dyz, dyn_] = blocks_mut(dy, h);
+                    let hp = &h_prev[r * h..(r + 1) * h];
+                    let d_row = &grad[r * h..(r + 1) * h];
+                    let dhp = &mut dhp[..h];
                     for j in 0..h {
-                        let (rr, z, cand) = gru_gates(x, y, j, h);
-                        let d = grad[r * h + j];
-                        let dz = d * (h_prev[r * h + j] - cand) * z * (T::one() - z);
+                        let (rr, z, cand) = gru_gates(&x, &y, j);
+                        let d = d_row[j];
+                        let dz = d * (hp[j] - cand) * z * (T::one() - z);
                         let dn = d * (T::one() - z) * (T::one() - cand * cand);
-                        let dr = dn * y[2 * h + j] * rr * (T::one() - rr);
-                        dx[j] = dr;
-                        dy[j] = dr;
-                        dx[h + j] = dz;
-                        dy[h + j] = dz;
-                        dx[2 * h + j] = dn;
-                        dy[2 * h + j] = dn * rr;
+                        let dr = dn * y[2][j] * rr * (T::one() - rr);
+                        dxr[j] = dr;
+                        dyr[j] = dr;
+                        dxz[j] = dz;
+                        dyz[j] = dz;
+                        dxn[j] = dn;
+                        dyn_[j] = dn * rr;
                         dhp[j] = d * z;
                     }
                 });

@@ -1,9 +1,67 @@
 //! Softmax and log-softmax over the last dimension, and cross-entropy with integer
-//! labels, fused (log-sum-exp with max subtraction) for stability and speed.
+//! labels, fused (log-sum-exp with max subtraction) for stability and speed. Exponentials
+//! are `cpu::fastmath`'s for f32 (vectorised; within 1.2 ulp of libm).
 
 use crate::Float;
 use crate::{Error, Result};
 use rayon::prelude::*;
+
+/// Independent running results per row in [`row_max`], [`lane_sum`] and [`lane_dot`]: a
+/// single accumulator chains every add to the previous one (4 cycles each), eight let the
+/// loop run as vector operations. The order is fixed, so results do not vary by thread.
+const LANES: usize = 8;
+
+/// The row's maximum; NaN is skipped, as by `Float::max`.
+fn row_max<T: Float>(row: &[T]) -> T {
+    let mut acc = [T::neg_infinity(); LANES];
+    let chunks = row.chunks_exact(LANES);
+    let rest = chunks.remainder().iter().copied();
+    for c in chunks {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            *a = a.max(v);
+        }
+    }
+    acc.into_iter().chain(rest).fold(T::neg_infinity(), T::max)
+}
+
+/// Σ xs in [`LANES`] partial sums.
+fn lane_sum<T: Float>(xs: &[T]) -> T {
+    let mut acc = [T::zero(); LANES];
+    let chunks = xs.chunks_exact(LANES);
+    let rest = chunks.remainder().iter().copied();
+    for c in chunks {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            *a += v;
+        }
+    }
+    acc.into_iter().chain(rest).fold(T::zero(), |a, b| a + b)
+}
+
+/// Σ a⊙b in [`LANES`] partial sums.
+fn lane_dot<T: Float>(a: &[T], b: &[T]) -> T {
+    let mut acc = [T::zero(); LANES];
+    let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    let rest = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(&x, &y)| x * y);
+    for (x, y) in ca.zip(cb) {
+        for ((s, &x), &y) in acc.iter_mut().zip(x).zip(y) {
+            *s += x * y;
+        }
+    }
+    acc.into_iter().chain(rest).fold(T::zero(), |a, b| a + b)
+}
+
+/// Writes e^(v − max) of the row into `out` and returns their sum (exponentials first,
+/// in a loop of their own, so it vectorises).
+fn exp_shifted<T: Float>(row: &[T], max: T, out: &mut [T]) -> T {
+    for (o, &v) in out.iter_mut().zip(row) {
+        *o = (v - max).kernel_exp();
+    }
+    lane_sum(out)
+}
 
 pub(crate) fn softmax_last<T: Float>(x: &[T], cols: usize, log: bool) -> Vec<T> {
     let mut out = vec![T::zero(); x.len()];
@@ -13,12 +71,8 @@ pub(crate) fn softmax_last<T: Float>(x: &[T], cols: usize, log: bool) -> Vec<T> 
     out.par_chunks_mut(cols)
         .zip(x.par_chunks(cols))
         .for_each(|(y, row)| {
-            let max = row.iter().copied().fold(T::neg_infinity(), T::max);
-            let mut sum = T::zero();
-            for (yo, &v) in y.iter_mut().zip(row) {
-                *yo = (v - max).exp();
-                sum += *yo;
-            }
+            let max = row_max(row);
+            let sum = exp_shifted(row, max, y);
             if log {
                 let lse = sum.ln();
                 for (yo, &v) in y.iter_mut().zip(row) {
@@ -42,12 +96,12 @@ pub(crate) fn softmax_last_backward<T: Float>(y: &[T], g: &[T], cols: usize, log
         .zip(y.par_chunks(cols).zip(g.par_chunks(cols)))
         .for_each(|(d, (yr, gr))| {
             if log {
-                let s: T = gr.iter().copied().sum();
+                let s = lane_sum(gr);
                 for ((di, &yi), &gi) in d.iter_mut().zip(yr).zip(gr) {
-                    *di = gi - yi.exp() * s;
+                    *di = gi - yi.kernel_exp() * s;
                 }
             } else {
-                let s: T = yr.iter().zip(gr).map(|(&a, &b)| a * b).sum();
+                let s = lane_dot(yr, gr);
                 for ((di, &yi), &gi) in d.iter_mut().zip(yr).zip(gr) {
                     *di = yi * (gi - s);
                 }
@@ -73,6 +127,11 @@ fn check_labels(labels: &[u32], c: usize, ignore: Option<u32>) -> Result<usize> 
 }
 
 /// Returns (mean loss over non-ignored rows, softmax probabilities, non-ignored count).
+///
+/// One parallel pass per row: its max, `exp(x − max)` into the probabilities, their sum,
+/// then the row's loss `−(x_label − max − ln sum)` and the probabilities scaled by
+/// `1/sum`. No log-softmax buffer is made: at a language model's 10,000 classes a second
+/// pass over the logits (and its exponentials) cost as much as the rest of the op.
 pub(crate) fn cross_entropy<T: Float>(
     x: &[T],
     labels: &[u32],
@@ -80,14 +139,27 @@ pub(crate) fn cross_entropy<T: Float>(
     ignore: Option<u32>,
 ) -> Result<(T, Vec<T>, usize)> {
     let count = check_labels(labels, c, ignore)?;
-    let logp = softmax_last(x, c, true);
-    let mut loss = 0.0;
-    for (row, &l) in logp.chunks(c.max(1)).zip(labels) {
-        if Some(l) != ignore {
-            loss -= row[l as usize].to_f64();
-        }
+    let mut probs = vec![T::zero(); x.len()];
+    if c == 0 {
+        return Ok((T::zero(), probs, count));
     }
-    let probs = logp.iter().map(|v| v.exp()).collect();
+    // Row losses in row order, summed serially below: the mean does not depend on how
+    // rayon split the rows.
+    let mut row_loss = vec![0.0f64; labels.len()];
+    probs
+        .par_chunks_mut(c)
+        .zip(x.par_chunks(c))
+        .zip(labels.par_iter().zip(row_loss.par_iter_mut()))
+        .for_each(|((p, row), (&l, loss))| {
+            let max = row_max(row);
+            let sum = exp_shifted(row, max, p);
+            if Some(l) != ignore {
+                *loss = -(row[l as usize] - max - sum.ln()).to_f64();
+            }
+            let inv = T::one() / sum;
+            p.iter_mut().for_each(|v| *v *= inv);
+        });
+    let loss: f64 = row_loss.iter().sum();
     let mean = if count > 0 { loss / count as f64 } else { 0.0 };
     Ok((T::from_f64(mean), probs, count))
 }

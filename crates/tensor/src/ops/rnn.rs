@@ -146,7 +146,10 @@ impl Tensor {
         };
         // Forward without recording: per time index, the gates, the state it started from.
         let (packed, gates, h_prev, c_prev) = crate::no_grad(|| -> Result<_> {
-            let w_t = w_hh.detach().transpose_last()?;
+            // Wᵀ laid out densely once: `gemm` repacks a transposed view on every call, and
+            // with a few batch rows per step that packing cost ~5× the product itself
+            // (N = 20, H = 200 on the CPU: 150 µs against 26 µs per step).
+            let w_t = w_hh.detach().transpose_last()?.contiguous()?;
             let xp = xp.detach();
             let (mut hh, mut cc) = (h0.detach().contiguous()?, c0.detach().contiguous()?);
             let mut gates = vec![None; steps];

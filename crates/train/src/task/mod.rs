@@ -249,11 +249,7 @@ impl Task {
                             let paper = if name == "lstm_lm" { 1500 } else { 650 };
                             let hidden = c.hidden.unwrap_or(paper);
                             // The papers' dropout for their sizes; none for others unless asked.
-                            let dropout = c.dropout.unwrap_or(match hidden {
-                                1500 => 0.65,
-                                650 => 0.5,
-                                _ => 0.0,
-                            });
+                            let dropout = c.dropout.unwrap_or(nn::models::lstm_lm_dropout(hidden));
                             nn::models::lstm_lm(vocab, hidden, dropout, &mut rng)?
                         }
                     };
