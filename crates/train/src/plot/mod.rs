@@ -1,5 +1,6 @@
-//! Line charts of a run: loss and metric against epoch and against bytes sent, and the
-//! paper tables' learning curves. Every chart is written twice: as PNG (plotters' bitmap
+//! Line charts of a run: loss and metric against epoch and against bytes sent (on a log
+//! axis when runs charted together sent bytes orders of magnitude apart), and the paper
+//! tables' learning curves. Every chart is written twice: as PNG (plotters' bitmap
 //! backend, for slides and image viewers) and as SVG (hand-written, diffs as text and
 //! keeps its labels when no TrueType font is installed for the PNG's text).
 
@@ -79,6 +80,28 @@ pub(crate) fn label(v: f64, step: f64) -> String {
 /// one evaluation (a one-epoch run) still shows.
 pub(crate) const MARKERS_UP_TO: usize = 30;
 
+/// How the x axis maps values to positions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scale {
+    Linear,
+    /// log₁₀: points at x ≤ 0 are left out; ticks are labelled with the values.
+    Log,
+}
+
+impl Scale {
+    /// The label of the tick at plotted position `v`, ticks `step` apart in that space.
+    pub(crate) fn label(self, v: f64, step: f64) -> String {
+        match self {
+            Scale::Linear => label(v, step),
+            // Two significant digits of the value: 10^7.25 is "18M".
+            Scale::Log => {
+                let x = 10f64.powf(v);
+                label(x, x / 10.0)
+            }
+        }
+    }
+}
+
 /// Writes one chart of `series` as `stem.png` and `stem.svg` (any extension on `stem` is
 /// replaced).
 pub fn line_chart(
@@ -88,12 +111,43 @@ pub fn line_chart(
     y_label: &str,
     series: &[Series],
 ) -> Result<()> {
+    line_chart_scaled(stem, title, x_label, y_label, series, Scale::Linear)
+}
+
+/// [`line_chart`] with the x axis on `x_scale`.
+pub fn line_chart_scaled(
+    stem: &Path,
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[Series],
+    x_scale: Scale,
+) -> Result<()> {
+    let logged: Vec<Series>;
+    let series = match x_scale {
+        Scale::Linear => series,
+        Scale::Log => {
+            logged = series
+                .iter()
+                .map(|s| Series {
+                    name: s.name.clone(),
+                    points: s
+                        .points
+                        .iter()
+                        .filter(|p| p.0 > 0.0)
+                        .map(|&(x, y)| (x.log10(), y))
+                        .collect(),
+                })
+                .collect();
+            &logged
+        }
+    };
     let svg_path = stem.with_extension("svg");
-    let text = svg::render(title, x_label, y_label, series);
+    let text = svg::render(title, x_label, y_label, series, x_scale);
     crate::metrics::write_atomic(&svg_path, text.as_bytes())
         .with_context(|| format!("plotting {}", svg_path.display()))?;
     let png_path = stem.with_extension("png");
-    let bytes = png::render(title, x_label, y_label, series, font::family())
+    let bytes = png::render(title, x_label, y_label, series, x_scale, font::family())
         .with_context(|| format!("plotting {}", png_path.display()))?;
     crate::metrics::write_atomic(&png_path, &bytes)
         .with_context(|| format!("plotting {}", png_path.display()))
@@ -108,6 +162,36 @@ pub struct RunChart {
     pub x_label: &'static str,
     /// `loss` (training loss) or `metric` (the evaluation metric).
     pub y: &'static str,
+    /// Bytes axes: logarithmic when the runs charted together end [`LOG_APART`]× or
+    /// more apart (a dense run beside a compressed one), linear otherwise.
+    pub log_when_apart: bool,
+}
+
+/// The ratio of the runs' largest x values from which a [`RunChart`] with
+/// `log_when_apart` draws its x axis on a log scale: at 100× (DGC beside dense) a linear
+/// axis squeezes the compressed runs into the first percent of the width.
+pub const LOG_APART: f64 = 20.0;
+
+/// The x scale for `series` charted together: [`Scale::Log`] when their largest x values
+/// are positive and [`LOG_APART`]× or more apart.
+pub fn scale_for(series: &[Series]) -> Scale {
+    let ends: Vec<f64> = series
+        .iter()
+        .filter_map(|s| {
+            s.points
+                .iter()
+                .map(|p| p.0)
+                .filter(|x| x.is_finite())
+                .reduce(f64::max)
+        })
+        .collect();
+    let lo = ends.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = ends.iter().copied().fold(0.0, f64::max);
+    if lo > 0.0 && hi / lo >= LOG_APART {
+        Scale::Log
+    } else {
+        Scale::Linear
+    }
 }
 
 const BYTES_LABEL: &str = "bytes sent (this rank)";
@@ -120,6 +204,7 @@ pub const RUN_CHARTS: [RunChart; 4] = [
         x: "epoch",
         x_label: "epoch",
         y: "loss",
+        log_when_apart: false,
     },
     RunChart {
         stem: "loss_by_bytes",
@@ -127,6 +212,7 @@ pub const RUN_CHARTS: [RunChart; 4] = [
         x: "bytes_sent",
         x_label: BYTES_LABEL,
         y: "loss",
+        log_when_apart: true,
     },
     RunChart {
         stem: "metric_by_epoch",
@@ -134,6 +220,7 @@ pub const RUN_CHARTS: [RunChart; 4] = [
         x: "epoch",
         x_label: "epoch",
         y: "metric",
+        log_when_apart: false,
     },
     RunChart {
         stem: "metric_by_bytes",
@@ -141,6 +228,7 @@ pub const RUN_CHARTS: [RunChart; 4] = [
         x: "bytes_sent",
         x_label: BYTES_LABEL,
         y: "metric",
+        log_when_apart: true,
     },
 ];
 
@@ -185,14 +273,74 @@ pub fn learning_charts(
                 points: points(recs, c.kind, c.x, c.y),
             })
             .collect();
-        line_chart(&dir.join(c.stem), title, c.x_label, quantity, &series)?;
+        let scale = if c.log_when_apart {
+            scale_for(&series)
+        } else {
+            Scale::Linear
+        };
+        let x_label = match scale {
+            Scale::Linear => c.x_label.to_string(),
+            Scale::Log => format!("{}, log scale", c.x_label),
+        };
+        line_chart_scaled(&dir.join(c.stem), title, &x_label, quantity, &series, scale)?;
     }
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
-    use super::label;
+    use super::{label, line_chart_scaled, scale_for, Scale, Series};
+
+    fn run(name: &str, last_x: f64) -> Series {
+        Series {
+            name: name.into(),
+            points: (1..=10)
+                .map(|i| (last_x * i as f64 / 10.0, 1.0 / i as f64))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn bytes_axes_turn_logarithmic_only_for_runs_far_apart() {
+        // One run alone: its bytes grow linearly with the steps.
+        assert_eq!(scale_for(&[run("dense", 5e9)]), Scale::Linear);
+        assert_eq!(
+            scale_for(&[run("dense", 5e9), run("topk", 1e9)]),
+            Scale::Linear
+        );
+        assert_eq!(scale_for(&[run("dense", 5e9), run("dgc", 2e7)]), Scale::Log);
+        // A run that sent nothing (one worker) keeps the axis linear.
+        assert_eq!(
+            scale_for(&[run("dense", 5e9), run("alone", 0.0)]),
+            Scale::Linear
+        );
+        assert_eq!(scale_for(&[]), Scale::Linear);
+    }
+
+    #[test]
+    fn log_ticks_are_labelled_with_values() {
+        assert_eq!(Scale::Log.label(7.0, 0.5), "10M");
+        assert_eq!(Scale::Log.label(7.25, 0.5), "18M");
+        assert_eq!(Scale::Log.label(9.5, 0.5), "3.2G");
+        assert_eq!(Scale::Linear.label(3e6, 1e6), "3M");
+    }
+
+    #[test]
+    fn a_log_chart_leaves_out_points_at_zero_and_spans_both_runs() {
+        let dir = std::env::temp_dir().join(format!("plot-log-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let mut dgc = run("dgc", 2e7);
+        dgc.points.insert(0, (0.0, 2.0));
+        let series = [run("dense", 5e9), dgc];
+        line_chart_scaled(&dir.join("c"), "loss", "bytes", "loss", &series, Scale::Log)
+            .expect("chart");
+        let svg = std::fs::read_to_string(dir.join("c.svg")).expect("svg");
+        std::fs::remove_dir_all(&dir).ok();
+        // The axis runs from dgc's first point (2M) to dense's last (5G): its end ticks.
+        assert!(svg.contains(">2.0M<") && svg.contains(">5.0G<"), "{svg}");
+        // Ten points per run drawn, the one at x = 0 left out.
+        assert_eq!(svg.matches("<circle").count(), 20);
+    }
 
     #[test]
     fn labels_have_the_precision_of_their_step() {

@@ -1,7 +1,7 @@
 //! The PNG form of a line chart, drawn with plotters' bitmap backend into memory and
 //! encoded with `image`, so the file is written atomically like every other run file.
 
-use super::{bounds, label, Series, COLORS, MARKERS_UP_TO};
+use super::{bounds, label, Scale, Series, COLORS, MARKERS_UP_TO};
 use anyhow::{anyhow, Context, Result};
 use plotters::prelude::*;
 
@@ -15,11 +15,12 @@ pub(crate) fn render(
     x_label: &str,
     y_label: &str,
     series: &[Series],
+    x_scale: Scale,
     family: Option<&str>,
 ) -> Result<Vec<u8>> {
     let (w, h) = SIZE;
     let mut buf = vec![0u8; (w * h * 3) as usize];
-    draw(&mut buf, title, x_label, y_label, series, family).map_err(|e| anyhow!("{e}"))?;
+    draw(&mut buf, title, x_label, y_label, series, x_scale, family).map_err(|e| anyhow!("{e}"))?;
     let img = image::RgbImage::from_raw(w, h, buf).context("chart buffer size")?;
     let mut out = std::io::Cursor::new(Vec::new());
     img.write_to(&mut out, image::ImageFormat::Png)
@@ -33,6 +34,7 @@ fn draw(
     x_label: &str,
     y_label: &str,
     series: &[Series],
+    x_scale: Scale,
     family: Option<&str>,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let root = BitMapBackend::with_buffer(buf, SIZE).into_drawing_area();
@@ -51,7 +53,7 @@ fn draw(
     let mut chart = builder.build_cartesian_2d(x0..x1, y0..y1)?;
     // plotters puts about ten ticks on an axis; the labels' precision follows that step.
     let (x_step, y_step) = ((x1 - x0) / 10.0, (y1 - y0) / 10.0);
-    let x_fmt = |v: &f64| label(*v, x_step);
+    let x_fmt = |v: &f64| x_scale.label(*v, x_step);
     let y_fmt = |v: &f64| label(*v, y_step);
     match family {
         Some(f) => chart
@@ -116,7 +118,8 @@ mod tests {
                 points: vec![(0.0, 1.5), (f64::NAN, 1.0), (19.0, 0.4)],
             },
         ];
-        let bytes = render("loss", "epoch", "loss", &series, family).expect("render");
+        let bytes =
+            render("loss", "epoch", "loss", &series, Scale::Linear, family).expect("render");
         image::load_from_memory_with_format(&bytes, image::ImageFormat::Png)
             .expect("decodes as PNG")
             .to_rgb8()

@@ -1,7 +1,7 @@
 //! The SVG form of a line chart, written by hand: no dependency, text that diffs, and
 //! labels that need no font on the machine that writes it.
 
-use super::{bounds, label, Series, COLORS, MARKERS_UP_TO};
+use super::{bounds, label, Scale, Series, COLORS, MARKERS_UP_TO};
 
 fn ticks(lo: f64, hi: f64) -> Vec<f64> {
     (0..=4).map(|k| lo + (hi - lo) * k as f64 / 4.0).collect()
@@ -15,7 +15,13 @@ fn esc(s: &str) -> String {
         .replace('\'', "&apos;")
 }
 
-pub(super) fn render(title: &str, x_label: &str, y_label: &str, series: &[Series]) -> String {
+pub(super) fn render(
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[Series],
+    x_scale: Scale,
+) -> String {
     let (w, h, m) = (640.0, 400.0, 60.0);
     let ((x0, x1), (y0, y1)) = bounds(series);
     let x = |v: f64| m + (w - 2.0 * m) * (v - x0) / (x1 - x0);
@@ -50,7 +56,7 @@ pub(super) fn render(title: &str, x_label: &str, y_label: &str, series: &[Series
             "<text x='{}' y='{}' text-anchor='middle'>{}</text>\n",
             x(t),
             h - m + 16.0,
-            label(t, (x1 - x0) / 4.0)
+            x_scale.label(t, (x1 - x0) / 4.0)
         );
     }
     for (i, se) in series.iter().enumerate() {
