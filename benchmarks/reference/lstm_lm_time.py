@@ -9,7 +9,7 @@ Prints ONE JSON object: {"threads", "batch", "bptt", "torch_ms", "torch_version"
 import argparse
 import json
 import os
-import time
+import sys
 
 parser = argparse.ArgumentParser(description=__doc__)
 parser.add_argument("--threads", type=int, default=int(os.environ.get("RAYON_NUM_THREADS", os.cpu_count() or 1)))
@@ -28,6 +28,9 @@ for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from step_timing import best_ms  # noqa: E402
 
 
 class LstmLm(nn.Module):
@@ -57,12 +60,6 @@ def step():
     F.cross_entropy(model(x).reshape(-1, args.vocab), y).backward()
 
 
-for _ in range(2):
-    step()
-best = float("inf")
-for _ in range(max(1, args.repeats)):
-    t = time.perf_counter()
-    step()
-    best = min(best, time.perf_counter() - t)
-print(json.dumps({"threads": args.threads, "batch": args.batch, "bptt": args.bptt, "torch_ms": best * 1e3,
+torch_ms = best_ms(step, args.repeats)
+print(json.dumps({"threads": args.threads, "batch": args.batch, "bptt": args.bptt, "torch_ms": torch_ms,
                   "torch_version": torch.__version__, "params": sum(p.numel() for p in model.parameters())}))

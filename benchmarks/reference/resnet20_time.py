@@ -7,7 +7,6 @@ import argparse
 import json
 import os
 import sys
-import time
 
 parser = argparse.ArgumentParser(description=__doc__)
 parser.add_argument("--threads", type=int, default=int(os.environ.get("RAYON_NUM_THREADS", os.cpu_count() or 1)))
@@ -22,6 +21,7 @@ import torch.nn.functional as F  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cifar_resnet import ResNetCifar  # noqa: E402
+from step_timing import best_ms  # noqa: E402
 
 torch.set_num_threads(args.threads)
 torch.manual_seed(0)
@@ -35,12 +35,6 @@ def step():
     F.cross_entropy(model(x), y).backward()
 
 
-for _ in range(2):
-    step()
-best = float("inf")
-for _ in range(max(1, args.repeats)):
-    t = time.perf_counter()
-    step()
-    best = min(best, time.perf_counter() - t)
-print(json.dumps({"threads": args.threads, "batch": args.batch, "model": "resnet20", "torch_ms": best * 1e3,
+torch_ms = best_ms(step, args.repeats)
+print(json.dumps({"threads": args.threads, "batch": args.batch, "model": "resnet20", "torch_ms": torch_ms,
                   "torch_version": torch.__version__, "params": sum(p.numel() for p in model.parameters())}))

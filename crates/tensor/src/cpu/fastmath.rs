@@ -105,40 +105,38 @@ mod tests {
         (0..=count).map(move |i| lo + (hi - lo) * (i as f32 / count as f32))
     }
 
+    /// Asserts that `f` is within `bound` ulp of `truth` at every point of `xs`, naming
+    /// the worst point otherwise.
+    fn assert_within(
+        name: &str,
+        bound: f64,
+        xs: impl Iterator<Item = f32>,
+        f: fn(f32) -> f32,
+        truth: fn(f64) -> f64,
+    ) {
+        let (worst, at) = xs
+            .map(|x| (ulps(f(x), truth(x as f64)), x))
+            .fold((0.0, 0.0), |a, b| if b.0 > a.0 { b } else { a });
+        assert!(worst <= bound, "{name}: {worst} ulp at x = {at}");
+    }
+
     #[test]
     fn exp_is_within_1_2_ulp_over_its_normal_range() {
-        let mut worst = (0.0, 0.0f32);
-        for x in sweep(-87.0, 88.72, 2_000_000).chain(sweep(-1e-3, 1e-3, 10_000)) {
-            let u = ulps(exp(x), (x as f64).exp());
-            if u > worst.0 {
-                worst = (u, x);
-            }
-        }
-        assert!(worst.0 <= 1.2, "exp: {} ulp at x = {}", worst.0, worst.1);
+        let xs = sweep(-87.0, 88.72, 2_000_000).chain(sweep(-1e-3, 1e-3, 10_000));
+        assert_within("exp", 1.2, xs, exp, f64::exp);
     }
 
     #[test]
     fn tanh_is_within_2_ulp_and_sigmoid_within_2_5() {
-        let mut worst = (0.0, 0.0f32);
-        for x in sweep(-12.0, 12.0, 2_000_000).chain(sweep(-1e-4, 1e-4, 10_000)) {
-            let u = ulps(tanh(x), (x as f64).tanh());
-            if u > worst.0 {
-                worst = (u, x);
-            }
-        }
-        assert!(worst.0 <= 2.0, "tanh: {} ulp at x = {}", worst.0, worst.1);
-        let mut worst = (0.0, 0.0f32);
-        for x in sweep(-80.0, 80.0, 2_000_000) {
-            let u = ulps(sigmoid(x), 1.0 / (1.0 + (-(x as f64)).exp()));
-            if u > worst.0 {
-                worst = (u, x);
-            }
-        }
-        assert!(
-            worst.0 <= 2.5,
-            "sigmoid: {} ulp at x = {}",
-            worst.0,
-            worst.1
+        let xs = sweep(-12.0, 12.0, 2_000_000).chain(sweep(-1e-4, 1e-4, 10_000));
+        assert_within("tanh", 2.0, xs, tanh, f64::tanh);
+        let logistic = |x: f64| 1.0 / (1.0 + (-x).exp());
+        assert_within(
+            "sigmoid",
+            2.5,
+            sweep(-80.0, 80.0, 2_000_000),
+            sigmoid,
+            logistic,
         );
     }
 
