@@ -8,20 +8,17 @@ import json
 import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from step_timing import best_ms, parse_args  # noqa: E402
+
 parser = argparse.ArgumentParser(description=__doc__)
-parser.add_argument("--threads", type=int, default=int(os.environ.get("RAYON_NUM_THREADS", os.cpu_count() or 1)))
 parser.add_argument("--batch", type=int, default=32)
-parser.add_argument("--repeats", type=int, default=5)
-args = parser.parse_args()
-for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-    os.environ[var] = str(args.threads)
+args = parse_args(parser)
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cifar_resnet import ResNetCifar  # noqa: E402
-from step_timing import best_ms  # noqa: E402
 
 torch.set_num_threads(args.threads)
 torch.manual_seed(0)

@@ -12,16 +12,42 @@ use train::Summary;
 
 const BIN: &str = env!("CARGO_BIN_EXE_compare_runs");
 
-/// A finished 2-epoch run of `method` reaching `accuracy`, sending `per_step` bytes a
-/// step against a dense 1,000 (10 steps an epoch, a record every 5 steps).
-fn fake_run(root: &Path, name: &str, method: &str, accuracy: f64, per_step: u64) -> PathBuf {
+/// How a fake run went: its method, the metric it reports and its final value, the bytes
+/// it sends a step against a dense 1,000, and whether its first epoch is a dense warm-up.
+struct Fake {
+    method: &'static str,
+    metric: (&'static str, f64),
+    per_step: u64,
+    warm_up: bool,
+}
+
+/// A fake run of `method` that sends `per_step` bytes a step after a dense warm-up epoch.
+fn warmed(method: &'static str, accuracy: f64, per_step: u64) -> Fake {
+    Fake {
+        method,
+        metric: ("accuracy", accuracy),
+        per_step,
+        warm_up: true,
+    }
+}
+
+/// A finished 2-epoch run as `fake` says (10 steps an epoch, a record every 5 steps).
+fn fake_run(root: &Path, name: &str, fake: Fake) -> PathBuf {
+    let Fake {
+        method,
+        metric: (metric_name, final_metric),
+        per_step,
+        warm_up,
+    } = fake;
+    let dense_steps = if warm_up { 10 } else { 0 };
     let dir = root.join(name);
     std::fs::create_dir_all(&dir).unwrap();
     let mut lines = Vec::new();
     for step in [5usize, 10, 15, 20] {
         let epoch = step as f64 / 10.0;
-        // Dense for the first epoch (a warm-up), `per_step` after it.
-        let sent = |s: usize| 1000 * s.min(10) as u64 + per_step * s.saturating_sub(10) as u64;
+        let sent = |s: usize| {
+            1000 * s.min(dense_steps) as u64 + per_step * s.saturating_sub(dense_steps) as u64
+        };
         lines.push(
             serde_json::to_string(&StepRecord {
                 kind: "step",
@@ -42,8 +68,8 @@ fn fake_run(root: &Path, name: &str, method: &str, accuracy: f64, per_step: u64)
                     kind: "eval",
                     step,
                     epoch,
-                    metric_name: "accuracy",
-                    metric: accuracy * epoch / 2.0,
+                    metric_name,
+                    metric: final_metric * epoch / 2.0,
                     bytes_sent: sent(step),
                     ..Default::default()
                 })
@@ -52,10 +78,10 @@ fn fake_run(root: &Path, name: &str, method: &str, accuracy: f64, per_step: u64)
         }
     }
     std::fs::write(dir.join("metrics.jsonl"), lines.join("\n") + "\n").unwrap();
-    let sent = 1000 * 10 + per_step * 10;
+    let sent = 1000 * dense_steps as u64 + per_step * (20 - dense_steps) as u64;
     let summary = Summary {
-        final_metric: accuracy,
-        metric_name: "accuracy".into(),
+        final_metric,
+        metric_name: metric_name.into(),
         bytes_sent: sent,
         dense_bytes: 20_000,
         compression_ratio: Some(20_000.0 / sent as f64),
@@ -86,8 +112,8 @@ fn root(name: &str) -> PathBuf {
 #[test]
 fn rows_differences_ratios_after_warm_up_and_charts() {
     let root = root("ok");
-    let dense = fake_run(&root, "dense", "dense", 0.90, 1000);
-    let dgc = fake_run(&root, "dgc", "dgc", 0.89, 4);
+    let dense = fake_run(&root, "dense", warmed("dense", 0.90, 1000));
+    let dgc = fake_run(&root, "dgc", warmed("dgc", 0.89, 4));
     let out = root.join("cmp");
     let o = common::run(
         BIN,
@@ -121,48 +147,77 @@ fn rows_differences_ratios_after_warm_up_and_charts() {
     assert_eq!(csv.lines().count(), 3, "{csv}");
     assert!(csv.lines().nth(2).unwrap().starts_with("DGC,"), "{csv}");
     for chart in &train::plot::RUN_CHARTS {
-        for ext in ["png", "svg"] {
-            let f = out.join(chart.stem).with_extension(ext);
+        for f in train::plot::chart_files(&out.join(chart.stem)) {
             assert!(f.is_file(), "{} missing", f.display());
         }
     }
-    // One series per run, named by its label.
+    // One series per run, named by its label; 20,000 against 10,040 bytes is not far
+    // enough apart for a log axis.
     let svg = std::fs::read_to_string(out.join("metric_by_bytes.svg")).unwrap();
     assert!(svg.contains("baseline") && svg.contains("DGC"), "{svg}");
-    // The table form names the runs and the metric.
+    assert!(!svg.contains("log scale"), "{svg}");
+    // The table form names the runs and the metric. A run sparse from its first step
+    // (80 bytes against dense's 20,000) puts the bytes charts, and only those, on a log
+    // axis.
+    let sparse = fake_run(
+        &root,
+        "sparse",
+        Fake {
+            warm_up: false,
+            ..warmed("topk", 0.85, 4)
+        },
+    );
     let o = common::run(
         BIN,
         &[
             dense.to_str().unwrap(),
             dgc.to_str().unwrap(),
+            sparse.to_str().unwrap(),
             "--out",
             out.to_str().unwrap(),
         ],
     );
     let t = common::text(&o);
     assert!(
-        o.status.success() && t.contains("accuracy") && t.contains("dgc"),
+        o.status.success() && t.contains("accuracy") && t.contains("topk"),
         "{t}"
     );
+    let chart = |stem: &str| std::fs::read_to_string(out.join(stem).with_extension("svg")).unwrap();
+    for stem in ["metric_by_bytes", "loss_by_bytes"] {
+        assert!(chart(stem).contains("log scale"), "{stem}: {}", chart(stem));
+    }
+    for stem in ["metric_by_epoch", "loss_by_epoch"] {
+        assert!(
+            !chart(stem).contains("log scale"),
+            "{stem}: {}",
+            chart(stem)
+        );
+    }
     let _ = std::fs::remove_dir_all(&root);
 }
 
 #[test]
 fn wrong_arguments_fail_before_anything_is_written() {
     let root = root("bad");
-    let a = fake_run(&root, "a", "dense", 0.9, 1000);
-    let b = fake_run(&root, "b", "dgc", 0.9, 4);
-    let lm = fake_run(&root, "lm", "dense", 120.0, 1000);
-    let mut s: Value =
-        serde_json::from_str(&std::fs::read_to_string(lm.join("summary.json")).unwrap()).unwrap();
-    s["metric_name"] = "perplexity".into();
-    std::fs::write(lm.join("summary.json"), s.to_string()).unwrap();
+    let a = fake_run(&root, "a", warmed("dense", 0.9, 1000));
+    let b = fake_run(&root, "b", warmed("dgc", 0.9, 4));
+    let lm = fake_run(
+        &root,
+        "lm",
+        Fake {
+            metric: ("perplexity", 120.0),
+            ..warmed("dense", 0.0, 1000)
+        },
+    );
+    // Another run whose directory is also called "a".
+    let other_a = fake_run(&root.join("elsewhere"), "a", warmed("dgc", 0.9, 4));
     let unfinished = root.join("unfinished");
     std::fs::create_dir_all(&unfinished).unwrap();
-    let (a, b, lm, unfinished) = (
+    let (a, b, lm, other_a, unfinished) = (
         a.to_str().unwrap(),
         b.to_str().unwrap(),
         lm.to_str().unwrap(),
+        other_a.to_str().unwrap(),
         unfinished.to_str().unwrap(),
     );
     common::fails_before_any_job(
@@ -172,6 +227,11 @@ fn wrong_arguments_fail_before_anything_is_written() {
             (&[a, lm], "reports accuracy but"),
             (&[a, unfinished], "has no summary.json: not a finished run"),
             (&[a, b, "--after-epoch=-1"], "--after-epoch must be"),
+            (
+                &[a, other_a],
+                "are both named \"a\": name the runs with --labels",
+            ),
+            (&[a, b, "--labels", "x,x"], "are both named \"x\""),
         ],
     );
     let _ = std::fs::remove_dir_all(&root);

@@ -100,6 +100,16 @@ fn main() -> Result<()> {
     } else {
         args.labels.clone()
     };
+    // Two rows or chart series of one name could not be told apart.
+    for (i, l) in labels.iter().enumerate() {
+        if let Some(j) = labels[..i].iter().position(|m| m == l) {
+            bail!(
+                "{} and {} are both named {l:?}: name the runs with --labels",
+                args.runs[j].display(),
+                args.runs[i].display()
+            );
+        }
+    }
     let reference = jobs[0].final_metric();
     let rows: Vec<Value> = jobs
         .iter()
@@ -148,49 +158,48 @@ fn main() -> Result<()> {
     Ok(())
 }
 
+/// A column of the printed table: its header and its cell of a row.
+type Column<'a> = (String, Box<dyn Fn(&Value) -> String + 'a>);
+
 fn print_table(rows: &[Value], metric: &str, after: Option<f64>) {
-    let f = |r: &Value, k: &str, d: usize| table::cell(r[k].as_f64(), d);
-    let text = |r: &Value, k: &str| r[k].as_str().unwrap_or("-").to_string();
-    let mut header = vec![
-        "run".to_string(),
-        "method".into(),
-        "model".into(),
-        "workers".into(),
-        "steps".into(),
-        metric.into(),
-        "diff".into(),
-        "MB sent".into(),
-        "ratio".into(),
-        "message ratio".into(),
+    let num = |k: &'static str, d: usize| -> Box<dyn Fn(&Value) -> String> {
+        Box::new(move |r| table::cell(r[k].as_f64(), d))
+    };
+    let text = |k: &'static str| -> Box<dyn Fn(&Value) -> String> {
+        Box::new(move |r| r[k].as_str().unwrap_or("-").to_string())
+    };
+    // Accuracy and word error rate are fractions; perplexity is in the tens and hundreds.
+    let decimals = if metric == "perplexity" { 2 } else { 4 };
+    let mut columns: Vec<Column> = vec![
+        ("run".into(), text("run")),
+        ("method".into(), text("method")),
+        ("model".into(), text("model")),
+        ("workers".into(), num("workers", 0)),
+        ("steps".into(), num("steps", 0)),
+        (metric.into(), num("metric", decimals)),
+        ("diff".into(), num("diff", decimals)),
+        (
+            "MB sent".into(),
+            Box::new(|r: &Value| table::cell(r["bytes_sent"].as_f64().map(|b| b / 1e6), 2)),
+        ),
+        ("ratio".into(), num("compression_ratio", 1)),
+        ("message ratio".into(), num("message_compression_ratio", 1)),
     ];
     if let Some(e) = after {
-        header.push(format!("ratio after epoch {e}"));
-        header.push(format!("message ratio after epoch {e}"));
+        columns.push((
+            format!("ratio after epoch {e}"),
+            num("compression_ratio_after", 1),
+        ));
+        columns.push((
+            format!("message ratio after epoch {e}"),
+            num("message_compression_ratio_after", 1),
+        ));
     }
-    header.push("wall s".into());
-    let decimals = if metric == "accuracy" { 4 } else { 2 };
+    columns.push(("wall s".into(), num("wall_seconds", 1)));
+    let header: Vec<String> = columns.iter().map(|(h, _)| h.clone()).collect();
     let lines: Vec<Vec<String>> = rows
         .iter()
-        .map(|r| {
-            let mut l = vec![
-                text(r, "run"),
-                text(r, "method"),
-                text(r, "model"),
-                f(r, "workers", 0),
-                f(r, "steps", 0),
-                f(r, "metric", decimals),
-                f(r, "diff", decimals),
-                table::cell(r["bytes_sent"].as_f64().map(|b| b / 1e6), 2),
-                f(r, "compression_ratio", 1),
-                f(r, "message_compression_ratio", 1),
-            ];
-            if after.is_some() {
-                l.push(f(r, "compression_ratio_after", 1));
-                l.push(f(r, "message_compression_ratio_after", 1));
-            }
-            l.push(f(r, "wall_seconds", 1));
-            l
-        })
+        .map(|r| columns.iter().map(|(_, cell)| cell(r)).collect())
         .collect();
     let widths: Vec<usize> = (0..header.len())
         .map(|c| {

@@ -251,13 +251,19 @@ fn build(e: &mut Entry, lm_hidden: Option<usize>, rng: &mut Rng) -> Result<Box<d
         if h == 0 {
             bail!("--lm-hidden must be at least 1");
         }
-        *e = word_lm(e.name, e.paper_mib.filter(|_| h == 1500), h);
-        return Ok(Box::new(models::lstm_lm(
-            10_000,
-            h,
-            models::lstm_lm_dropout(h),
-            rng,
-        )?));
+        // The paper's size holds at the paper's width only.
+        let paper = matches!(e.input, Input::Tokens { hidden, .. } if hidden == h);
+        *e = word_lm(e.name, e.paper_mib.filter(|_| paper), h);
+        let Input::Tokens {
+            vocab,
+            hidden,
+            dropout,
+            ..
+        } = e.input
+        else {
+            bail!("{} is not a language model", e.name);
+        };
+        return Ok(Box::new(models::lstm_lm(vocab, hidden, dropout, rng)?));
     }
     Ok(models::by_name(e.name, rng)?)
 }

@@ -29,7 +29,7 @@ pub fn bind_loopback_master() -> std::io::Result<TcpListener> {
 /// master is `listener` (from [`bind_loopback_master`]) and whose shared token is
 /// `token`: `RANK` and `LOCAL_RANK`, `WORLD_SIZE`, `MASTER_ADDR` and `GRADEX_BIND_ADDR`
 /// on the loopback interface, `MASTER_PORT` the listener's, `GRADEX_TOKEN`, and for rank
-/// 0 the listener itself ([`pass_master_listener`]). Every launcher of local workers (the
+/// 0 the listener itself (inherited, named by `GRADEX_MASTER_FD`). Every launcher of local workers (the
 /// trainer's, the collective benchmarks', the multi-process tests) sets exactly these.
 pub fn prepare_local_worker(
     command: &mut Command,

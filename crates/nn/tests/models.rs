@@ -41,10 +41,12 @@ fn parameter_counts_match_the_papers() {
 #[test]
 fn alexnet_biases_follow_the_bvlc_model() {
     let m = models::by_name("alexnet", &mut Rng::new(0)).unwrap();
+    let mut seen = 0;
     for p in m.named_params() {
         let Some(layer) = p.name.strip_suffix(".bias") else {
             continue;
         };
+        seen += 1;
         let want = if ["conv1", "conv3", "fc8"].contains(&layer) {
             0.0
         } else {
@@ -53,6 +55,8 @@ fn alexnet_biases_follow_the_bvlc_model() {
         let v = p.tensor.to_vec::<f32>().unwrap();
         assert!(v.iter().all(|&x| x == want), "{}: {}", p.name, v[0]);
     }
+    // Five convolutions and three fully connected layers: none skipped by its name.
+    assert_eq!(seen, 8, "AlexNet's bias names changed");
 }
 
 #[test]

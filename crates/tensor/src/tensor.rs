@@ -46,14 +46,23 @@ impl Drop for Inner {
         let Some(op) = self.op.take() else {
             return;
         };
-        let mut pending: Vec<Tensor> = op.inputs().into_iter().cloned().collect();
+        // Only inputs the op holds the last handle to are taken out (a shared one, such as
+        // a weight, just loses a count when the op drops), so a step's graph mostly
+        // releases without filling the list at all.
+        let sole = |op: &Op| -> Vec<Tensor> {
+            op.inputs()
+                .into_iter()
+                .filter(|t| Arc::strong_count(&t.0) == 1)
+                .cloned()
+                .collect()
+        };
+        let mut pending = sole(&op);
         drop(op);
         while let Some(t) = pending.pop() {
-            // Only a node this list holds the last handle to is released here; a shared
-            // one stays with its other owners.
+            // A handle another thread took meanwhile keeps its node alive; that is fine.
             if let Ok(mut inner) = Arc::try_unwrap(t.0) {
                 if let Some(op) = inner.op.take() {
-                    pending.extend(op.inputs().into_iter().cloned());
+                    pending.extend(sole(&op));
                 }
             }
         }

@@ -174,8 +174,13 @@ fn f32_softmax_and_cross_entropy_on_wide_rows_match_f64_math() {
     // A language model's shape (many classes, rows not a multiple of the lane count) in
     // f32, whose exponentials are the vectorised ones, against f64 libm arithmetic.
     let (rows, classes) = (7, 10_003);
-    let x = randn(&[rows, classes], 12).affine(4.0, 0.0).unwrap();
-    let xv = x.to_vec::<f64>().unwrap();
+    let x32 = randn(&[rows, classes], 12)
+        .affine(4.0, 0.0)
+        .unwrap()
+        .to_dtype(DType::F32)
+        .unwrap();
+    // The reference works on the f32 inputs, so only the op's own error is measured.
+    let xv = x32.to_vec_f64().unwrap();
     let labels: Vec<u32> = (0..rows as u32)
         .map(|r| r * 1_429 % classes as u32)
         .collect();
@@ -189,12 +194,22 @@ fn f32_softmax_and_cross_entropy_on_wide_rows_match_f64_math() {
         want_loss -= row[l as usize] - max - sum.ln();
     }
     want_loss /= rows as f64;
-    let x32 = x.to_dtype(DType::F32).unwrap();
+    // Relative to each probability (most are near 1e-4 here), so a row sum that misses a
+    // few terms is caught: leaving out the last 3 of 10,003 moves every value by ~3e-4.
     let p = x32.softmax(1).unwrap().to_vec_f64().unwrap();
-    assert_close(&p, &want_p, 1e-6, "softmax f32");
+    let (worst, at) = p
+        .iter()
+        .zip(&want_p)
+        .map(|(a, b)| (a - b).abs() / b)
+        .enumerate()
+        .fold((0.0, 0), |w, (i, e)| if e > w.0 { (e, i) } else { w });
+    assert!(
+        worst < 1e-5,
+        "softmax f32: relative error {worst:e} at {at}"
+    );
     let lsm = x32.log_softmax(1).unwrap().to_vec_f64().unwrap();
     let want_lsm: Vec<f64> = want_p.iter().map(|p| p.ln()).collect();
-    assert_close(&lsm, &want_lsm, 1e-4, "log_softmax f32");
+    assert_close(&lsm, &want_lsm, 1e-5, "log_softmax f32");
     let y = Tensor::from_vec(labels, rows, Device::Cpu).unwrap();
     let loss = x32.cross_entropy(&y, None).unwrap().to_vec_f64().unwrap()[0];
     assert!(

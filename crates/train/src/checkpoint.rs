@@ -50,15 +50,34 @@ pub fn save_generation(
 /// Removes a rank's checkpoints (a fresh run into a used directory must not leave an
 /// older run's checkpoint for `--resume` to pick up).
 pub fn remove(dir: &Path, rank: usize) -> Result<()> {
-    for f in [path(dir, rank), prev_path(dir, rank)] {
-        match std::fs::remove_file(&f) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => {
-                return Err(e)
-                    .with_context(|| format!("removing the stale checkpoint {}", f.display()))
-            }
-        }
+    crate::metrics::remove_present(
+        [path(dir, rank), prev_path(dir, rank)],
+        "the stale checkpoint",
+    )
+}
+
+/// Refuses a fresh run into `out` while it holds an earlier run: a finished one
+/// (`summary.json`, looked for when `summary`) or one that can be resumed (a checkpoint of
+/// any of `ranks`). The trainer asks this for all its local ranks before starting any
+/// worker, and each worker for its own rank (a job started by another launcher).
+pub fn earlier_run(
+    out: &Path,
+    ranks: impl IntoIterator<Item = usize>,
+    summary: bool,
+) -> Result<()> {
+    let mut found: Vec<std::path::PathBuf> = ranks
+        .into_iter()
+        .flat_map(|r| [path(out, r), prev_path(out, r)])
+        .collect();
+    if summary {
+        found.push(out.join("summary.json"));
+    }
+    if let Some(f) = found.iter().find(|f| f.exists()) {
+        anyhow::bail!(
+            "{} holds an earlier run ({}): --resume continues it, --overwrite replaces it, or choose another --out",
+            out.display(),
+            f.display()
+        );
     }
     Ok(())
 }

@@ -257,8 +257,10 @@ pub fn launch_logging(
             } else {
                 format!("; also failed: {}", others.join(", "))
             };
-            let output = if tail.is_empty() {
+            let output = if logs == WorkerLogs::Inherit {
                 "Its output is above.".to_string()
+            } else if tail.is_empty() {
+                "It printed nothing.".to_string()
             } else {
                 format!("Its last output:\n  {}", tail.join("\n  "))
             };

@@ -56,6 +56,12 @@ pub fn run(cfg: &Config, resume: bool, raw_args: &[std::ffi::OsString]) -> Resul
         None => cfg,
     };
     cfg.validate()?;
+    // A fresh run into an earlier one's directory fails before any data is loaded: every
+    // local rank's checkpoints and the summary (each worker checks again, for a job that
+    // another launcher started).
+    if !in_job && !resume && !cfg.overwrite {
+        checkpoint::earlier_run(&cfg.out, 0..cfg.workers, true)?;
+    }
     if !in_job && cfg.workers > 1 {
         if cfg.backend == config::Backend::Nccl {
             // NCCL refuses two ranks on one GPU (ncclCommInitRank: duplicate GPU).

@@ -8,6 +8,23 @@ use serde::Serialize;
 use std::io::Write;
 use std::path::Path;
 
+/// Removes each of `files` that exists (one that does not is fine); `what` names them in
+/// the error.
+pub fn remove_present(
+    files: impl IntoIterator<Item = std::path::PathBuf>,
+    what: &str,
+) -> Result<()> {
+    for f in files {
+        match std::fs::remove_file(&f) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(e).with_context(|| format!("removing {what} {}", f.display()))
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 /// Writes `path` so that it holds either its old or its new bytes, also across a crash
 /// or a power cut: a temporary file (named after this process and a random number, so
 /// that workers writing the same file, even processes of the same PID on different nodes

@@ -156,17 +156,11 @@ fn fault_injection(rank: usize, step: usize) {
 fn remove_results(out: &std::path::Path) -> Result<()> {
     let charts = crate::plot::RUN_CHARTS
         .iter()
-        .flat_map(|c| ["png", "svg"].map(|e| out.join(c.stem).with_extension(e)));
-    for f in std::iter::once(out.join("summary.json")).chain(charts) {
-        match std::fs::remove_file(&f) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                return Err(e)
-                    .with_context(|| format!("removing the earlier run's {}", f.display()))
-            }
-            _ => {}
-        }
-    }
-    Ok(())
+        .flat_map(|c| crate::plot::chart_files(&out.join(c.stem)));
+    crate::metrics::remove_present(
+        std::iter::once(out.join("summary.json")).chain(charts),
+        "the earlier run's",
+    )
 }
 
 /// A checkpoint's name for an optimizer state entry: SGD's momentum keeps the name it had
@@ -443,7 +437,7 @@ impl Worker {
                 })
                 .collect();
             let none = decoded.iter().all(|g| g.iter().all(Option::is_none));
-            let why = if none {
+            let why = if none && self.cfg.checkpoint_every == 0 {
                 " (a run with --checkpoint-every 0 writes none); without --resume, --overwrite starts the run afresh"
             } else {
                 ""
@@ -543,28 +537,6 @@ impl Worker {
     /// that can be resumed (this rank's checkpoints) or that finished (rank 0: its
     /// summary), unless `--overwrite` allows it. A run that died before either left
     /// nothing to keep but its log, which the fresh run's replaces.
-    fn earlier_run(&self, cfg: &Config) -> Result<()> {
-        if cfg.overwrite {
-            return Ok(());
-        }
-        let mut found = vec![
-            checkpoint::path(&cfg.out, self.rank),
-            checkpoint::prev_path(&cfg.out, self.rank),
-        ];
-        if self.rank == 0 {
-            found.push(cfg.out.join("summary.json"));
-        }
-        found.retain(|f| f.exists());
-        if let Some(f) = found.first() {
-            bail!(
-                "{} holds an earlier run ({}): --resume continues it, --overwrite replaces it, or choose another --out",
-                cfg.out.display(),
-                f.display()
-            );
-        }
-        Ok(())
-    }
-
     fn load_checkpoint(&mut self, file: &std::path::Path) -> Result<()> {
         let saved = checkpoint::load(file)?;
         no_grad(|| -> Result<()> {
@@ -643,7 +615,11 @@ impl Worker {
                 .with_context(|| format!("resuming from {}", file.display()));
         } else {
             // Every rank's verdict before any rank removes anything of the earlier run.
-            let fresh = self.earlier_run(&cfg);
+            let fresh = if cfg.overwrite {
+                Ok(())
+            } else {
+                checkpoint::earlier_run(&cfg.out, [self.rank], lead)
+            };
             self.all_ranks_ok(fresh, "start a fresh run")?;
             checkpoint::remove(&cfg.out, self.rank)?;
             if lead {

@@ -9,7 +9,6 @@ use rayon::prelude::*;
 /// Below this many elements the rayon fork-join costs more than it saves.
 pub(crate) const PAR_THRESHOLD: usize = 1 << 15;
 
-/// Gathers the elements of `layout` into a new contiguous vector.
 /// The elements of `layout` in row-major order: borrowed where they already lie so in
 /// `src`, gathered otherwise (for readers, so a contiguous input is not copied).
 pub(crate) fn dense<'a, T: Copy + Send + Sync>(
@@ -22,6 +21,7 @@ pub(crate) fn dense<'a, T: Copy + Send + Sync>(
     }
 }
 
+/// Gathers the elements of `layout` into a new contiguous vector.
 pub(crate) fn gather<T: Copy + Send + Sync>(src: &[T], layout: &Layout) -> Vec<T> {
     match layout.contiguous_range() {
         Some(r) => src[r].to_vec(),

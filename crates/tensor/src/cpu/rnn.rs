@@ -7,11 +7,6 @@ use crate::storage::RnnCell;
 use crate::Float;
 use rayon::prelude::*;
 
-#[inline(always)]
-fn sigm<T: Float>(x: T) -> T {
-    x.kernel_sigmoid()
-}
-
 /// A row of `[k·h]` as its k gate blocks of exactly h values each. The per-unit loops
 /// index these by j < h, so the compiler drops the bounds checks and vectorises them.
 #[inline(always)]
@@ -30,11 +25,24 @@ fn blocks_mut<const K: usize, T>(row: &mut [T], h: usize) -> [&mut [T]; K] {
     })
 }
 
+/// Unit j's LSTM gate activations (i, f, g, o) from the gate blocks of its
+/// pre-activations.
+#[inline(always)]
+fn lstm_gates<T: Float>(g: &[&[T]; 4], j: usize) -> (T, T, T, T) {
+    (
+        g[0][j].kernel_sigmoid(),
+        g[1][j].kernel_sigmoid(),
+        g[2][j].kernel_tanh(),
+        g[3][j].kernel_sigmoid(),
+    )
+}
+
 /// Unit j's GRU reset and update gates and candidate (r, z, n) from the gate blocks of
 /// the input part `x` and the hidden part `y`.
 #[inline(always)]
 fn gru_gates<T: Float>(x: &[&[T]; 3], y: &[&[T]; 3], j: usize) -> (T, T, T) {
-    let (r, z) = (sigm(x[0][j] + y[0][j]), sigm(x[1][j] + y[1][j]));
+    let r = (x[0][j] + y[0][j]).kernel_sigmoid();
+    let z = (x[1][j] + y[1][j]).kernel_sigmoid();
     (r, z, (x[2][j] + r * y[2][j]).kernel_tanh())
 }
 
@@ -59,12 +67,11 @@ pub(crate) fn forward<T: Float>(inputs: &[&[T]], cell: RnnCell, n: usize, h: usi
                 .enumerate()
                 .with_min_len(min)
                 .for_each(|(r, (hr, cr))| {
-                    let [gi, gf, gg, go] = blocks(&gates[r * 4 * h..(r + 1) * 4 * h], h);
+                    let pre = blocks(&gates[r * 4 * h..(r + 1) * 4 * h], h);
                     let cp = &c_prev[r * h..(r + 1) * h];
                     let (hr, cr) = (&mut hr[..h], &mut cr[..h]);
                     for j in 0..h {
-                        let (i, f, g, o) =
-                            (sigm(gi[j]), sigm(gf[j]), gg[j].kernel_tanh(), sigm(go[j]));
+                        let (i, f, g, o) = lstm_gates(&pre, j);
                         let c = f * cp[j] + i * g;
                         hr[j] = o * c.kernel_tanh();
                         cr[j] = c;
@@ -115,15 +122,14 @@ pub(crate) fn backward<T: Float>(
                 .enumerate()
                 .with_min_len(min)
                 .for_each(|(r, (dg, dcp))| {
-                    let [gi, gf, gg, go] = blocks(&gates[r * 4 * h..(r + 1) * 4 * h], h);
+                    let pre = blocks(&gates[r * 4 * h..(r + 1) * 4 * h], h);
                     let [di, df, dgg, dgo] = blocks_mut(dg, h);
                     let cp = &c_prev[r * h..(r + 1) * h];
                     let dh_row = &grad[r * h..(r + 1) * h];
                     let dc_row = &grad[(n + r) * h..(n + r + 1) * h];
                     let dcp = &mut dcp[..h];
                     for j in 0..h {
-                        let (i, f, g, o) =
-                            (sigm(gi[j]), sigm(gf[j]), gg[j].kernel_tanh(), sigm(go[j]));
+                        let (i, f, g, o) = lstm_gates(&pre, j);
                         let c = f * cp[j] + i * g;
                         let tc = c.kernel_tanh();
                         let dh = dh_row[j];

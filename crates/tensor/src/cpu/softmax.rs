@@ -6,35 +6,33 @@ use crate::Float;
 use crate::{Error, Result};
 use rayon::prelude::*;
 
-/// Independent running results per row in [`row_max`], [`lane_sum`] and [`lane_dot`]: a
-/// single accumulator chains every add to the previous one (4 cycles each), eight let the
-/// loop run as vector operations. The order is fixed, so results do not vary by thread.
+/// Independent running results per row in [`lane_fold`] and [`lane_dot`]: a single
+/// accumulator chains every step to the previous one (4 cycles each), eight let the loop
+/// run as vector operations. The order is fixed, so results do not vary by thread.
 const LANES: usize = 8;
 
-/// The row's maximum; NaN is skipped, as by `Float::max`.
-fn row_max<T: Float>(row: &[T]) -> T {
-    let mut acc = [T::neg_infinity(); LANES];
-    let chunks = row.chunks_exact(LANES);
-    let rest = chunks.remainder().iter().copied();
-    for c in chunks {
-        for (a, &v) in acc.iter_mut().zip(c) {
-            *a = a.max(v);
-        }
-    }
-    acc.into_iter().chain(rest).fold(T::neg_infinity(), T::max)
-}
-
-/// Σ xs in [`LANES`] partial sums.
-fn lane_sum<T: Float>(xs: &[T]) -> T {
-    let mut acc = [T::zero(); LANES];
+/// `xs` folded by `f` from `init` in [`LANES`] running results, combined at the end.
+#[inline(always)]
+fn lane_fold<T: Float>(xs: &[T], init: T, f: impl Fn(T, T) -> T) -> T {
+    let mut acc = [init; LANES];
     let chunks = xs.chunks_exact(LANES);
     let rest = chunks.remainder().iter().copied();
     for c in chunks {
         for (a, &v) in acc.iter_mut().zip(c) {
-            *a += v;
+            *a = f(*a, v);
         }
     }
-    acc.into_iter().chain(rest).fold(T::zero(), |a, b| a + b)
+    acc.into_iter().chain(rest).fold(init, f)
+}
+
+/// The row's maximum; NaN is skipped, as by `Float::max`.
+fn row_max<T: Float>(row: &[T]) -> T {
+    lane_fold(row, T::neg_infinity(), T::max)
+}
+
+/// Σ xs.
+fn lane_sum<T: Float>(xs: &[T]) -> T {
+    lane_fold(xs, T::zero(), |a, b| a + b)
 }
 
 /// Σ a⊙b in [`LANES`] partial sums.

@@ -102,8 +102,13 @@ impl Scale {
     }
 }
 
-/// Writes one chart of `series` as `stem.png` and `stem.svg` (any extension on `stem` is
-/// replaced).
+/// The files a chart of `stem` is written to: `stem.png` and `stem.svg` (any extension on
+/// `stem` replaced).
+pub fn chart_files(stem: &Path) -> [std::path::PathBuf; 2] {
+    [stem.with_extension("png"), stem.with_extension("svg")]
+}
+
+/// Writes one chart of `series` as its [`chart_files`].
 pub fn line_chart(
     stem: &Path,
     title: &str,
@@ -114,7 +119,7 @@ pub fn line_chart(
     line_chart_scaled(stem, title, x_label, y_label, series, Scale::Linear)
 }
 
-/// [`line_chart`] with the x axis on `x_scale`.
+/// [`line_chart`] with the x axis on `x_scale`; a log axis says so in its label.
 pub fn line_chart_scaled(
     stem: &Path,
     title: &str,
@@ -124,8 +129,9 @@ pub fn line_chart_scaled(
     x_scale: Scale,
 ) -> Result<()> {
     let logged: Vec<Series>;
-    let series = match x_scale {
-        Scale::Linear => series,
+    let log_label;
+    let (series, x_label) = match x_scale {
+        Scale::Linear => (series, x_label),
         Scale::Log => {
             logged = series
                 .iter()
@@ -139,14 +145,14 @@ pub fn line_chart_scaled(
                         .collect(),
                 })
                 .collect();
-            &logged
+            log_label = format!("{x_label}, log scale");
+            (&logged[..], log_label.as_str())
         }
     };
-    let svg_path = stem.with_extension("svg");
+    let [png_path, svg_path] = chart_files(stem);
     let text = svg::render(title, x_label, y_label, series, x_scale);
     crate::metrics::write_atomic(&svg_path, text.as_bytes())
         .with_context(|| format!("plotting {}", svg_path.display()))?;
-    let png_path = stem.with_extension("png");
     let bytes = png::render(title, x_label, y_label, series, x_scale, font::family())
         .with_context(|| format!("plotting {}", png_path.display()))?;
     crate::metrics::write_atomic(&png_path, &bytes)
@@ -162,14 +168,16 @@ pub struct RunChart {
     pub x_label: &'static str,
     /// `loss` (training loss) or `metric` (the evaluation metric).
     pub y: &'static str,
-    /// Bytes axes: logarithmic when the runs charted together end [`LOG_APART`]× or
-    /// more apart (a dense run beside a compressed one), linear otherwise.
-    pub log_when_apart: bool,
 }
 
-/// The ratio of the runs' largest x values from which a [`RunChart`] with
-/// `log_when_apart` draws its x axis on a log scale: at 100× (DGC beside dense) a linear
-/// axis squeezes the compressed runs into the first percent of the width.
+/// The x key of the bytes charts. Their axis is logarithmic when the runs charted
+/// together end [`LOG_APART`]× or more apart (a dense run beside a compressed one),
+/// linear otherwise.
+const BYTES_X: &str = "bytes_sent";
+
+/// The ratio of the runs' largest x values from which a bytes chart draws its x axis on
+/// a log scale: at 100× (DGC beside dense) a linear axis squeezes the compressed runs
+/// into the first percent of the width.
 pub const LOG_APART: f64 = 20.0;
 
 /// The x scale for `series` charted together: [`Scale::Log`] when their largest x values
@@ -204,15 +212,13 @@ pub const RUN_CHARTS: [RunChart; 4] = [
         x: "epoch",
         x_label: "epoch",
         y: "loss",
-        log_when_apart: false,
     },
     RunChart {
         stem: "loss_by_bytes",
         kind: "step",
-        x: "bytes_sent",
+        x: BYTES_X,
         x_label: BYTES_LABEL,
         y: "loss",
-        log_when_apart: true,
     },
     RunChart {
         stem: "metric_by_epoch",
@@ -220,15 +226,13 @@ pub const RUN_CHARTS: [RunChart; 4] = [
         x: "epoch",
         x_label: "epoch",
         y: "metric",
-        log_when_apart: false,
     },
     RunChart {
         stem: "metric_by_bytes",
         kind: "eval",
-        x: "bytes_sent",
+        x: BYTES_X,
         x_label: BYTES_LABEL,
         y: "metric",
-        log_when_apart: true,
     },
 ];
 
@@ -273,16 +277,19 @@ pub fn learning_charts(
                 points: points(recs, c.kind, c.x, c.y),
             })
             .collect();
-        let scale = if c.log_when_apart {
+        let scale = if c.x == BYTES_X {
             scale_for(&series)
         } else {
             Scale::Linear
         };
-        let x_label = match scale {
-            Scale::Linear => c.x_label.to_string(),
-            Scale::Log => format!("{}, log scale", c.x_label),
-        };
-        line_chart_scaled(&dir.join(c.stem), title, &x_label, quantity, &series, scale)?;
+        line_chart_scaled(
+            &dir.join(c.stem),
+            title,
+            c.x_label,
+            quantity,
+            &series,
+            scale,
+        )?;
     }
     Ok(())
 }
@@ -338,6 +345,7 @@ mod tests {
         std::fs::remove_dir_all(&dir).ok();
         // The axis runs from dgc's first point (2M) to dense's last (5G): its end ticks.
         assert!(svg.contains(">2.0M<") && svg.contains(">5.0G<"), "{svg}");
+        assert!(svg.contains(">bytes, log scale<"), "{svg}");
         // Ten points per run drawn, the one at x = 0 left out.
         assert_eq!(svg.matches("<circle").count(), 20);
     }
