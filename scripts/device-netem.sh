@@ -7,14 +7,17 @@
 #   bash scripts/gpu-build.sh        # here
 #   run(command="bash scripts/device-netem.sh", carry=[".gpu"])   # the device tool
 #
-# Configurations, each 1, 16 and 64 MiB gradients at density 0.001, best of 3:
+# Configurations, each 1, 16 and 64 MiB gradients at density 0.001, best of 3, with
+# TopKAllReduce's allgather alone beside it (comm_bench --allgather):
 #   w8-ack           8 workers, --shaper htb --burst 16kb --ack-prio (ACKs ahead of data,
 #                    the kernel's GSO super-packets)
 #   w8-ack-gso1      the same with --gso-segs 1 (packet at a time, like a NIC's wire)
-#   w8-htb16k        8 workers, htb 16kb without --ack-prio (RESULTS.md's earlier tables)
 #   w4-ack-gso1      4 workers, --ack-prio --gso-segs 1, for paper 002's Figure 9 at few workers
-#   w8-htb16k-gso1, w8-tbf256k, w4-htb16k-gso1   earlier configurations, on request
-# NETEM_CONFIGS="w8-ack w4-ack-gso1" picks a subset. Needs root (namespaces).
+#   w4-ack           4 workers, as w8-ack
+#   w8-htb16k (htb 16kb without --ack-prio, RESULTS.md's earlier tables), w8-htb16k-gso1,
+#   w8-tbf256k, w4-htb16k-gso1   earlier configurations, on request
+# NETEM_CONFIGS="w8-ack w4-ack-gso1" picks a subset; NETEM_BENCH_ARGS="--warmup 2"
+# adds comm_bench flags. Needs root (namespaces).
 # The device tool brings back at most 8 files: logs and CSVs go to a scratch folder,
 # packed into $OUT/netem-logs.tgz on any exit; the final table goes to
 # $OUT/netem-table.txt once every configuration has run (not when the call is cut off).
@@ -46,13 +49,14 @@ command -v ip >/dev/null && command -v tc >/dev/null ||
 ip -V > "$out/machine.txt" 2>&1
 echo "cores: $(nproc), kernel: $(uname -r)" >> "$out/machine.txt"
 
-configs="${NETEM_CONFIGS:-w8-ack w8-ack-gso1 w8-htb16k w4-ack-gso1}"
+configs="${NETEM_CONFIGS:-w8-ack w8-ack-gso1 w4-ack w4-ack-gso1}"
 status=0
 for cfg in $configs; do
   case "$cfg" in
     w8-ack) opts=(--workers 8 --shaper htb --burst 16kb --ack-prio) ;;
     w8-ack-gso1) opts=(--workers 8 --shaper htb --burst 16kb --ack-prio --gso-segs 1) ;;
     w4-ack-gso1) opts=(--workers 4 --shaper htb --burst 16kb --ack-prio --gso-segs 1) ;;
+    w4-ack) opts=(--workers 4 --shaper htb --burst 16kb --ack-prio) ;;
     w8-htb16k) opts=(--workers 8 --shaper htb --burst 16kb) ;;
     w8-htb16k-gso1) opts=(--workers 8 --shaper htb --burst 16kb --gso-segs 1) ;;
     w8-tbf256k) opts=(--workers 8) ;;
@@ -62,7 +66,7 @@ for cfg in $configs; do
   echo "== $cfg: netem.sh ${opts[*]}"
   rm -f "$out/$cfg.csv"
   # 4 × 130 s stays under the device tool's 600 s per call (a run takes 30-60 s).
-  timeout 130 bash scripts/netem.sh "${opts[@]}" -- "$bench" --no-reference \
+  timeout 130 bash scripts/netem.sh "${opts[@]}" -- "$bench" --no-reference --allgather ${NETEM_BENCH_ARGS:-} \
     --sizes 1048576,16777216,67108864 --repeats 3 --csv "$out/$cfg.csv" \
     > "$out/$cfg.log" 2>&1
   rc=$?

@@ -9,6 +9,9 @@
 //! own call from a barrier (best of `--repeats`, after `--warmup` untimed calls). Gloo's
 //! is taken the same way.
 //!
+//! `--allgather` adds TopKAllReduce's wire part alone (the allgather of the same
+//! messages, no sum) as an `allgather_v` row.
+//!
 //! `comm_bench --world 4` launches 4 workers of itself on this machine; with RANK,
 //! WORLD_SIZE, MASTER_ADDR, MASTER_PORT and GRADEX_TOKEN already set (e.g. inside the
 //! emulated network) it runs as one worker of that job.
@@ -52,6 +55,12 @@ struct Args {
     /// as the best of 5, 1.19x after one warm-up call). The Gloo reference runs as many.
     #[arg(long, default_value_t = 1)]
     warmup: usize,
+    /// Also time TopKAllReduce's wire part alone: the allgather of the same encoded
+    /// sparse vectors (row `allgather_v`, predicted by the same α-β form), so that the
+    /// local work after the gather (checking and summing the P messages), which the
+    /// model leaves out, shows as the difference between the two rows.
+    #[arg(long)]
+    allgather: bool,
     /// Skip the Gloo reference.
     #[arg(long)]
     no_reference: bool,
@@ -74,6 +83,8 @@ fn worker(args: &Args) -> Result<()> {
     let samples = ping_pong(&mut c, &pp_sizes, 5)?;
     let model = AlphaBeta::fit(&samples);
     let mut rows: Vec<Value> = Vec::new();
+    // Calls per timed point, warm-up included: the byte counters see them all.
+    let calls = (args.warmup + args.repeats.max(1)) as f64;
     for &bytes in &args.sizes {
         let n = (bytes / 4).max(1);
         let k = ((n as f64 * args.density).round() as usize).max(1);
@@ -93,13 +104,7 @@ fn worker(args: &Args) -> Result<()> {
             ("topk_allreduce", Collective::TopkAllreduce),
             ("gtopk_allreduce", Collective::GtopkAllreduce),
         ] {
-            let before = c
-                .counters()
-                .by_kind
-                .get(&kind)
-                .copied()
-                .unwrap_or_default()
-                .total_sent;
+            let before = sent_total(&c, kind);
             let t = slowest_best(&mut c, args.warmup, args.repeats, |c| {
                 if kind == Collective::TopkAllreduce {
                     c.topk_allreduce(&local).map(|_| ())
@@ -107,14 +112,23 @@ fn worker(args: &Args) -> Result<()> {
                     c.gtopk_allreduce(&local, k).map(|_| ())
                 }
             })?;
-            let sent = (c.counters().by_kind[&kind].total_sent - before) as f64
-                / (args.warmup + args.repeats.max(1)) as f64;
+            let sent = (sent_total(&c, kind) - before) as f64 / calls;
             let predicted = if kind == Collective::TopkAllreduce {
                 model.topk_allreduce(p, k)
             } else {
                 model.gtopk_allreduce(p, k)
             };
             rows.push(json!({"collective": name, "world": p, "bytes": bytes, "density": args.density, "measured_s": t, "predicted_s": predicted, "gbit_per_s": sent * 8.0 / t / 1e9}));
+        }
+        if args.allgather {
+            let msg = local.encode();
+            let kind = Collective::AllgatherV;
+            let before = sent_total(&c, kind);
+            let t = slowest_best(&mut c, args.warmup, args.repeats, |c| {
+                c.allgather_v(&msg).map(|_| ())
+            })?;
+            let sent = (sent_total(&c, kind) - before) as f64 / calls;
+            rows.push(json!({"collective": "allgather_v", "world": p, "bytes": bytes, "density": args.density, "measured_s": t, "predicted_s": model.allgather(p, msg.len()), "gbit_per_s": sent * 8.0 / t / 1e9}));
         }
     }
     c.barrier()?;
@@ -226,6 +240,16 @@ fn worker(args: &Args) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Bytes this rank has sent in collectives of `kind`, headers included.
+fn sent_total(c: &Communicator, kind: Collective) -> u64 {
+    c.counters()
+        .by_kind
+        .get(&kind)
+        .copied()
+        .unwrap_or_default()
+        .total_sent
 }
 
 fn main() -> Result<()> {
