@@ -16,8 +16,9 @@
 #   w4-ack           4 workers, as w8-ack
 #   w8-htb16k (htb 16kb without --ack-prio, RESULTS.md's earlier tables), w8-htb16k-gso1,
 #   w8-tbf256k, w4-htb16k-gso1   earlier configurations, on request
-# NETEM_CONFIGS="w8-ack w4-ack-gso1" picks a subset; NETEM_BENCH_ARGS="--warmup 2"
-# adds comm_bench flags. Needs root (namespaces).
+# NETEM_CONFIGS="w8-ack w4-ack-gso1" picks a subset; NETEM_SIZES (bytes, comma-separated)
+# and NETEM_REPEATS replace the sizes and the 3; NETEM_BENCH_ARGS="--warmup 2" adds
+# comm_bench flags. Needs root (namespaces).
 # The device tool brings back at most 8 files: logs and CSVs go to a scratch folder,
 # packed into $OUT/netem-logs.tgz on any exit; the final table goes to
 # $OUT/netem-table.txt once every configuration has run (not when the call is cut off).
@@ -65,9 +66,11 @@ for cfg in $configs; do
   esac
   echo "== $cfg: netem.sh ${opts[*]}"
   rm -f "$out/$cfg.csv"
-  # 4 × 130 s stays under the device tool's 600 s per call (a run takes 30-60 s).
+  # 4 × 130 s stays under the device tool's 600 s per call (a run took 12 s on the
+  # 16-core device machine at the defaults, 25 s with NETEM_SIZES=16777216,67108864
+  # NETEM_REPEATS=8; 30-60 s on 2 cores).
   timeout 130 bash scripts/netem.sh "${opts[@]}" -- "$bench" --no-reference --allgather ${NETEM_BENCH_ARGS:-} \
-    --sizes 1048576,16777216,67108864 --repeats 3 --csv "$out/$cfg.csv" \
+    --sizes "${NETEM_SIZES:-1048576,16777216,67108864}" --repeats "${NETEM_REPEATS:-3}" --csv "$out/$cfg.csv" \
     > "$out/$cfg.log" 2>&1
   rc=$?
   grep -v "quantum of class" "$out/$cfg.log" | tail -n 20
