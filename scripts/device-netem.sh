@@ -8,7 +8,7 @@
 #   run(command="bash scripts/device-netem.sh", carry=[".gpu"])   # the device tool
 #
 # Configurations, each 1, 16 and 64 MiB gradients at density 0.001, best of 3, with
-# TopKAllReduce's allgather alone beside it (comm_bench --allgather):
+# TopKAllReduce's allgather alone beside it (comm_bench's allgather_v row):
 #   w8-ack           8 workers, --shaper htb --burst 16kb --ack-prio (ACKs ahead of data,
 #                    the kernel's GSO super-packets)
 #   w8-ack-gso1      the same with --gso-segs 1 (packet at a time, like a NIC's wire)
@@ -17,8 +17,10 @@
 #   w8-htb16k (htb 16kb without --ack-prio, RESULTS.md's earlier tables), w8-htb16k-gso1,
 #   w8-tbf256k, w4-htb16k-gso1   earlier configurations, on request
 # NETEM_CONFIGS="w8-ack w4-ack-gso1" picks a subset; NETEM_SIZES (bytes, comma-separated)
-# and NETEM_REPEATS replace the sizes and the 3; NETEM_BENCH_ARGS="--warmup 2" adds
-# comm_bench flags. Needs root (namespaces).
+# and NETEM_REPEATS replace the sizes and the 3; NETEM_COLLECTIVES="topk_allreduce,allgather_v"
+# times only those rows (comm_bench --collectives; the default has all five);
+# NETEM_BENCH_ARGS="--warmup 2" adds comm_bench flags; NETEM_BENCH=.gpu/bin/other_build
+# times another build of comm_bench (A/B comparisons in one call). Needs root (namespaces).
 # The device tool brings back at most 8 files: logs and CSVs go to a scratch folder,
 # packed into $OUT/netem-logs.tgz on any exit; the final table goes to
 # $OUT/netem-table.txt once every configuration has run (not when the call is cut off).
@@ -30,7 +32,7 @@ scratch=$(mktemp -d)
 out="$scratch/netem-logs"
 mkdir -p "$out"
 trap 'tar czf "$final/netem-logs.tgz" -C "$scratch" netem-logs 2>/dev/null' EXIT
-bench=.gpu/bin/comm_bench
+bench="${NETEM_BENCH:-.gpu/bin/comm_bench}"
 [ -x "$bench" ] || { echo "device-netem.sh: no $bench; run scripts/gpu-build.sh first" >&2; exit 2; }
 # The carried iproute2 first (the device image has none). Its libraries are given to the
 # dynamic loader by --library-path, which, unlike LD_LIBRARY_PATH, does not pass on to the
@@ -69,7 +71,7 @@ for cfg in $configs; do
   # 4 × 130 s stays under the device tool's 600 s per call (a run took 12 s on the
   # 16-core device machine at the defaults, 25 s with NETEM_SIZES=16777216,67108864
   # NETEM_REPEATS=8; 30-60 s on 2 cores).
-  timeout 130 bash scripts/netem.sh "${opts[@]}" -- "$bench" --no-reference --allgather ${NETEM_BENCH_ARGS:-} \
+  timeout 130 bash scripts/netem.sh "${opts[@]}" -- "$bench" --no-reference --collectives "${NETEM_COLLECTIVES:-socket_copy,allreduce,topk_allreduce,gtopk_allreduce,allgather_v}" ${NETEM_BENCH_ARGS:-} \
     --sizes "${NETEM_SIZES:-1048576,16777216,67108864}" --repeats "${NETEM_REPEATS:-3}" --csv "$out/$cfg.csv" \
     > "$out/$cfg.log" 2>&1
   rc=$?

@@ -9,8 +9,8 @@
 //! own call from a barrier (best of `--repeats`, after `--warmup` untimed calls). Gloo's
 //! is taken the same way.
 //!
-//! `--allgather` adds TopKAllReduce's wire part alone (the allgather of the same
-//! messages, no sum) as an `allgather_v` row.
+//! `--collectives` picks the rows; `allgather_v` (not in the default set) is
+//! TopKAllReduce's wire part alone: the allgather of the same messages, without the sum.
 //!
 //! `comm_bench --world 4` launches 4 workers of itself on this machine; with RANK,
 //! WORLD_SIZE, MASTER_ADDR, MASTER_PORT and GRADEX_TOKEN already set (e.g. inside the
@@ -55,12 +55,17 @@ struct Args {
     /// as the best of 5, 1.19x after one warm-up call). The Gloo reference runs as many.
     #[arg(long, default_value_t = 1)]
     warmup: usize,
-    /// Also time TopKAllReduce's wire part alone: the allgather of the same encoded
-    /// sparse vectors (row `allgather_v`, predicted by the same α-β form), so that the
-    /// local work after the gather (checking and summing the P messages), which the
-    /// model leaves out, shows as the difference between the two rows.
-    #[arg(long)]
-    allgather: bool,
+    /// The collectives to time at each size. allgather_v is TopKAllReduce's wire part
+    /// alone, the allgather of the same encoded sparse vectors (predicted by the same α-β
+    /// form), so that the local work after the gather (checking and summing the P
+    /// messages), which the model leaves out, shows as the difference between the two.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "socket_copy,allreduce,topk_allreduce,gtopk_allreduce"
+    )]
+    collectives: Vec<Row>,
     /// Skip the Gloo reference.
     #[arg(long)]
     no_reference: bool,
@@ -88,22 +93,35 @@ fn worker(args: &Args) -> Result<()> {
     for &bytes in &args.sizes {
         let n = (bytes / 4).max(1);
         let k = ((n as f64 * args.density).round() as usize).max(1);
-        // Socket copy: one-way time of `bytes` between ranks 0 and 1, all pairs busy.
-        let copy = ping_pong(&mut c, &[bytes], args.repeats)?;
-        if let Some(&(_, t)) = copy.first() {
-            rows.push(json!({"collective": "socket_copy", "world": 2, "bytes": bytes, "density": null, "measured_s": t, "predicted_s": model.alpha + bytes as f64 * model.beta, "gbit_per_s": bytes as f64 * 8.0 / t / 1e9}));
+        let wants = |r: Row| args.collectives.contains(&r);
+        if wants(Row::SocketCopy) {
+            // One-way time of `bytes` between ranks 0 and 1, all pairs busy.
+            let copy = ping_pong(&mut c, &[bytes], args.repeats)?;
+            if let Some(&(_, t)) = copy.first() {
+                rows.push(json!({"collective": "socket_copy", "world": 2, "bytes": bytes, "density": null, "measured_s": t, "predicted_s": model.alpha + bytes as f64 * model.beta, "gbit_per_s": bytes as f64 * 8.0 / t / 1e9}));
+            }
         }
-        let mut data = vec![1.0f32; n];
-        let t = slowest_best(&mut c, args.warmup, args.repeats, |c| {
-            c.allreduce(&mut data, ReduceOp::Sum)
-        })?;
-        let busbw = bytes as f64 / t * 2.0 * (p as f64 - 1.0) / p as f64 * 8.0 / 1e9;
-        rows.push(json!({"collective": "allreduce", "world": p, "bytes": bytes, "density": null, "measured_s": t, "predicted_s": model.allreduce(p, bytes), "gbit_per_s": busbw}));
+        if wants(Row::Allreduce) {
+            let mut data = vec![1.0f32; n];
+            let t = slowest_best(&mut c, args.warmup, args.repeats, |c| {
+                c.allreduce(&mut data, ReduceOp::Sum)
+            })?;
+            let busbw = bytes as f64 / t * 2.0 * (p as f64 - 1.0) / p as f64 * 8.0 / 1e9;
+            rows.push(json!({"collective": "allreduce", "world": p, "bytes": bytes, "density": null, "measured_s": t, "predicted_s": model.allreduce(p, bytes), "gbit_per_s": busbw}));
+        }
         let local = random_sparse(rank, n, k);
         for (name, kind) in [
             ("topk_allreduce", Collective::TopkAllreduce),
             ("gtopk_allreduce", Collective::GtopkAllreduce),
         ] {
+            let row = if kind == Collective::TopkAllreduce {
+                Row::TopkAllreduce
+            } else {
+                Row::GtopkAllreduce
+            };
+            if !wants(row) {
+                continue;
+            }
             let before = sent_total(&c, kind);
             let t = slowest_best(&mut c, args.warmup, args.repeats, |c| {
                 if kind == Collective::TopkAllreduce {
@@ -120,7 +138,7 @@ fn worker(args: &Args) -> Result<()> {
             };
             rows.push(json!({"collective": name, "world": p, "bytes": bytes, "density": args.density, "measured_s": t, "predicted_s": predicted, "gbit_per_s": sent * 8.0 / t / 1e9}));
         }
-        if args.allgather {
+        if wants(Row::AllgatherV) {
             let msg = local.encode();
             let kind = Collective::AllgatherV;
             let before = sent_total(&c, kind);
@@ -136,7 +154,7 @@ fn worker(args: &Args) -> Result<()> {
         return Ok(());
     }
     // Gloo, same sizes, same world, after our workers are done with the cores.
-    let gloo: Option<Value> = if args.no_reference {
+    let gloo: Option<Value> = if args.no_reference || !args.collectives.contains(&Row::Allreduce) {
         None
     } else {
         let sizes = args
@@ -240,6 +258,26 @@ fn worker(args: &Args) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// A row of the table: one measurement at each size.
+#[derive(clap::ValueEnum, Clone, Copy, PartialEq, Eq, Debug)]
+enum Row {
+    /// The plain two-process socket copy (the loopback or link reference).
+    #[value(name = "socket_copy")]
+    SocketCopy,
+    /// Dense ring allreduce of f32.
+    #[value(name = "allreduce")]
+    Allreduce,
+    /// TopKAllReduce: allgather of every rank's k (index, value) pairs, summed.
+    #[value(name = "topk_allreduce")]
+    TopkAllreduce,
+    /// gTopKAllReduce (paper 002, Alg. 3).
+    #[value(name = "gtopk_allreduce")]
+    GtopkAllreduce,
+    /// TopKAllReduce's allgather alone, without the sum.
+    #[value(name = "allgather_v")]
+    AllgatherV,
 }
 
 /// Bytes this rank has sent in collectives of `kind`, headers included.

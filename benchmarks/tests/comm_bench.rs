@@ -1,0 +1,63 @@
+//! `comm_bench` end to end on 2 local workers at one small size: `--collectives` times
+//! exactly the rows it names, in the JSON form the README documents, and TopKAllReduce's
+//! allgather row moves the bytes of k (index, value) pairs per peer.
+
+mod common;
+
+use serde_json::Value;
+
+#[test]
+fn collectives_pick_the_rows() {
+    let o = common::run(
+        env!("CARGO_BIN_EXE_comm_bench"),
+        &[
+            "--world",
+            "2",
+            "--no-reference",
+            "--sizes",
+            "400000",
+            "--repeats",
+            "1",
+            "--collectives",
+            "topk_allreduce,allgather_v",
+            "--json",
+        ],
+    );
+    assert!(o.status.success(), "{}", common::text(&o));
+    let rows: Vec<Value> = serde_json::from_slice(&o.stdout).expect("--json prints the rows");
+    let names: Vec<&str> = rows
+        .iter()
+        .map(|r| r["collective"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(names, ["topk_allreduce", "allgather_v"]);
+    for r in &rows {
+        assert_eq!(r["world"], 2);
+        assert_eq!(r["bytes"], 400000);
+        assert!(r["measured_s"].as_f64().is_some_and(|t| t > 0.0), "{r}");
+        assert!(r["predicted_s"].as_f64().is_some_and(|t| t > 0.0), "{r}");
+    }
+    // k = 0.001 × 100,000 values = 100 pairs of 8 bytes, plus the 4-byte count: the
+    // gather sends one such message to the one peer, at the same rate as TopK's gather.
+    let gbit = |r: &Value| r["gbit_per_s"].as_f64().unwrap_or(0.0);
+    let t = rows[1]["measured_s"].as_f64().unwrap_or(1.0);
+    let sent_bits = gbit(&rows[1]) * 1e9 * t;
+    assert!(
+        (sent_bits / 8.0 - 804.0).abs() < 40.0,
+        "allgather_v sent {} bytes a call, expected 804 and its frame header",
+        sent_bits / 8.0
+    );
+}
+
+#[test]
+fn an_unknown_collective_is_refused_before_any_worker_starts() {
+    let o = common::run(
+        env!("CARGO_BIN_EXE_comm_bench"),
+        &["--world", "2", "--collectives", "allreduce,broadcast"],
+    );
+    assert!(!o.status.success());
+    assert!(
+        common::text(&o).contains("invalid value 'broadcast'"),
+        "{}",
+        common::text(&o)
+    );
+}
