@@ -20,7 +20,9 @@
 # and NETEM_REPEATS replace the sizes and the 3; NETEM_COLLECTIVES="topk_allreduce,allgather_v"
 # times only those rows (comm_bench --collectives; the default has all five);
 # NETEM_BENCH_ARGS="--warmup 2" adds comm_bench flags; NETEM_BENCH=.gpu/bin/other_build
-# times another build of comm_bench (A/B comparisons in one call). Needs root (namespaces).
+# times another build of this tree's comm_bench (it must take --collectives), for A/B
+# comparisons in one call: give each run its own OUT, or the second replaces the first's
+# files. Needs root (namespaces).
 # The device tool brings back at most 8 files: logs and CSVs go to a scratch folder,
 # packed into $OUT/netem-logs.tgz on any exit; the final table goes to
 # $OUT/netem-table.txt once every configuration has run (not when the call is cut off).
@@ -84,7 +86,7 @@ echo "--- measured / α-β model (fitted in the same run) ---"
 python3 - "$out" $configs <<'EOF' | tee "$final/netem-table.txt"
 import csv, sys, os
 out, configs = sys.argv[1], sys.argv[2:]
-print(f"{'config':<16} {'collective':<16} {'MiB':>4} {'measured ms':>12} {'model ms':>10} {'ratio':>6}")
+print(f"{'config':<16} {'collective':<16} {'MiB':>6} {'measured ms':>12} {'model ms':>10} {'ratio':>6}")
 for cfg in configs:
     path = os.path.join(out, cfg + ".csv")
     if not os.path.exists(path):
@@ -95,7 +97,7 @@ for cfg in configs:
         p = float(p) if p not in ("", "null") else None
         ratio = f"{m / p:6.2f}" if p else "     -"
         model = f"{p * 1e3:10.3f}" if p else "         -"
-        print(f"{cfg:<16} {r['collective']:<16} {int(r['bytes']) >> 20:>4} {m * 1e3:12.3f} {model} {ratio}")
+        print(f"{cfg:<16} {r['collective']:<16} {int(r['bytes']) / 2**20:>6.4g} {m * 1e3:12.3f} {model} {ratio}")
 EOF
 # The table's own failure (a traceback on a CSV it cannot read) fails the script too.
 [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "device-netem.sh: the table could not be made" >&2; status=1; }
