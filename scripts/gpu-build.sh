@@ -9,6 +9,7 @@
 #   .gpu/gpu_step_bench    benchmarks: ResNet-50 and the 2x1500 LSTM against PyTorch
 #   .gpu/bin/train         the trainer (gpu-check.sh runs a short --device cuda job)
 #   .gpu/bin/comm_bench    collectives, for scripts/device-netem.sh (not run by gpu-check.sh)
+#   .gpu/bin/sparse_merge_bench  the sparse collectives' local merges, timed alone (on request)
 #   .gpu/net/{ip,tc,lib/}  this machine's iproute2 and the libraries it needs beyond libc
 #                          (the device image has none; netem.sh needs both)
 #   .gpu/SOURCE            the commit and a hash of the sources it was built from
@@ -40,10 +41,11 @@ cp "$(pick cuda)" .gpu/tensor-cuda
 cp "$(pick errors)" .gpu/tensor-errors
 cp "$(pick cuda_models)" .gpu/nn-cuda-models
 cp "$(pick nccl)" .gpu/comm-nccl
-cargo build --release -p benchmarks --bin gpu_step_bench --bin comm_bench -p train --bin train
+cargo build --release -p benchmarks --bin gpu_step_bench --bin comm_bench --bin sparse_merge_bench -p train --bin train
 cp "$CARGO_TARGET_DIR/release/gpu_step_bench" .gpu/gpu_step_bench
 cp "$CARGO_TARGET_DIR/release/train" .gpu/bin/train
 cp "$CARGO_TARGET_DIR/release/comm_bench" .gpu/bin/comm_bench
+cp "$CARGO_TARGET_DIR/release/sparse_merge_bench" .gpu/bin/sparse_merge_bench
 # ip and tc with their shared libraries, except glibc's own (the device's glibc is used;
 # copying them would mix two). The binaries need a device glibc at least as new as this
 # machine's. Optional: without iproute2 here, device-netem.sh needs it on the device.
