@@ -36,8 +36,8 @@ fn collectives_pick_the_rows() {
         assert!(r["measured_s"].as_f64().is_some_and(|t| t > 0.0), "{r}");
         assert!(r["predicted_s"].as_f64().is_some_and(|t| t > 0.0), "{r}");
     }
-    // k = 0.001 × 100,000 values = 100 pairs of 8 bytes, plus the 4-byte count: the
-    // gather sends one such message to the one peer, at the same rate as TopK's gather.
+    // k = 0.001 × 100,000 values = 100 pairs of 8 bytes, plus the 4-byte count: with 2
+    // ranks the gather sends that one 804-byte block a call, in one framed message.
     let gbit = |r: &Value| r["gbit_per_s"].as_f64().unwrap_or(0.0);
     let t = rows[1]["measured_s"].as_f64().unwrap_or(1.0);
     let sent_bits = gbit(&rows[1]) * 1e9 * t;

@@ -110,43 +110,37 @@ fn worker(args: &Args) -> Result<()> {
             rows.push(json!({"collective": "allreduce", "world": p, "bytes": bytes, "density": null, "measured_s": t, "predicted_s": model.allreduce(p, bytes), "gbit_per_s": busbw}));
         }
         let local = random_sparse(rank, n, k);
-        for (name, kind) in [
-            ("topk_allreduce", Collective::TopkAllreduce),
-            ("gtopk_allreduce", Collective::GtopkAllreduce),
-        ] {
-            let row = if kind == Collective::TopkAllreduce {
-                Row::TopkAllreduce
-            } else {
-                Row::GtopkAllreduce
-            };
+        let msg = local.encode();
+        // The sparse rows: TopK, gTopK, and TopK's gather alone on the same message.
+        for row in [Row::TopkAllreduce, Row::GtopkAllreduce, Row::AllgatherV] {
             if !wants(row) {
                 continue;
             }
-            let before = sent_total(&c, kind);
-            let t = slowest_best(&mut c, args.warmup, args.repeats, |c| {
-                if kind == Collective::TopkAllreduce {
-                    c.topk_allreduce(&local).map(|_| ())
-                } else {
-                    c.gtopk_allreduce(&local, k).map(|_| ())
-                }
-            })?;
-            let sent = (sent_total(&c, kind) - before) as f64 / calls;
-            let predicted = if kind == Collective::TopkAllreduce {
-                model.topk_allreduce(p, k)
-            } else {
-                model.gtopk_allreduce(p, k)
+            let (name, kind, predicted) = match row {
+                Row::TopkAllreduce => (
+                    "topk_allreduce",
+                    Collective::TopkAllreduce,
+                    model.topk_allreduce(p, k),
+                ),
+                Row::GtopkAllreduce => (
+                    "gtopk_allreduce",
+                    Collective::GtopkAllreduce,
+                    model.gtopk_allreduce(p, k),
+                ),
+                _ => (
+                    "allgather_v",
+                    Collective::AllgatherV,
+                    model.allgather(p, msg.len()),
+                ),
             };
-            rows.push(json!({"collective": name, "world": p, "bytes": bytes, "density": args.density, "measured_s": t, "predicted_s": predicted, "gbit_per_s": sent * 8.0 / t / 1e9}));
-        }
-        if wants(Row::AllgatherV) {
-            let msg = local.encode();
-            let kind = Collective::AllgatherV;
             let before = sent_total(&c, kind);
-            let t = slowest_best(&mut c, args.warmup, args.repeats, |c| {
-                c.allgather_v(&msg).map(|_| ())
+            let t = slowest_best(&mut c, args.warmup, args.repeats, |c| match row {
+                Row::TopkAllreduce => c.topk_allreduce(&local).map(|_| ()),
+                Row::GtopkAllreduce => c.gtopk_allreduce(&local, k).map(|_| ()),
+                _ => c.allgather_v(&msg).map(|_| ()),
             })?;
             let sent = (sent_total(&c, kind) - before) as f64 / calls;
-            rows.push(json!({"collective": "allgather_v", "world": p, "bytes": bytes, "density": args.density, "measured_s": t, "predicted_s": model.allgather(p, msg.len()), "gbit_per_s": sent * 8.0 / t / 1e9}));
+            rows.push(json!({"collective": name, "world": p, "bytes": bytes, "density": args.density, "measured_s": t, "predicted_s": predicted, "gbit_per_s": sent * 8.0 / t / 1e9}));
         }
     }
     c.barrier()?;
