@@ -35,6 +35,12 @@ fn collectives_pick_the_rows() {
         assert_eq!(r["bytes"], 400000);
         assert!(r["measured_s"].as_f64().is_some_and(|t| t > 0.0), "{r}");
         assert!(r["predicted_s"].as_f64().is_some_and(|t| t > 0.0), "{r}");
+        // Counted from /proc/self/stat on Linux (null elsewhere).
+        let faults = r["minor_faults_per_call"].as_f64();
+        assert!(
+            faults.is_some_and(|f| f >= 0.0) || !cfg!(target_os = "linux"),
+            "{r}"
+        );
     }
     // k = 0.001 × 100,000 values = 100 pairs of 8 bytes, plus the 4-byte count: with 2
     // ranks the gather sends that one 804-byte block a call, in one framed message.

@@ -12,12 +12,17 @@
 //! `--collectives` picks the rows; `allgather_v` (not in the default set) is
 //! TopKAllReduce's wire part alone: the allgather of the same messages, without the sum.
 //!
+//! Each row also gives the minor page faults per timed call of the rank with the most
+//! (`minor_faults_per_call`; `faults/call` in the table): memory the allocator returned
+//! to the system between calls and the collective touched again, a cost the α-β model
+//! leaves out.
+//!
 //! `comm_bench --world 4` launches 4 workers of itself on this machine; with RANK,
 //! WORLD_SIZE, MASTER_ADDR, MASTER_PORT and GRADEX_TOKEN already set (e.g. inside the
 //! emulated network) it runs as one worker of that job.
 
 use anyhow::{bail, Context, Result};
-use benchmarks::collective::{launch_local, slowest_best};
+use benchmarks::collective::{launch_local, slowest_best_counted};
 use benchmarks::{random_sparse, run_reference};
 use clap::Parser;
 use comm::{ping_pong, AlphaBeta, Collective, Communicator, ReduceOp};
@@ -103,11 +108,12 @@ fn worker(args: &Args) -> Result<()> {
         }
         if wants(Row::Allreduce) {
             let mut data = vec![1.0f32; n];
-            let t = slowest_best(&mut c, args.warmup, args.repeats, |c| {
+            let timed = slowest_best_counted(&mut c, args.warmup, args.repeats, |c| {
                 c.allreduce(&mut data, ReduceOp::Sum)
             })?;
+            let t = timed.seconds;
             let busbw = bytes as f64 / t * 2.0 * (p as f64 - 1.0) / p as f64 * 8.0 / 1e9;
-            rows.push(json!({"collective": "allreduce", "world": p, "bytes": bytes, "density": null, "measured_s": t, "predicted_s": model.allreduce(p, bytes), "gbit_per_s": busbw}));
+            rows.push(json!({"collective": "allreduce", "world": p, "bytes": bytes, "density": null, "measured_s": t, "predicted_s": model.allreduce(p, bytes), "gbit_per_s": busbw, "minor_faults_per_call": timed.minor_faults}));
         }
         let local = random_sparse(rank, n, k);
         let msg = local.encode();
@@ -134,13 +140,14 @@ fn worker(args: &Args) -> Result<()> {
                 ),
             };
             let before = sent_total(&c, kind);
-            let t = slowest_best(&mut c, args.warmup, args.repeats, |c| match row {
+            let timed = slowest_best_counted(&mut c, args.warmup, args.repeats, |c| match row {
                 Row::TopkAllreduce => c.topk_allreduce(&local).map(|_| ()),
                 Row::GtopkAllreduce => c.gtopk_allreduce(&local, k).map(|_| ()),
                 _ => c.allgather_v(&msg).map(|_| ()),
             })?;
+            let t = timed.seconds;
             let sent = (sent_total(&c, kind) - before) as f64 / calls;
-            rows.push(json!({"collective": name, "world": p, "bytes": bytes, "density": args.density, "measured_s": t, "predicted_s": predicted, "gbit_per_s": sent * 8.0 / t / 1e9}));
+            rows.push(json!({"collective": name, "world": p, "bytes": bytes, "density": args.density, "measured_s": t, "predicted_s": predicted, "gbit_per_s": sent * 8.0 / t / 1e9, "minor_faults_per_call": timed.minor_faults}));
         }
     }
     c.barrier()?;
@@ -186,11 +193,11 @@ fn worker(args: &Args) -> Result<()> {
     }
     if let Some(path) = &args.csv {
         let mut s = String::from(
-            "collective,world,bytes,density,measured_s,predicted_s,gbit_per_s,gloo_s\n",
+            "collective,world,bytes,density,measured_s,predicted_s,gbit_per_s,gloo_s,minor_faults_per_call\n",
         );
         for r in &rows {
             s += &format!(
-                "{},{},{},{},{},{},{},{}\n",
+                "{},{},{},{},{},{},{},{},{}\n",
                 r["collective"].as_str().unwrap_or(""),
                 r["world"],
                 r["bytes"],
@@ -198,7 +205,8 @@ fn worker(args: &Args) -> Result<()> {
                 r["measured_s"],
                 r["predicted_s"],
                 r["gbit_per_s"],
-                r.get("gloo_s").unwrap_or(&Value::Null)
+                r.get("gloo_s").unwrap_or(&Value::Null),
+                r.get("minor_faults_per_call").unwrap_or(&Value::Null)
             );
         }
         std::fs::write(path, s).with_context(|| format!("writing {}", path.display()))?;
@@ -215,8 +223,15 @@ fn worker(args: &Args) -> Result<()> {
         8.0 / model.beta / 1e9
     );
     println!(
-        "{:<16} {:>11} {:>12} {:>12} {:>8} {:>10} {:>10}",
-        "collective", "bytes", "measured ms", "model ms", "Gbit/s", "gloo ms", "ours/gloo"
+        "{:<16} {:>11} {:>12} {:>12} {:>8} {:>10} {:>10} {:>12}",
+        "collective",
+        "bytes",
+        "measured ms",
+        "model ms",
+        "Gbit/s",
+        "gloo ms",
+        "ours/gloo",
+        "faults/call"
     );
     let f = |v: &Value, scale: f64| {
         v.as_f64()
@@ -224,14 +239,17 @@ fn worker(args: &Args) -> Result<()> {
     };
     for r in &rows {
         println!(
-            "{:<16} {:>11} {:>12} {:>12} {:>8} {:>10} {:>10}",
+            "{:<16} {:>11} {:>12} {:>12} {:>8} {:>10} {:>10} {:>12}",
             r["collective"].as_str().unwrap_or(""),
             r["bytes"],
             f(&r["measured_s"], 1e3),
             f(&r["predicted_s"], 1e3),
             f(&r["gbit_per_s"], 1.0),
             f(r.get("gloo_s").unwrap_or(&Value::Null), 1e3),
-            f(r.get("ours_over_gloo").unwrap_or(&Value::Null), 1.0)
+            f(r.get("ours_over_gloo").unwrap_or(&Value::Null), 1.0),
+            r.get("minor_faults_per_call")
+                .and_then(Value::as_f64)
+                .map_or("-".into(), |x| format!("{x:.0}"))
         );
     }
     let m = *args.sizes.iter().max().unwrap_or(&(1 << 20));

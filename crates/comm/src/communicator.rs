@@ -4,13 +4,14 @@
 //! mixing up messages.
 
 use crate::auth::read_before;
+use crate::blocks::GatherScratch;
 use crate::counters::{ByteCounters, Collective};
 use crate::error::{CommError, Result};
 use crate::frame::{
     decode_header, encode_header, FrameHeader, ABORT_MAX, HEADER_LEN, KIND_ABORT, KIND_DATA,
 };
 use crate::rendezvous::connect_mesh;
-use crate::sparse::{sum_encoded, top_merge, SparseVec};
+use crate::sparse::{sum_encoded_with, top_merge, SparseVec, SumScratch};
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -210,6 +211,18 @@ pub struct Communicator {
     /// Set once a collective failed because of a peer: (the failed rank, the cause).
     /// The sockets are shut, and every later call returns this.
     aborted: Option<(usize, String)>,
+    /// Buffers the allgather and TopKAllReduce reuse from call to call (see `blocks.rs`
+    /// for why): they hold the capacity of the largest call so far.
+    scratch: Scratch,
+}
+
+/// What [`Communicator::allgather_v`] and [`Communicator::topk_allreduce`] keep between
+/// calls: this rank's encoded vector, the gather's buffers, and the sum's sort arrays.
+#[derive(Debug, Default)]
+struct Scratch {
+    local: Vec<u8>,
+    gather: GatherScratch,
+    sum: SumScratch,
 }
 
 /// How long a rank whose receive timed out listens for the other ranks' notices before
@@ -465,6 +478,21 @@ fn recv_frame(
     max_frame: u64,
     expect: Expect,
 ) -> Result<Vec<u8>> {
+    let mut payload = Vec::new();
+    recv_frame_into(r, peer, tag, max_frame, expect, &mut payload)?;
+    Ok(payload)
+}
+
+/// [`recv_frame`] into `payload` (emptied first), whose capacity is reused: a buffer
+/// kept between calls grows to the largest frame and then allocates nothing.
+fn recv_frame_into(
+    r: &mut TcpStream,
+    peer: usize,
+    tag: u32,
+    max_frame: u64,
+    expect: Expect,
+    payload: &mut Vec<u8>,
+) -> Result<()> {
     let (max, exact) = match expect {
         Expect::Exactly(n) => (n, Some(n)),
         Expect::AtMost(n) => (n.min(max_frame), None),
@@ -474,19 +502,25 @@ fn recv_frame(
         peer,
         msg: format!("a payload of {} bytes does not fit in memory here", h.len),
     })?;
-    let mut payload = Vec::new();
+    payload.clear();
     while payload.len() < len {
         let have = payload.len();
+        // Within the capacity already held, the whole frame at once; beyond it, growth
+        // only as fast as bytes arrive.
         let next = if exact.is_some() {
             len
         } else {
-            len.min(have.saturating_mul(2).max(RECV_FIRST_ALLOC))
+            len.min(
+                have.saturating_mul(2)
+                    .max(RECV_FIRST_ALLOC)
+                    .max(payload.capacity()),
+            )
         };
         payload.resize(next, 0);
         r.read_exact(&mut payload[have..])
             .map_err(read_failed(peer))?;
     }
-    Ok(payload)
+    Ok(())
 }
 
 // The wire format is little-endian; f32 slices go on the wire as their own bytes.
@@ -599,6 +633,7 @@ impl Communicator {
             p2p_received: vec![0; cfg.world],
             dirty: vec![false; cfg.world],
             aborted: None,
+            scratch: Scratch::default(),
         })
     }
     /// Joins the job described by the environment (see [`CommConfig::from_env`]).
@@ -914,6 +949,23 @@ impl Communicator {
         from: usize,
         expect: Expect,
     ) -> Result<Vec<u8>> {
+        let mut got = Vec::new();
+        self.exchange_into(to, tag, kind, payload, from, expect, &mut got)?;
+        Ok(got)
+    }
+
+    /// [`Communicator::exchange`], receiving into `got` (its capacity reused).
+    #[allow(clippy::too_many_arguments)]
+    fn exchange_into(
+        &mut self,
+        to: usize,
+        tag: u32,
+        kind: Collective,
+        payload: &[u8],
+        from: usize,
+        expect: Expect,
+        got: &mut Vec<u8>,
+    ) -> Result<()> {
         let max = self.max_frame;
         // Every rank runs the same step, so what this rank expects is what `to` expects.
         let limit = expect.send_limit(max);
@@ -931,23 +983,23 @@ impl Communicator {
             // thread is needed: latency-bound collectives (the sparse ones) gain the most.
             let sent = send_frame(w, to, tag, payload, limit);
             mark_failed_send(&mut self.dirty, to, sent)?;
-            let got = recv_frame(r, from, tag, max, expect)?;
+            recv_frame_into(r, from, tag, max, expect, got)?;
             self.counters.sent(kind, payload.len(), HEADER_LEN);
             self.counters.received(kind, got.len(), HEADER_LEN);
-            return Ok(got);
+            return Ok(());
         }
-        let (sent, got) = std::thread::scope(|s| {
+        let (sent, received) = std::thread::scope(|s| {
             let sender = s.spawn(move || send_frame(w, to, tag, payload, limit));
-            let got = recv_frame(r, from, tag, max, expect);
+            let received = recv_frame_into(r, from, tag, max, expect, got);
             let sent = sender
                 .join()
                 .unwrap_or_else(|_| Err(CommError::Config("sender thread panicked".into())));
-            (sent, got)
+            (sent, received)
         });
-        let got = self.settle(to, sent, got)?;
+        self.settle(to, sent, received)?;
         self.counters.sent(kind, payload.len(), HEADER_LEN);
         self.counters.received(kind, got.len(), HEADER_LEN);
-        Ok(got)
+        Ok(())
     }
 
     /// Point-to-point send, matched by the next `recv` from this rank on `peer` (messages
@@ -1201,7 +1253,16 @@ impl Communicator {
     }
     fn allgather_v_unguarded(&mut self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
         let tag = self.next_tag();
-        self.allgather_tagged(data, tag, Collective::AllgatherV)
+        let mut g = std::mem::take(&mut self.scratch.gather);
+        let gathered = self.allgather_into(data, tag, Collective::AllgatherV, &mut g);
+        let (p, r) = (self.world, self.rank);
+        let out = gathered.map(|()| {
+            (0..p)
+                .map(|q| g.have.block((q + p - r) % p).to_vec())
+                .collect()
+        });
+        self.scratch.gather = g;
+        out
     }
 
     /// Bruck's allgather: ⌈log₂P⌉ steps for any P. Before the step at distance d, this
@@ -1210,32 +1271,32 @@ impl Communicator {
     /// P−1 blocks in all, as in a ring, but in ⌈log₂P⌉ messages instead of P−1: the
     /// latency term that dominates the sparse collectives' small messages (a ring's
     /// P−1 dependent steps were 2–2.6× the α-β model with 8 ranks on 2 cores).
-    fn allgather_tagged(
+    /// Afterwards `g.have.block(j)` is rank (r + j) mod P's block; `g`'s buffers are
+    /// reused, so a call allocates only where it outgrows the earlier ones.
+    fn allgather_into(
         &mut self,
         data: &[u8],
         tag: u32,
         kind: Collective,
-    ) -> Result<Vec<Vec<u8>>> {
+        g: &mut GatherScratch,
+    ) -> Result<()> {
         let (p, r) = (self.world, self.rank);
-        // have[j] is the block of rank (r + j) mod P.
-        let mut have: Vec<Vec<u8>> = vec![data.to_vec()];
+        g.have.clear();
+        g.have.push(data);
         let mut d = 1;
         while d < p {
             let count = d.min(p - d);
             let (to, from) = ((r + p - d) % p, (r + d) % p);
-            let msg = pack_blocks(&have[..count]);
+            g.have.pack_first(count, &mut g.send);
             let expect = Expect::AtMost(self.max_frame);
-            let got = self.exchange(to, tag, kind, &msg, from, expect)?;
-            let blocks = unpack_blocks(&got, count)
+            self.exchange_into(to, tag, kind, &g.send, from, expect, &mut g.recv)?;
+            g.have
+                .append_message(&g.recv, count)
                 .map_err(|msg| CommError::Protocol { peer: from, msg })?;
-            have.extend(blocks);
             d *= 2;
         }
-        let mut out = vec![Vec::new(); p];
-        for (j, b) in have.into_iter().enumerate() {
-            out[(r + j) % p] = b;
-        }
-        Ok(out)
+        debug_assert_eq!(g.have.len(), p, "Bruck's steps bring every rank's block");
+        Ok(())
     }
 
     /// TopKAllReduce: every rank's sparse vector gathered and summed (ranks' values added
@@ -1247,9 +1308,18 @@ impl Communicator {
     fn topk_allreduce_unguarded(&mut self, local: &SparseVec) -> Result<SparseVec> {
         check_local("topk_allreduce", local)?;
         let tag = self.next_tag();
-        let blocks = self.allgather_tagged(&local.encode(), tag, Collective::TopkAllreduce)?;
+        let mut s = std::mem::take(&mut self.scratch);
+        local.encode_into(&mut s.local);
+        let gathered = self.allgather_into(&s.local, tag, Collective::TopkAllreduce, &mut s.gather);
         // Checked and summed in rank order (the same on every rank), read in place.
-        sum_encoded(&blocks).map_err(|(peer, msg)| CommError::Protocol { peer, msg })
+        let (p, r) = (self.world, self.rank);
+        let out = gathered.and_then(|()| {
+            let have = &s.gather.have;
+            sum_encoded_with((0..p).map(|q| have.block((q + p - r) % p)), &mut s.sum)
+                .map_err(|(peer, msg)| CommError::Protocol { peer, msg })
+        });
+        self.scratch = s;
+        out
     }
 
     /// gTopKAllReduce (paper 002, Alg. 3): the ⊤ merge (sum by index, keep the k largest
@@ -1302,91 +1372,9 @@ fn check_local(op: &str, local: &SparseVec) -> Result<()> {
 
 /// Several blocks in one message: their lengths as LEB128 varints, then their bytes.
 ///
-/// Varints rather than fixed u64s because the sparse methods' per-tensor messages are
-/// small: DGC at 99.9 % on ResNet-20 sends about 32 bytes per tensor and rank, so Bruck's
-/// three u64 lengths per tensor (P = 4) were 20 % of the payload it put on the wire
-/// (`dgc_table2 --preset quick`, RESULTS.md, thirteenth session); a block under 128 bytes
-/// now costs one length byte.
-fn pack_blocks(blocks: &[Vec<u8>]) -> Vec<u8> {
-    let body: usize = blocks.iter().map(Vec::len).sum();
-    let mut m = Vec::with_capacity(10 * blocks.len() + body);
-    for b in blocks {
-        let mut v = b.len() as u64;
-        loop {
-            let low = (v & 0x7f) as u8;
-            v >>= 7;
-            if v == 0 {
-                m.push(low);
-                break;
-            }
-            m.push(low | 0x80);
-        }
-    }
-    for b in blocks {
-        m.extend_from_slice(b);
-    }
-    m
-}
-
-/// One LEB128 varint at the start of `m`: (value, bytes read). A truncated varint, one
-/// longer than 10 bytes or one whose value does not fit in a u64 is an error; so is a
-/// non-canonical one (a trailing zero group), so that every length has one encoding.
-fn read_varint(m: &[u8]) -> std::result::Result<(u64, usize), String> {
-    let mut v = 0u64;
-    for (i, &b) in m.iter().enumerate().take(10) {
-        let bits = u64::from(b & 0x7f);
-        if i == 9 && b > 1 {
-            return Err("allgather message: a block length overflows 64 bits".into());
-        }
-        v |= bits << (7 * i);
-        if b & 0x80 == 0 {
-            if b == 0 && i > 0 {
-                return Err("allgather message: a block length is not minimally encoded".into());
-            }
-            return Ok((v, i + 1));
-        }
-    }
-    Err("allgather message: a block length is truncated or longer than 10 bytes".into())
-}
-
-/// The inverse of [`pack_blocks`] for a message that must hold `count` blocks; a peer's
-/// lengths are checked against the bytes that arrived before anything is allocated.
-fn unpack_blocks(m: &[u8], count: usize) -> std::result::Result<Vec<Vec<u8>>, String> {
-    // Every length takes at least one byte: a count the message cannot hold is refused
-    // before `lens` is sized by it.
-    if count > m.len() {
-        return Err(format!(
-            "allgather message of {} bytes cannot hold {count} block lengths",
-            m.len()
-        ));
-    }
-    let mut lens = Vec::with_capacity(count);
-    let mut head = 0;
-    for _ in 0..count {
-        let (len, used) = read_varint(&m[head..])?;
-        lens.push(len);
-        head += used;
-    }
-    let body = (m.len() - head) as u64;
-    if lens.iter().try_fold(0u64, |a, &l| a.checked_add(l)) != Some(body) {
-        return Err(format!(
-            "allgather message: block lengths {lens:?} do not add up to its {body} bytes"
-        ));
-    }
-    let mut at = head;
-    Ok(lens
-        .into_iter()
-        .map(|l| {
-            let b = m[at..at + l as usize].to_vec();
-            at += l as usize;
-            b
-        })
-        .collect())
-}
-
 #[cfg(test)]
 mod tests {
-    use super::{pack_blocks, read_varint, recv_frame, unpack_blocks, CommConfig, Expect};
+    use super::{recv_frame, CommConfig, Expect};
     use crate::frame::{encode_header, FrameHeader};
     use std::alloc::{GlobalAlloc, Layout, System};
     use std::cell::Cell;
@@ -1610,50 +1598,6 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
         let e = parse(&[("-GRADEX_TOKEN", "")]).unwrap_err();
         assert!(e.contains("set GRADEX_TOKEN or GRADEX_TOKEN_FILE"), "{e}");
-    }
-
-    #[test]
-    fn packed_blocks_round_trip_and_bad_lengths_are_errors() {
-        let blocks = vec![b"ab".to_vec(), Vec::new(), b"cdef".to_vec()];
-        let m = pack_blocks(&blocks);
-        assert_eq!(unpack_blocks(&m, 3).unwrap(), blocks);
-        // Fewer or more blocks than the step needs, a truncated message, and lengths
-        // that overflow or exceed the bytes present are errors, not panics.
-        assert!(unpack_blocks(&m, 4).is_err());
-        assert!(unpack_blocks(&m, 2).is_err());
-        assert!(unpack_blocks(&m[..m.len() - 1], 3).is_err());
-        assert!(unpack_blocks(&m[..5], 1).is_err());
-        assert!(unpack_blocks(&[], usize::MAX).is_err());
-        // A first length of u64::MAX (ten varint bytes), then the real second block.
-        let mut huge = vec![0xff; 9];
-        huge.extend([0x01, 0x01, 1, 2]);
-        assert!(unpack_blocks(&huge, 2).is_err());
-        // Lengths one byte each below 128, two from 128, exactly as many as needed.
-        let sizes = [0usize, 1, 127, 128, 300, 16_384];
-        let blocks: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![7u8; n]).collect();
-        let m = pack_blocks(&blocks);
-        let body: usize = sizes.iter().sum();
-        assert_eq!(m.len() - body, 1 + 1 + 1 + 2 + 2 + 3);
-        assert_eq!(unpack_blocks(&m, sizes.len()).unwrap(), blocks);
-        // Varints that overflow, run past 10 bytes, are cut short or are not minimal.
-        for bad in [
-            &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02][..],
-            &[0x80; 11][..],
-            &[0x80][..],
-            &[0x81, 0x00, 5][..],
-        ] {
-            assert!(read_varint(bad).is_err(), "{bad:?}");
-        }
-        assert_eq!(
-            read_varint(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01]),
-            Ok((u64::MAX, 10))
-        );
-        let mut rng = tensor::Rng::new(3);
-        for _ in 0..2000 {
-            let n = rng.below(40);
-            let junk: Vec<u8> = (0..n).map(|_| rng.below(256) as u8).collect();
-            let _ = unpack_blocks(&junk, rng.below(4));
-        }
     }
 
     /// A broadcast message that does not decode is blamed on the rank it came from (the

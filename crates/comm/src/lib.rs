@@ -20,6 +20,7 @@
 //!   send/recv on GPU tensors, started over the TCP job (see `nccl.rs`).
 
 mod auth;
+mod blocks;
 mod communicator;
 mod cost;
 mod counters;

@@ -59,6 +59,13 @@ impl SparseVec {
     /// The wire form: entry count (u32), the indices, then the values (little-endian).
     pub fn encode(&self) -> Vec<u8> {
         let mut b = Vec::with_capacity(4 + 8 * self.len());
+        self.encode_into(&mut b);
+        b
+    }
+    /// [`SparseVec::encode`] into `b` (emptied first), whose capacity is reused.
+    pub fn encode_into(&self, b: &mut Vec<u8>) {
+        b.clear();
+        b.reserve(4 + 8 * self.len());
         b.extend((self.len() as u32).to_le_bytes());
         for i in &self.indices {
             b.extend(i.to_le_bytes());
@@ -66,7 +73,6 @@ impl SparseVec {
         for v in &self.values {
             b.extend(v.to_le_bytes());
         }
-        b
     }
     /// The inverse of [`SparseVec::encode`]; a wrong length or indices that are not
     /// strictly ascending are errors.
@@ -215,12 +221,30 @@ pub fn sum_all(parts: &[SparseVec]) -> SparseVec {
 /// equals `sum_all` of the decoded parts bit for bit. A malformed message is an error
 /// naming its position.
 pub fn sum_encoded<B: AsRef<[u8]>>(messages: &[B]) -> Result<SparseVec, (usize, String)> {
+    sum_encoded_with(
+        messages.iter().map(AsRef::as_ref),
+        &mut SumScratch::default(),
+    )
+}
+
+/// [`sum_encoded`] with the sort's arrays kept in `scratch` between calls.
+pub(crate) fn sum_encoded_with<'a>(
+    messages: impl Iterator<Item = &'a [u8]>,
+    scratch: &mut SumScratch,
+) -> Result<SparseVec, (usize, String)> {
     let parts = messages
-        .iter()
         .enumerate()
-        .map(|(i, m)| SparseBytes::parse(m.as_ref()).map_err(|e| (i, e)))
+        .map(|(i, m)| SparseBytes::parse(m).map_err(|e| (i, e)))
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(sum_entries(&parts))
+    Ok(sum_entries_with(&parts, scratch))
+}
+
+/// The two arrays [`sum_entries_with`] sorts between, kept by a caller that sums again
+/// and again (TopKAllReduce) so that it does not allocate (and fault in) them each time.
+#[derive(Debug, Default)]
+pub(crate) struct SumScratch {
+    keys: Vec<u64>,
+    tmp: Vec<u64>,
 }
 
 /// The sum behind [`sum_all`]: the parts' entries are packed in part order into one array
@@ -236,36 +260,41 @@ pub fn sum_encoded<B: AsRef<[u8]>>(messages: &[B]) -> Result<SparseVec, (usize, 
 /// entry: 2× slower at 8 × 16,777 entries), and counting every digit's histogram while
 /// packing (no faster at 8 parts, 1.1-1.3× slower at 32).
 pub(crate) fn sum_entries<E: Entries>(parts: &[E]) -> SparseVec {
+    sum_entries_with(parts, &mut SumScratch::default())
+}
+
+/// [`sum_entries`] sorting in `scratch`'s arrays.
+pub(crate) fn sum_entries_with<E: Entries>(parts: &[E], scratch: &mut SumScratch) -> SparseVec {
     const BITS: u32 = 12;
     let total: usize = parts.iter().map(Entries::count).sum();
-    let mut keys: Vec<u64> = Vec::with_capacity(total);
+    let SumScratch { keys, tmp } = scratch;
+    keys.clear();
+    keys.reserve(total);
     // Over every index, not each part's last: a SparseVec part need not be sorted.
-    let max = parts
-        .iter()
-        .map(|p| p.pack_into(&mut keys))
-        .max()
-        .unwrap_or(0);
+    let max = parts.iter().map(|p| p.pack_into(keys)).max().unwrap_or(0);
     let passes = (32 - max.leading_zeros()).div_ceil(BITS);
-    let mut tmp = vec![0u64; total];
+    // Every slot is written by each pass before it is read: the zeros are only there to
+    // size it (and a kept array is only extended, not cleared).
+    tmp.resize(total, 0);
     for pass in 0..passes {
         let shift = 32 + pass * BITS;
         let digit = |x: u64| ((x >> shift) & ((1 << BITS) - 1)) as usize;
         let mut start = [0usize; 1 << BITS];
-        for &x in &keys {
+        for &x in keys.iter() {
             start[digit(x)] += 1;
         }
         let mut sum = 0;
         for c in start.iter_mut() {
             (*c, sum) = (sum, sum + *c);
         }
-        for &x in &keys {
+        for &x in keys.iter() {
             let d = &mut start[digit(x)];
             tmp[*d] = x;
             *d += 1;
         }
-        std::mem::swap(&mut keys, &mut tmp);
+        std::mem::swap(keys, tmp);
     }
-    collapse_runs(&keys)
+    collapse_runs(keys)
 }
 
 /// Sorted packed entries to a sparse vector, each run of one index summed left to right.

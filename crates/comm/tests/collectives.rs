@@ -182,6 +182,74 @@ fn topk_allreduce_is_the_sum_of_the_sparse_vectors() {
     }
 }
 
+/// The allgather and TopKAllReduce keep their buffers between calls: calls that grow,
+/// shrink, empty and regrow them (past the 64 KiB at which a step's send gets its own
+/// thread) return exactly what fresh buffers would, with nothing left over from an
+/// earlier call.
+#[test]
+fn repeated_sparse_collectives_reuse_their_buffers_without_leftovers() {
+    let nnz = [200usize, 0, 12_000, 30, 9_000, 1, 0, 12_000];
+    for world in [2, 3, 8] {
+        let out = job(world, |c| {
+            let r = c.rank();
+            nnz.iter()
+                .enumerate()
+                .map(|(call, &n)| {
+                    // Ranks' sizes differ, and one rank sends nothing in some calls.
+                    let mine = sparse(
+                        r + 10 * call,
+                        1 << 20,
+                        if r == 1 && call % 3 == 0 {
+                            0
+                        } else {
+                            n + 7 * r
+                        },
+                    );
+                    let sum = c.topk_allreduce(&mine).unwrap();
+                    let bytes: Vec<u8> = (0..(n + r) % 70_000).map(|i| (i + call) as u8).collect();
+                    (sum, c.allgather_v(&bytes).unwrap())
+                })
+                .collect::<Vec<_>>()
+        });
+        for (call, &n) in nnz.iter().enumerate() {
+            let parts: Vec<SparseVec> = (0..world)
+                .map(|r| {
+                    sparse(
+                        r + 10 * call,
+                        1 << 20,
+                        if r == 1 && call % 3 == 0 {
+                            0
+                        } else {
+                            n + 7 * r
+                        },
+                    )
+                })
+                .collect();
+            let want = sum_all(&parts);
+            for (rank, calls) in out.iter().enumerate() {
+                let (sum, all) = &calls[call];
+                assert_eq!(
+                    sum.indices, want.indices,
+                    "world {world} call {call} rank {rank}"
+                );
+                assert_eq!(
+                    bits(sum),
+                    bits(&want),
+                    "world {world} call {call} rank {rank}"
+                );
+                for (q, block) in all.iter().enumerate() {
+                    let len = (n + q) % 70_000;
+                    assert_eq!(block.len(), len, "world {world} call {call} block {q}");
+                    assert!(block
+                        .iter()
+                        .enumerate()
+                        .all(|(i, &b)| b == (i + call) as u8));
+                }
+            }
+        }
+    }
+}
+
 /// The serial definition of gTopKAllReduce: ⊤ up the binomial tree to rank 0.
 fn gtopk_serial(world: usize, k: usize) -> SparseVec {
     let mut cur: Vec<SparseVec> = (0..world)

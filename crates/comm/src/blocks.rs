@@ -1,0 +1,219 @@
+//! The blocks of Bruck's allgather (allgather_v, TopKAllReduce): the message form that
+//! carries several ranks' blocks at once (varint lengths, then the bodies), checked
+//! before anything is sized by a peer's numbers, and [`Gathered`], the blocks a rank
+//! holds, kept with the send and receive buffers between calls ([`GatherScratch`]).
+//!
+//! Why kept: a rank that allocates its messages afresh on every call gets memory the
+//! allocator may have returned to the system since the last call (mimalloc purges freed
+//! pages after a delay), and touching it again costs a page fault per 4 KiB. In the
+//! emulated 1 Gbit/s network (8 workers on 2 cores, 64 MiB at density 0.001) the kept
+//! buffers took TopKAllReduce from 164-293 minor faults per call to 24-33 (mimalloc's
+//! defaults), and from 662 to 131 with its purge delay at 10 ms; its gather alone from
+//! up to 132 to none. The time this saves was below what 8 workers on 2 cores resolve
+//! (RESULTS.md, "TopKAllReduce's page faults").
+
+/// Varints rather than fixed u64s because the sparse methods' per-tensor messages are
+/// small: DGC at 99.9 % on ResNet-20 sends about 32 bytes per tensor and rank, so Bruck's
+/// three u64 lengths per tensor (P = 4) were 20 % of the payload it put on the wire
+/// (`dgc_table2 --preset quick`, RESULTS.md, thirteenth session); a block under 128 bytes
+/// now costs one length byte.
+fn push_varint(m: &mut Vec<u8>, mut v: u64) {
+    loop {
+        let low = (v & 0x7f) as u8;
+        v >>= 7;
+        if v == 0 {
+            m.push(low);
+            return;
+        }
+        m.push(low | 0x80);
+    }
+}
+
+/// One LEB128 varint at the start of `m`: (value, bytes read). A truncated varint, one
+/// longer than 10 bytes or one whose value does not fit in a u64 is an error; so is a
+/// non-canonical one (a trailing zero group), so that every length has one encoding.
+pub(crate) fn read_varint(m: &[u8]) -> Result<(u64, usize), String> {
+    let mut v = 0u64;
+    for (i, &b) in m.iter().enumerate().take(10) {
+        let bits = u64::from(b & 0x7f);
+        if i == 9 && b > 1 {
+            return Err("allgather message: a block length overflows 64 bits".into());
+        }
+        v |= bits << (7 * i);
+        if b & 0x80 == 0 {
+            if b == 0 && i > 0 {
+                return Err("allgather message: a block length is not minimally encoded".into());
+            }
+            return Ok((v, i + 1));
+        }
+    }
+    Err("allgather message: a block length is truncated or longer than 10 bytes".into())
+}
+
+/// Checks that `m` holds exactly `count` blocks: `count` varint lengths, then bodies that
+/// add up to the rest. Returns where the bodies begin. Nothing is allocated.
+fn check_message(m: &[u8], count: usize) -> Result<usize, String> {
+    // Every length takes at least one byte: a count the message cannot hold is refused
+    // before any length is read.
+    if count > m.len() {
+        return Err(format!(
+            "allgather message of {} bytes cannot hold {count} block lengths",
+            m.len()
+        ));
+    }
+    let (mut head, mut sum) = (0, Some(0u64));
+    for _ in 0..count {
+        let (len, used) = read_varint(&m[head..])?;
+        sum = sum.and_then(|s| s.checked_add(len));
+        head += used;
+    }
+    let body = (m.len() - head) as u64;
+    if sum != Some(body) {
+        return Err(format!(
+            "allgather message: {count} block lengths do not add up to its {body} bytes"
+        ));
+    }
+    Ok(head)
+}
+
+/// The blocks this rank holds during an allgather, one after another in one buffer.
+#[derive(Debug, Default)]
+pub(crate) struct Gathered {
+    bytes: Vec<u8>,
+    /// Each block's end in `bytes`.
+    ends: Vec<usize>,
+}
+
+impl Gathered {
+    /// Empties it, keeping its buffers.
+    pub(crate) fn clear(&mut self) {
+        self.bytes.clear();
+        self.ends.clear();
+    }
+    pub(crate) fn push(&mut self, block: &[u8]) {
+        self.bytes.extend_from_slice(block);
+        self.ends.push(self.bytes.len());
+    }
+    /// Blocks held.
+    pub(crate) fn len(&self) -> usize {
+        self.ends.len()
+    }
+    /// Block `j`, in the order the blocks were added.
+    pub(crate) fn block(&self, j: usize) -> &[u8] {
+        let start = if j == 0 { 0 } else { self.ends[j - 1] };
+        &self.bytes[start..self.ends[j]]
+    }
+    /// The message that carries the first `count` blocks, written into `out` (emptied
+    /// first): their lengths as varints, then their bodies, which lie in `bytes` as a
+    /// prefix.
+    pub(crate) fn pack_first(&self, count: usize, out: &mut Vec<u8>) {
+        out.clear();
+        let mut start = 0;
+        for &end in &self.ends[..count] {
+            push_varint(out, (end - start) as u64);
+            start = end;
+        }
+        out.extend_from_slice(&self.bytes[..start]);
+    }
+    /// Appends the `count` blocks of a message in [`Gathered::pack_first`]'s form. A
+    /// message that does not hold exactly that many blocks is an error, and nothing is
+    /// appended.
+    pub(crate) fn append_message(&mut self, m: &[u8], count: usize) -> Result<(), String> {
+        let head = check_message(m, count)?;
+        let (mut at, mut body) = (0, head);
+        for _ in 0..count {
+            // Checked above: each varint reads, and the bodies fit the message.
+            let (len, used) = read_varint(&m[at..])?;
+            at += used;
+            let end = body + len as usize;
+            self.push(&m[body..end]);
+            body = end;
+        }
+        Ok(())
+    }
+}
+
+/// What Bruck's allgather reuses from call to call: the blocks held, the message being
+/// sent and the one being received. They keep the capacity of the largest call so far.
+#[derive(Debug, Default)]
+pub(crate) struct GatherScratch {
+    pub(crate) have: Gathered,
+    pub(crate) send: Vec<u8>,
+    pub(crate) recv: Vec<u8>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{read_varint, Gathered};
+
+    fn gathered(blocks: &[Vec<u8>]) -> Gathered {
+        let mut g = Gathered::default();
+        for b in blocks {
+            g.push(b);
+        }
+        g
+    }
+
+    fn blocks(g: &Gathered) -> Vec<Vec<u8>> {
+        (0..g.len()).map(|j| g.block(j).to_vec()).collect()
+    }
+
+    /// A message read back as `count` blocks.
+    fn unpack(m: &[u8], count: usize) -> Result<Vec<Vec<u8>>, String> {
+        let mut g = Gathered::default();
+        g.append_message(m, count)?;
+        Ok(blocks(&g))
+    }
+
+    #[test]
+    fn packed_blocks_round_trip_and_bad_lengths_are_errors() {
+        let bs = vec![b"ab".to_vec(), Vec::new(), b"cdef".to_vec()];
+        let mut m = Vec::new();
+        gathered(&bs).pack_first(3, &mut m);
+        assert_eq!(unpack(&m, 3).unwrap(), bs);
+        // Fewer or more blocks than the step needs, a truncated message, and lengths
+        // that overflow or exceed the bytes present are errors, not panics.
+        assert!(unpack(&m, 4).is_err());
+        assert!(unpack(&m, 2).is_err());
+        assert!(unpack(&m[..m.len() - 1], 3).is_err());
+        assert!(unpack(&m[..5], 1).is_err());
+        assert!(unpack(&[], usize::MAX).is_err());
+        // A first length of u64::MAX (ten varint bytes), then the real second block.
+        let mut huge = vec![0xff; 9];
+        huge.extend([0x01, 0x01, 1, 2]);
+        assert!(unpack(&huge, 2).is_err());
+        // A failed append leaves what was held.
+        let mut g = gathered(&bs);
+        assert!(g.append_message(&huge, 2).is_err());
+        assert_eq!(blocks(&g), bs);
+        // Lengths one byte each below 128, two from 128, exactly as many as needed.
+        let sizes = [0usize, 1, 127, 128, 300, 16_384];
+        let bs: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![7u8; n]).collect();
+        gathered(&bs).pack_first(sizes.len(), &mut m);
+        let body: usize = sizes.iter().sum();
+        assert_eq!(m.len() - body, 1 + 1 + 1 + 2 + 2 + 3);
+        assert_eq!(unpack(&m, sizes.len()).unwrap(), bs);
+        // The first blocks only, and the message buffer reused without leftovers.
+        gathered(&bs).pack_first(2, &mut m);
+        assert_eq!(unpack(&m, 2).unwrap(), bs[..2].to_vec());
+        // Varints that overflow, run past 10 bytes, are cut short or are not minimal.
+        for bad in [
+            &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02][..],
+            &[0x80; 11][..],
+            &[0x80][..],
+            &[0x81, 0x00, 5][..],
+        ] {
+            assert!(read_varint(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(
+            read_varint(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01]),
+            Ok((u64::MAX, 10))
+        );
+        let mut rng = tensor::Rng::new(3);
+        for _ in 0..2000 {
+            let n = rng.below(40);
+            let junk: Vec<u8> = (0..n).map(|_| rng.below(256) as u8).collect();
+            let _ = unpack(&junk, rng.below(4));
+        }
+    }
+}
