@@ -21,6 +21,8 @@
 # is not empty, so with the default a message up to about 64 kB plus the burst can leave
 # at once after an idle moment; N=1 is a NIC's packet-at-a-time wire, but costs a kernel
 # pass per 1.5 kB packet, which 2 cores cannot do for 8 hosts at 1 Gbit/s (RESULTS.md).
+# Between the two, N=22 (32 kB) kept gTopK's 33 kB messages at 16 MiB within 10 % of the
+# model with 4 and 8 hosts on 2 cores (0.44-0.60x uncapped) and the dense ring within 6 %.
 #
 # --ack-prio (htb only) sends TCP packets under 128 bytes (pure ACKs, the frames of a
 # barrier) ahead of bulk data on every shaped link, as a default Linux host's fq_codel
@@ -44,7 +46,7 @@ while [ $# -gt 0 ]; do
     --gso-segs) gso_segs=$2; shift 2 ;;
     --) shift; break ;;
     --ack-prio) ack_prio=1; shift ;;
-    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
     *) echo "netem.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
