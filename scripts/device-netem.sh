@@ -23,7 +23,8 @@
 # and NETEM_REPEATS replace the sizes and the 3; NETEM_COLLECTIVES="topk_allreduce,allgather_v"
 # times only those rows (comm_bench --collectives; the default has all five);
 # NETEM_BENCH_ARGS="--warmup 2" adds comm_bench flags; NETEM_BENCH=.gpu/bin/other_build
-# times another build of this tree's comm_bench (it must take --collectives), for A/B
+# times another build of this tree's comm_bench (it must take --collectives; `GPU_BUILD_BASELINE=<commit>
+# bash scripts/gpu-build.sh` bundles that commit's as .gpu/bin/comm_bench-<commit>), for A/B
 # comparisons in one call: give each run its own OUT, or the second replaces the first's
 # files. Needs root (namespaces).
 # The device tool brings back at most 8 files: logs and CSVs go to a scratch folder,

@@ -13,6 +13,8 @@
 #   .gpu/net/{ip,tc,lib/}  this machine's iproute2 and the libraries it needs beyond libc
 #                          (the device image has none; netem.sh needs both)
 #   .gpu/SOURCE            the commit and a hash of the sources it was built from
+#   .gpu/bin/comm_bench-<commit>  with GPU_BUILD_BASELINE=<commit>: that commit's comm_bench,
+#                          for A/B runs in one device call (NETEM_BENCH in device-netem.sh)
 # Usage: bash scripts/gpu-build.sh   then   run(command="bash scripts/gpu-check.sh", carry=[".gpu"])
 # CARGO_TARGET_DIR defaults to /work/target-cuda (a release build kept apart from the
 # debug one the tests use).
@@ -60,6 +62,18 @@ if command -v ip >/dev/null && command -v tc >/dev/null; then
     while read -r lib; do cp -L "$lib" .gpu/net/lib/; done
 else
   echo "gpu-build.sh: no ip/tc here; .gpu/net not made (device-netem.sh then needs iproute2 on the device)" >&2
+fi
+# A baseline's comm_bench, built from a worktree of that commit in the same target folder
+# (its crates get their own artifacts there; only target/release/comm_bench, copied
+# above already, is overwritten).
+if [ -n "${GPU_BUILD_BASELINE:-}" ]; then
+  base=$(git rev-parse --short=7 "$GPU_BUILD_BASELINE^{commit}") ||
+    { echo "gpu-build.sh: GPU_BUILD_BASELINE=$GPU_BUILD_BASELINE is not a commit here" >&2; exit 2; }
+  tree=$(mktemp -d)/gradex-$base
+  git worktree add --detach -q "$tree" "$base"
+  (cd "$tree" && cargo build --release -p benchmarks --bin comm_bench 2>>"$errlog")
+  cp "$CARGO_TARGET_DIR/release/comm_bench" ".gpu/bin/comm_bench-$base"
+  git worktree remove --force "$tree"
 fi
 strip --strip-debug .gpu/* .gpu/bin/* 2>/dev/null || true
 # What the bundle was built from: gpu-check.sh recomputes the source hash on the device
