@@ -63,16 +63,18 @@ if command -v ip >/dev/null && command -v tc >/dev/null; then
 else
   echo "gpu-build.sh: no ip/tc here; .gpu/net not made (device-netem.sh then needs iproute2 on the device)" >&2
 fi
-# A baseline's comm_bench, built from a worktree of that commit in the same target folder
-# (its crates get their own artifacts there; only target/release/comm_bench, copied
-# above already, is overwritten).
+# A baseline's comm_bench, built from a worktree of that commit in a target folder of its
+# own: cargo hashes a workspace's crates by their path inside the workspace, so two
+# checkouts sharing one folder take each other's artifacts for their own (a shared folder
+# once linked this tree's comm_bench against the baseline's library).
 if [ -n "${GPU_BUILD_BASELINE:-}" ]; then
   base=$(git rev-parse --short=7 "$GPU_BUILD_BASELINE^{commit}") ||
     { echo "gpu-build.sh: GPU_BUILD_BASELINE=$GPU_BUILD_BASELINE is not a commit here" >&2; exit 2; }
   tree=$(mktemp -d)/gradex-$base
   git worktree add --detach -q "$tree" "$base"
-  (cd "$tree" && cargo build --release -p benchmarks --bin comm_bench 2>>"$errlog")
-  cp "$CARGO_TARGET_DIR/release/comm_bench" ".gpu/bin/comm_bench-$base"
+  (cd "$tree" && CARGO_TARGET_DIR="$CARGO_TARGET_DIR-baseline" \
+    cargo build --release -p benchmarks --bin comm_bench 2>>"$errlog")
+  cp "$CARGO_TARGET_DIR-baseline/release/comm_bench" ".gpu/bin/comm_bench-$base"
   git worktree remove --force "$tree"
 fi
 strip --strip-debug .gpu/* .gpu/bin/* 2>/dev/null || true

@@ -222,6 +222,12 @@ fn worker(args: &Args) -> Result<()> {
         model.beta * 1e9,
         8.0 / model.beta / 1e9
     );
+    // The samples behind the fit, so that a surprising α or β can be traced to them.
+    let pp: Vec<String> = samples
+        .iter()
+        .map(|&(n, t)| format!("{n} B {:.1}", t * 1e6))
+        .collect();
+    println!("ping-pong one-way us (best of 5): {}", pp.join(", "));
     println!(
         "{:<16} {:>11} {:>12} {:>12} {:>8} {:>10} {:>10} {:>12}",
         "collective",
