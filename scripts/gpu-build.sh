@@ -72,10 +72,11 @@ if [ -n "${GPU_BUILD_BASELINE:-}" ]; then
     { echo "gpu-build.sh: GPU_BUILD_BASELINE=$GPU_BUILD_BASELINE is not a commit here" >&2; exit 2; }
   tree=$(mktemp -d)/gradex-$base
   git worktree add --detach -q "$tree" "$base"
+  # Removed also when the build fails (the ERR trap reports, then the script exits).
+  trap 'git worktree remove --force "$tree" 2>/dev/null; rm -rf "$(dirname "$tree")"' EXIT
   (cd "$tree" && CARGO_TARGET_DIR="$CARGO_TARGET_DIR-baseline" \
     cargo build --release -p benchmarks --bin comm_bench 2>>"$errlog")
   cp "$CARGO_TARGET_DIR-baseline/release/comm_bench" ".gpu/bin/comm_bench-$base"
-  git worktree remove --force "$tree"
 fi
 strip --strip-debug .gpu/* .gpu/bin/* 2>/dev/null || true
 # What the bundle was built from: gpu-check.sh recomputes the source hash on the device

@@ -83,7 +83,9 @@ pub fn slowest_best_counted<F: FnMut(&mut Communicator) -> comm::Result<()>>(
             let (words, _) = bytes.as_chunks::<8>();
             slowest = slowest.max(f64::from_le_bytes(words[0]));
             let theirs = f64::from_le_bytes(words[1]);
-            most = if theirs.is_nan() {
+            // Once a rank could not count, the call has no count (f64::max would
+            // drop the NaN).
+            most = if most.is_nan() || theirs.is_nan() {
                 f64::NAN
             } else {
                 most.max(theirs)

@@ -212,7 +212,9 @@ pub struct Communicator {
     /// The sockets are shut, and every later call returns this.
     aborted: Option<(usize, String)>,
     /// Buffers the allgather and TopKAllReduce reuse from call to call (see `blocks.rs`
-    /// for why): they hold the capacity of the largest call so far.
+    /// for why): they hold the capacity of the largest call so far, about 2P times its
+    /// block (the gathered blocks and the last message each way). `allgather_v` then
+    /// copies the blocks out once more, into the vectors it returns.
     scratch: Scratch,
 }
 
@@ -1370,11 +1372,9 @@ fn check_local(op: &str, local: &SparseVec) -> Result<()> {
         .map_err(|e| CommError::Argument(format!("{op}: this rank's sparse vector: {e}")))
 }
 
-/// Several blocks in one message: their lengths as LEB128 varints, then their bytes.
-///
 #[cfg(test)]
 mod tests {
-    use super::{recv_frame, CommConfig, Expect};
+    use super::{recv_frame, recv_frame_into, CommConfig, Expect};
     use crate::frame::{encode_header, FrameHeader};
     use std::alloc::{GlobalAlloc, Layout, System};
     use std::cell::Cell;
@@ -1485,6 +1485,39 @@ mod tests {
             let got = recv_frame(&mut r, 1, 1, 1 << 32, Expect::Exactly(n as u64)).unwrap();
             assert_eq!(got.len(), n);
         }
+    }
+
+    /// A receive buffer kept between frames: a large frame, then a short one (exactly its
+    /// bytes, nothing of the earlier one), then a peer announcing 3 GiB and sending 3 MiB:
+    /// the capacity already held is used, and beyond it growth still follows what arrived.
+    #[test]
+    fn a_kept_buffer_is_reused_and_still_grows_only_with_what_arrived() {
+        let mut buf = Vec::new();
+        let big = (3 << 20) + 5;
+        let mut r = lying_peer(big as u64, big);
+        recv_frame_into(&mut r, 1, 1, 1 << 32, Expect::AtMost(1 << 32), &mut buf).unwrap();
+        assert_eq!(buf.len(), big);
+        let held = buf.capacity();
+        let mut r = lying_peer(7, 7);
+        LARGEST.with(|l| l.set(0));
+        recv_frame_into(&mut r, 1, 1, 1 << 32, Expect::AtMost(1 << 32), &mut buf).unwrap();
+        let largest = LARGEST.with(|l| l.get());
+        assert_eq!(
+            largest, 0,
+            "a short frame in a kept buffer allocated {largest} bytes"
+        );
+        assert_eq!(buf, (0..7u8).collect::<Vec<_>>());
+        assert_eq!(buf.capacity(), held);
+        let mut r = lying_peer(3 << 30, 6 << 20);
+        LARGEST.with(|l| l.set(0));
+        let e =
+            recv_frame_into(&mut r, 1, 1, 1 << 32, Expect::AtMost(1 << 32), &mut buf).unwrap_err();
+        assert!(e.to_string().contains("rank 1"), "{e}");
+        let largest = LARGEST.with(|l| l.get());
+        assert!(
+            largest <= 16 << 20,
+            "allocated {largest} bytes for 6 MiB received into a {held}-byte buffer"
+        );
     }
 
     fn parse(vars: &[(&str, &str)]) -> Result<CommConfig, String> {
