@@ -59,7 +59,8 @@ pub fn slowest_best_counted<F: FnMut(&mut Communicator) -> comm::Result<()>>(
         f(c)?;
     }
     let mut best = f64::INFINITY;
-    let mut faults = Some(0.0);
+    // NaN once any call has no count (NaN survives the sum).
+    let mut faults = 0.0;
     let reps = reps.max(1);
     for _ in 0..reps {
         c.barrier()?;
@@ -92,11 +93,11 @@ pub fn slowest_best_counted<F: FnMut(&mut Communicator) -> comm::Result<()>>(
             };
         }
         best = best.min(slowest);
-        faults = faults.and_then(|s: f64| (!most.is_nan()).then_some(s + most));
+        faults += most;
     }
     Ok(Timed {
         seconds: best,
-        minor_faults: faults.map(|s| s / reps as f64),
+        minor_faults: (!faults.is_nan()).then(|| faults / reps as f64),
     })
 }
 

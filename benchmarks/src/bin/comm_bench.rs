@@ -90,7 +90,7 @@ fn worker(args: &Args) -> Result<()> {
     }
     // α and β from a ping-pong of every pair of ranks at once (rank 0's pair reports).
     let pp_sizes: Vec<usize> = (0..=12).map(|i| 1usize << (2 * i).min(27)).collect();
-    let samples = ping_pong(&mut c, &pp_sizes, 5)?;
+    let samples = ping_pong(&mut c, &pp_sizes, PING_PONG_REPS)?;
     let model = AlphaBeta::fit(&samples);
     let mut rows: Vec<Value> = Vec::new();
     // Calls per timed point, warm-up included: the byte counters see them all.
@@ -227,7 +227,10 @@ fn worker(args: &Args) -> Result<()> {
         .iter()
         .map(|&(n, t)| format!("{n} B {:.1}", t * 1e6))
         .collect();
-    println!("ping-pong one-way us (best of 5): {}", pp.join(", "));
+    println!(
+        "ping-pong one-way us (best of {PING_PONG_REPS}): {}",
+        pp.join(", ")
+    );
     println!(
         "{:<16} {:>11} {:>12} {:>12} {:>8} {:>10} {:>10} {:>12}",
         "collective",
@@ -277,6 +280,9 @@ fn worker(args: &Args) -> Result<()> {
     }
     Ok(())
 }
+
+/// Round trips per ping-pong size for the α-β fit (the best counts).
+const PING_PONG_REPS: usize = 5;
 
 /// A row of the table: one measurement at each size.
 #[derive(clap::ValueEnum, Clone, Copy, PartialEq, Eq, Debug)]

@@ -50,32 +50,6 @@ pub(crate) fn read_varint(m: &[u8]) -> Result<(u64, usize), String> {
     Err("allgather message: a block length is truncated or longer than 10 bytes".into())
 }
 
-/// Checks that `m` holds exactly `count` blocks: `count` varint lengths, then bodies that
-/// add up to the rest. Returns where the bodies begin. Nothing is allocated.
-fn check_message(m: &[u8], count: usize) -> Result<usize, String> {
-    // Every length takes at least one byte: a count the message cannot hold is refused
-    // before any length is read.
-    if count > m.len() {
-        return Err(format!(
-            "allgather message of {} bytes cannot hold {count} block lengths",
-            m.len()
-        ));
-    }
-    let (mut head, mut sum) = (0, Some(0u64));
-    for _ in 0..count {
-        let (len, used) = read_varint(&m[head..])?;
-        sum = sum.and_then(|s| s.checked_add(len));
-        head += used;
-    }
-    let body = (m.len() - head) as u64;
-    if sum != Some(body) {
-        return Err(format!(
-            "allgather message: {count} block lengths do not add up to its {body} bytes"
-        ));
-    }
-    Ok(head)
-}
-
 /// The blocks this rank holds during an allgather, one after another in one buffer.
 #[derive(Debug, Default)]
 pub(crate) struct Gathered {
@@ -117,18 +91,41 @@ impl Gathered {
     }
     /// Appends the `count` blocks of a message in [`Gathered::pack_first`]'s form. A
     /// message that does not hold exactly that many blocks is an error, and nothing is
-    /// appended.
+    /// appended. The bodies follow the lengths back to back, as they lie in `bytes`, so
+    /// once the lengths add up they are copied in one piece.
     pub(crate) fn append_message(&mut self, m: &[u8], count: usize) -> Result<(), String> {
-        let head = check_message(m, count)?;
-        let (mut at, mut body) = (0, head);
-        for _ in 0..count {
-            // Checked above: each varint reads, and the bodies fit the message.
-            let (len, used) = read_varint(&m[at..])?;
-            at += used;
-            let end = body + len as usize;
-            self.push(&m[body..end]);
-            body = end;
+        // Every length takes at least one byte: a count the message cannot hold is
+        // refused before any length is read.
+        if count > m.len() {
+            return Err(format!(
+                "allgather message of {} bytes cannot hold {count} block lengths",
+                m.len()
+            ));
         }
+        let held = self.ends.len();
+        let (mut head, mut end) = (0, Some(self.bytes.len() as u64));
+        for _ in 0..count {
+            let (len, used) = match read_varint(&m[head..]) {
+                Ok(v) => v,
+                Err(e) => {
+                    self.ends.truncate(held);
+                    return Err(e);
+                }
+            };
+            head += used;
+            end = end.and_then(|e| e.checked_add(len));
+            // A sum past u64 stays None and fails the check below.
+            self.ends.push(end.unwrap_or(u64::MAX) as usize);
+        }
+        let body = &m[head..];
+        if end != Some((self.bytes.len() + body.len()) as u64) {
+            self.ends.truncate(held);
+            return Err(format!(
+                "allgather message: {count} block lengths do not add up to its {} bytes",
+                body.len()
+            ));
+        }
+        self.bytes.extend_from_slice(body);
         Ok(())
     }
 }

@@ -940,25 +940,11 @@ impl Communicator {
         }
     }
 
-    /// Sends `payload` to `to` while receiving from `from`, concurrently (a ring step; both
-    /// directions busy, and no deadlock when both sides' socket buffers are full).
-    fn exchange(
-        &mut self,
-        to: usize,
-        tag: u32,
-        kind: Collective,
-        payload: &[u8],
-        from: usize,
-        expect: Expect,
-    ) -> Result<Vec<u8>> {
-        let mut got = Vec::new();
-        self.exchange_into(to, tag, kind, payload, from, expect, &mut got)?;
-        Ok(got)
-    }
-
-    /// [`Communicator::exchange`], receiving into `got` (its capacity reused).
+    /// Sends `payload` to `to` while receiving from `from` into `got` (emptied first, its
+    /// capacity reused), concurrently (a ring step; both directions busy, and no deadlock
+    /// when both sides' socket buffers are full).
     #[allow(clippy::too_many_arguments)]
-    fn exchange_into(
+    fn exchange(
         &mut self,
         to: usize,
         tag: u32,
@@ -1198,10 +1184,11 @@ impl Communicator {
     fn allreduce_f16_unguarded(&mut self, data: &mut [f32], op: ReduceOp) -> Result<()> {
         let tag = self.next_tag();
         let (p, r, n) = (self.world, self.rank, data.len());
-        let to_f16 = |v: &[f32]| -> Vec<u8> {
-            v.iter()
-                .flat_map(|&x| half::f16::from_f32(x).to_le_bytes())
-                .collect()
+        // One send and one receive buffer for all 2(P-1) steps.
+        let (mut payload, mut got) = (Vec::new(), Vec::new());
+        let to_f16 = |v: &[f32], out: &mut Vec<u8>| {
+            out.clear();
+            out.extend(v.iter().flat_map(|&x| half::f16::from_f32(x).to_le_bytes()));
         };
         // Two bytes per value of the segment due: any other length is refused with the
         // header, before the payload is read.
@@ -1211,10 +1198,10 @@ impl Communicator {
             for s in 0..p - 1 {
                 let send_seg = segment(n, p, (r + p - s) % p);
                 let recv_seg = segment(n, p, (r + 2 * p - s - 1) % p);
-                let payload = to_f16(&data[send_seg]);
+                to_f16(&data[send_seg], &mut payload);
                 let expect = f16_bytes(&recv_seg);
-                let got =
-                    self.exchange(right, tag, Collective::Allreduce, &payload, left, expect)?;
+                let kind = Collective::Allreduce;
+                self.exchange(right, tag, kind, &payload, left, expect, &mut got)?;
                 for (d, c) in data[recv_seg].iter_mut().zip(got.chunks_exact(2)) {
                     *d += half::f16::from_le_bytes([c[0], c[1]]).to_f32();
                 }
@@ -1227,10 +1214,10 @@ impl Communicator {
             for s in 0..p - 1 {
                 let send_seg = segment(n, p, (r + 1 + p - s) % p);
                 let recv_seg = segment(n, p, (r + p - s) % p);
-                let payload = to_f16(&data[send_seg]);
+                to_f16(&data[send_seg], &mut payload);
                 let expect = f16_bytes(&recv_seg);
-                let got =
-                    self.exchange(right, tag, Collective::Allreduce, &payload, left, expect)?;
+                let kind = Collective::Allreduce;
+                self.exchange(right, tag, kind, &payload, left, expect, &mut got)?;
                 for (d, c) in data[recv_seg].iter_mut().zip(got.chunks_exact(2)) {
                     *d = half::f16::from_le_bytes([c[0], c[1]]).to_f32();
                 }
@@ -1291,7 +1278,7 @@ impl Communicator {
             let (to, from) = ((r + p - d) % p, (r + d) % p);
             g.have.pack_first(count, &mut g.send);
             let expect = Expect::AtMost(self.max_frame);
-            self.exchange_into(to, tag, kind, &g.send, from, expect, &mut g.recv)?;
+            self.exchange(to, tag, kind, &g.send, from, expect, &mut g.recv)?;
             g.have
                 .append_message(&g.recv, count)
                 .map_err(|msg| CommError::Protocol { peer: from, msg })?;

@@ -58,7 +58,7 @@ impl SparseVec {
     }
     /// The wire form: entry count (u32), the indices, then the values (little-endian).
     pub fn encode(&self) -> Vec<u8> {
-        let mut b = Vec::with_capacity(4 + 8 * self.len());
+        let mut b = Vec::new();
         self.encode_into(&mut b);
         b
     }
@@ -284,7 +284,7 @@ pub(crate) fn sum_entries_with<E: Entries>(parts: &[E], scratch: &mut SumScratch
             .map(Entries::as_sorted)
             .collect::<Option<Vec<_>>>()
         {
-            return fold_sorted(&sorted);
+            return fold_sorted(sorted);
         }
     }
     sum_by_radix(parts, scratch)
@@ -293,18 +293,20 @@ pub(crate) fn sum_entries_with<E: Entries>(parts: &[E], scratch: &mut SumScratch
 /// Up to this many parts, when they are sorted, the sum is the left fold itself: its
 /// O(P² k) merge steps, branch-free, beat the radix sort's scatters at 2 parts (0.15-0.17
 /// against 0.42-0.44 ms for 2 × 16,777 entries) and at 4 (0.68-0.76 against 0.88-0.95
-/// ms), not at 8 (2.96-3.03 against 1.90-2.15 ms; sparse_merge_bench, RESULTS.md).
+/// ms), not at 8 (2.96-3.11 against 1.90-2.20 ms; sparse_merge_bench, RESULTS.md).
 const FOLD_MAX_PARTS: usize = 4;
 
 /// `((p0 + p1) + p2) + …` by [`merge_sum_into`], for parts with one value per index
 /// and strictly ascending indices.
-fn fold_sorted<V: std::ops::Deref<Target = SparseVec>>(parts: &[V]) -> SparseVec {
-    let Some((first, rest)) = parts.split_first() else {
+/// The first part starts the sum as it is (copied only if borrowed).
+fn fold_sorted(parts: Vec<std::borrow::Cow<'_, SparseVec>>) -> SparseVec {
+    let mut parts = parts.into_iter();
+    let Some(first) = parts.next() else {
         return SparseVec::default();
     };
-    let (mut acc, mut next) = ((**first).clone(), SparseVec::default());
-    for p in rest {
-        merge_sum_into(&acc, p, &mut next);
+    let (mut acc, mut next) = (first.into_owned(), SparseVec::default());
+    for p in parts {
+        merge_sum_into(&acc, &p, &mut next);
         std::mem::swap(&mut acc, &mut next);
     }
     acc
