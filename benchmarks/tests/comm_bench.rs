@@ -1,6 +1,7 @@
 //! `comm_bench` end to end on 2 local workers at one small size: `--collectives` times
 //! exactly the rows it names, in the JSON form the README documents, and TopKAllReduce's
-//! allgather row moves the bytes of k (index, value) pairs per peer.
+//! allgather row moves the bytes of k (index, value) pairs per peer; bad flag values are
+//! refused before any worker starts.
 
 mod common;
 
@@ -66,4 +67,15 @@ fn an_unknown_collective_is_refused_before_any_worker_starts() {
         "{}",
         common::text(&o)
     );
+}
+
+#[test]
+fn an_unknown_time_for_the_topk_sum_is_refused_with_the_choices() {
+    let o = common::run(
+        env!("CARGO_BIN_EXE_comm_bench"),
+        &["--world", "2", "--topk-sum", "sometimes"],
+    );
+    assert!(!o.status.success());
+    let text = common::text(&o);
+    assert!(text.contains("auto, arrival or after"), "{text}");
 }

@@ -11,6 +11,8 @@
 //!
 //! `--collectives` picks the rows; `allgather_v` (not in the default set) is
 //! TopKAllReduce's wire part alone: the allgather of the same messages, without the sum.
+//! `--topk-sum auto|arrival|after` chooses when TopKAllReduce sums (as its blocks arrive,
+//! or after the gather; `comm::TopkSum`), so that one build compares the two.
 //!
 //! Each row also gives the minor page faults per timed call of the rank with the most
 //! (`minor_faults_per_call`; `faults/call` in the table): memory the allocator returned
@@ -25,7 +27,7 @@ use anyhow::{bail, Context, Result};
 use benchmarks::collective::{launch_local, slowest_best_counted};
 use benchmarks::{random_sparse, run_reference};
 use clap::Parser;
-use comm::{ping_pong, AlphaBeta, Collective, Communicator, ReduceOp};
+use comm::{ping_pong, AlphaBeta, Collective, Communicator, ReduceOp, TopkSum};
 use serde_json::{json, Value};
 
 #[derive(Parser, Clone)]
@@ -71,6 +73,11 @@ struct Args {
         default_value = "socket_copy,allreduce,topk_allreduce,gtopk_allreduce"
     )]
     collectives: Vec<Row>,
+    /// When TopKAllReduce sums: `auto` (as the blocks arrive while that keeps up with
+    /// the wire, up to 8 ranks), `arrival` (always so) or `after` (once gathered). The
+    /// same bits either way; for comparing their times.
+    #[arg(long, default_value = "auto")]
+    topk_sum: TopkSum,
     /// Skip the Gloo reference.
     #[arg(long)]
     no_reference: bool,
@@ -84,6 +91,7 @@ struct Args {
 
 fn worker(args: &Args) -> Result<()> {
     let mut c = Communicator::from_env()?;
+    c.set_topk_sum(args.topk_sum);
     let (rank, p) = (c.rank(), c.world_size());
     if p < 2 {
         bail!("comm_bench needs at least 2 workers");

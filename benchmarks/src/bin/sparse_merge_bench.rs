@@ -3,13 +3,16 @@
 //! magnitudes (gTopKAllReduce, once per tree level). Each is timed against the simple
 //! form of the same computation, measured in the same run, with equal results checked:
 //! the sum against a left fold of two-way merges (O(P² k)), the sum of received messages
-//! read in place against decoding them first, the ⊤ truncation against a
+//! read in place against decoding them first, the sum done as the messages arrive
+//! (all of its work, and what is left after the last one) against the sum after them
+//! all, the ⊤ truncation against a
 //! full sort by magnitude, and both against a plain copy of as many entries.
 
 use anyhow::{ensure, Result};
 use benchmarks::{best_of, random_sparse};
 use clap::Parser;
-use comm::{merge_sum_into, sum_all, sum_encoded, top_merge, SparseVec};
+use comm::{merge_sum_into, sum_all, sum_encoded, top_merge, ArrivalSum, SparseVec};
+use std::time::Instant;
 
 #[derive(Parser)]
 #[command(
@@ -119,6 +122,45 @@ fn main() -> Result<()> {
             ms(t_decode),
             ms(t_wire),
             t_decode / t_wire,
+            ms(t_copy)
+        );
+        // TopKAllReduce's sum as its blocks arrive (Bruck's order on rank r: r, r+1, …,
+        // wrapping; rank P/2's here, which wraps), against the radix sum of the received
+        // messages: all of its work, and the part left once the last block is in (its
+        // decoding and the final pass), which is what the wire cannot hide.
+        let mut s = ArrivalSum::default();
+        let r = p / 2;
+        let order: Vec<usize> = (0..p).map(|j| (r + j) % p).collect();
+        let mut arrival = |split: usize| -> Result<(f64, SparseVec)> {
+            s.begin(p);
+            for &q in &order[..split] {
+                s.add(q, &wire[q]);
+            }
+            let t = Instant::now();
+            for &q in &order[split..] {
+                s.add(q, &wire[q]);
+            }
+            let sum = s
+                .finish()
+                .map_err(|(q, e)| anyhow::anyhow!("block of rank {q}: {e}"))?;
+            Ok((t.elapsed().as_secs_f64(), sum))
+        };
+        ensure!(
+            arrival(0)?.1 == b,
+            "the arrival sum differs from sum_all at P = {p}"
+        );
+        let (mut t_all, mut t_last) = (f64::INFINITY, f64::INFINITY);
+        for _ in 0..args.repeats.max(1) {
+            t_all = t_all.min(std::hint::black_box(arrival(0)?).0);
+            t_last = t_last.min(std::hint::black_box(arrival(p - 1)?).0);
+        }
+        println!(
+            "| sum of {p} received messages as they arrive: all of it / after the last (radix after the gather / this) | {total} | {:.3} | {:.3} / {:.3} | {:.2} / {:.2} | {:.3} |",
+            ms(t_wire),
+            ms(t_all),
+            ms(t_last),
+            t_wire / t_all,
+            t_wire / t_last,
             ms(t_copy)
         );
     }

@@ -130,6 +130,77 @@ impl Gathered {
     }
 }
 
+/// Hands out the blocks of a message in [`Gathered::pack_first`]'s form while it is still
+/// arriving, each as soon as its last byte is in (TopKAllReduce sums them meanwhile:
+/// `arrival_sum.rs`). It checks nothing beyond what it needs to cut a block from the
+/// bytes present: a malformed message delivers what it delivers, and
+/// [`Gathered::append_message`], which reads the whole message afterwards, refuses it.
+#[derive(Debug, Default)]
+pub(crate) struct BlockWatch {
+    count: usize,
+    /// Where the bodies start, once every length has arrived.
+    body: Option<usize>,
+    /// Each block's end, counted from `body`.
+    ends: Vec<u64>,
+    /// Blocks handed out.
+    next: usize,
+}
+
+impl BlockWatch {
+    /// Watches a new message of `count` blocks.
+    pub(crate) fn reset(&mut self, count: usize) {
+        self.count = count;
+        self.body = None;
+        self.ends.clear();
+        self.next = 0;
+    }
+
+    /// `prefix`: the message's bytes received so far. Calls `f(i, block, more)` for
+    /// each block now complete and not handed out before, in order; `more` says that
+    /// a later block, not empty, is complete too, which means that the receiver is
+    /// behind the wire.
+    pub(crate) fn poll(&mut self, prefix: &[u8], mut f: impl FnMut(usize, &[u8], bool)) {
+        let body = match self.body {
+            Some(b) => b,
+            None => match self.read_lengths(prefix) {
+                Some(b) => b,
+                // Lengths still arriving, or malformed (then they stay so).
+                None => return,
+            },
+        };
+        let have = (prefix.len() - body) as u64;
+        let start = |i: usize| if i == 0 { 0 } else { self.ends[i - 1] };
+        // Where the complete blocks end.
+        let done = self.ends.partition_point(|&e| e <= have);
+        let done_end = if done == 0 { 0 } else { self.ends[done - 1] };
+        while self.next < done {
+            let i = self.next;
+            // Bytes of a later block complete (an empty block is no sign of lag).
+            let more = done_end > self.ends[i];
+            // Both ends lie within `prefix` (at most `have` past `body`).
+            let block = &prefix[body + start(i) as usize..body + self.ends[i] as usize];
+            self.next += 1;
+            f(i, block, more);
+        }
+    }
+
+    /// The bodies' start, if all `count` lengths are in `prefix` and add up within a
+    /// u64; they are read again from the start on each call until then (at most 10
+    /// bytes each).
+    fn read_lengths(&mut self, prefix: &[u8]) -> Option<usize> {
+        self.ends.clear();
+        let (mut head, mut end) = (0, 0u64);
+        for _ in 0..self.count {
+            let (len, used) = read_varint(prefix.get(head..)?).ok()?;
+            head += used;
+            end = end.checked_add(len)?;
+            self.ends.push(end);
+        }
+        self.body = Some(head);
+        Some(head)
+    }
+}
+
 /// What Bruck's allgather reuses from call to call: the blocks held, the message being
 /// sent and the one being received. They keep the capacity of the largest call so far.
 #[derive(Debug, Default)]
@@ -137,11 +208,12 @@ pub(crate) struct GatherScratch {
     pub(crate) have: Gathered,
     pub(crate) send: Vec<u8>,
     pub(crate) recv: Vec<u8>,
+    pub(crate) watch: BlockWatch,
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{read_varint, Gathered};
+    use super::{read_varint, BlockWatch, Gathered};
 
     fn gathered(blocks: &[Vec<u8>]) -> Gathered {
         let mut g = Gathered::default();
@@ -211,6 +283,52 @@ mod tests {
             let n = rng.below(40);
             let junk: Vec<u8> = (0..n).map(|_| rng.below(256) as u8).collect();
             let _ = unpack(&junk, rng.below(4));
+        }
+    }
+
+    #[test]
+    fn blocks_are_handed_out_as_their_last_byte_arrives() {
+        let sizes = [3usize, 0, 200, 1, 130];
+        let bs: Vec<Vec<u8>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| (0..n).map(|b| (b + i) as u8).collect())
+            .collect();
+        let mut m = Vec::new();
+        gathered(&bs).pack_first(bs.len(), &mut m);
+        // Fed one byte at a time: every block exactly once, in order, complete, and
+        // never another complete one behind it.
+        let mut w = BlockWatch::default();
+        w.reset(bs.len());
+        let mut got = Vec::new();
+        for n in 0..=m.len() {
+            w.poll(&m[..n], |i, b, more| {
+                assert!(!more, "block {i} of a byte-at-a-time feed");
+                got.push((i, b.to_vec()));
+            });
+        }
+        let want: Vec<(usize, Vec<u8>)> = bs.iter().cloned().enumerate().collect();
+        assert_eq!(got, want);
+        // All at once: every block but the last has another (not empty) behind it.
+        w.reset(bs.len());
+        let mut more = Vec::new();
+        w.poll(&m, |_, _, x| more.push(x));
+        assert_eq!(more, [true, true, true, true, false]);
+        // Up to the end of the third block: the first two have it behind them.
+        w.reset(bs.len());
+        more.clear();
+        let third_end = m.len() - 131;
+        w.poll(&m[..third_end], |_, _, x| more.push(x));
+        assert_eq!(more, [true, true, false]);
+        // Lengths that claim more than the message holds, or overflow: nothing past the
+        // bytes present is handed out.
+        let mut huge = vec![0xff; 9];
+        huge.extend([0x01, 0x01, 1, 2]);
+        for (msg, count) in [(&huge[..], 2), (&m[..m.len() - 1], bs.len())] {
+            w.reset(count);
+            let mut n = 0;
+            w.poll(msg, |_, b, _| n += b.len());
+            assert!(n < msg.len());
         }
     }
 }

@@ -3,6 +3,7 @@
 //! sequence tag that receivers check, so a rank that diverges fails loudly instead of
 //! mixing up messages.
 
+use crate::arrival_sum::{ArrivalSum, ARRIVAL_MAX_PARTS};
 use crate::auth::read_before;
 use crate::blocks::GatherScratch;
 use crate::counters::{ByteCounters, Collective};
@@ -11,7 +12,7 @@ use crate::frame::{
     decode_header, encode_header, FrameHeader, ABORT_MAX, HEADER_LEN, KIND_ABORT, KIND_DATA,
 };
 use crate::rendezvous::connect_mesh;
-use crate::sparse::{sum_encoded_with, top_merge, SparseVec, SumScratch};
+use crate::sparse::{sum_encoded_with, top_merge, SparseVec, SumScratch, FOLD_MAX_PARTS};
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -216,15 +217,50 @@ pub struct Communicator {
     /// block (the gathered blocks and the last message each way). `allgather_v` then
     /// copies the blocks out once more, into the vectors it returns.
     scratch: Scratch,
+    /// When TopKAllReduce sums what it gathered.
+    topk_sum: TopkSum,
+}
+
+/// When [`Communicator::topk_allreduce`] sums the blocks it gathers. Every choice gives
+/// the same bits; they differ in time only.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TopkSum {
+    /// The default. Up to 4 ranks, as the blocks arrive (the same merges the sum after
+    /// the gather makes, now while waiting); up to [`ARRIVAL_MAX_PARTS`], as they arrive
+    /// until a block finds another complete behind it (the merges do not keep up with
+    /// the wire: their O(P² k) work is then more than the radix sort's O(P k)), then
+    /// after the gather; beyond, after the gather.
+    #[default]
+    Auto,
+    /// Always as the blocks arrive, at any world size and however fast they come.
+    OnArrival,
+    /// Always after the gather (the radix sort, or the fold of up to 4 parts).
+    AfterGather,
+}
+
+impl std::str::FromStr for TopkSum {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "auto" => Ok(TopkSum::Auto),
+            "arrival" => Ok(TopkSum::OnArrival),
+            "after" => Ok(TopkSum::AfterGather),
+            _ => Err(format!(
+                "{s:?} is not a time for TopKAllReduce's sum: auto, arrival or after"
+            )),
+        }
+    }
 }
 
 /// What [`Communicator::allgather_v`] and [`Communicator::topk_allreduce`] keep between
-/// calls: this rank's encoded vector, the gather's buffers, and the sum's sort arrays.
+/// calls: this rank's encoded vector, the gather's buffers, the sum's sort arrays and the
+/// runs of the sum done as blocks arrive.
 #[derive(Debug, Default)]
 struct Scratch {
     local: Vec<u8>,
     gather: GatherScratch,
     sum: SumScratch,
+    arrival: ArrivalSum,
 }
 
 /// How long a rank whose receive timed out listens for the other ranks' notices before
@@ -481,12 +517,21 @@ fn recv_frame(
     expect: Expect,
 ) -> Result<Vec<u8>> {
     let mut payload = Vec::new();
-    recv_frame_into(r, peer, tag, max_frame, expect, &mut payload)?;
+    recv_frame_into(r, peer, tag, max_frame, expect, &mut payload, None)?;
     Ok(payload)
 }
 
+/// Called by a receive with the frame's payload received so far, after each read.
+type Progress<'a> = Option<&'a mut dyn FnMut(&[u8])>;
+
+/// Called by the allgather with each block received (its position, its bytes, whether a
+/// later block is complete too), as soon as it is complete.
+type OnBlock<'a> = Option<&'a mut dyn FnMut(usize, &[u8], bool)>;
+
 /// [`recv_frame`] into `payload` (emptied first), whose capacity is reused: a buffer
-/// kept between calls grows to the largest frame and then allocates nothing.
+/// kept between calls grows to the largest frame and then allocates nothing. With
+/// `progress`, the payload is read as it comes, each read followed by a call with the
+/// bytes so far (TopKAllReduce sums the blocks that are complete while the rest arrive).
 fn recv_frame_into(
     r: &mut TcpStream,
     peer: usize,
@@ -494,6 +539,7 @@ fn recv_frame_into(
     max_frame: u64,
     expect: Expect,
     payload: &mut Vec<u8>,
+    mut progress: Progress,
 ) -> Result<()> {
     let (max, exact) = match expect {
         Expect::Exactly(n) => (n, Some(n)),
@@ -519,8 +565,29 @@ fn recv_frame_into(
             )
         };
         payload.resize(next, 0);
-        r.read_exact(&mut payload[have..])
-            .map_err(read_failed(peer))?;
+        let Some(f) = progress.as_mut() else {
+            r.read_exact(&mut payload[have..])
+                .map_err(read_failed(peer))?;
+            continue;
+        };
+        // What read_exact does, with a call after each read.
+        let mut filled = have;
+        while filled < next {
+            match r.read(&mut payload[filled..next]) {
+                Ok(0) => return Err(read_failed(peer)(std::io::ErrorKind::UnexpectedEof.into())),
+                Ok(n) => {
+                    filled += n;
+                    f(&payload[..filled]);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(read_failed(peer)(e)),
+            }
+        }
+    }
+    if len == 0 {
+        if let Some(f) = progress.as_mut() {
+            f(&[]);
+        }
     }
     Ok(())
 }
@@ -636,6 +703,7 @@ impl Communicator {
             dirty: vec![false; cfg.world],
             aborted: None,
             scratch: Scratch::default(),
+            topk_sum: TopkSum::Auto,
         })
     }
     /// Joins the job described by the environment (see [`CommConfig::from_env`]).
@@ -650,6 +718,10 @@ impl Communicator {
     }
     pub fn counters(&self) -> &ByteCounters {
         &self.counters
+    }
+    /// Chooses when TopKAllReduce sums (benchmarks and tests compare the choices).
+    pub fn set_topk_sum(&mut self, when: TopkSum) {
+        self.topk_sum = when;
     }
     /// How long any one blocking call waits for a peer before it fails.
     pub fn timeout(&self) -> Duration {
@@ -942,7 +1014,9 @@ impl Communicator {
 
     /// Sends `payload` to `to` while receiving from `from` into `got` (emptied first, its
     /// capacity reused), concurrently (a ring step; both directions busy, and no deadlock
-    /// when both sides' socket buffers are full).
+    /// when both sides' socket buffers are full). `progress` sees the received bytes as
+    /// they come (see [`recv_frame_into`]; a frame small enough to take the path without
+    /// a sender thread is read whole, then shown once).
     #[allow(clippy::too_many_arguments)]
     fn exchange(
         &mut self,
@@ -953,6 +1027,7 @@ impl Communicator {
         from: usize,
         expect: Expect,
         got: &mut Vec<u8>,
+        progress: Progress,
     ) -> Result<()> {
         let max = self.max_frame;
         // Every rank runs the same step, so what this rank expects is what `to` expects.
@@ -971,14 +1046,17 @@ impl Communicator {
             // thread is needed: latency-bound collectives (the sparse ones) gain the most.
             let sent = send_frame(w, to, tag, payload, limit);
             mark_failed_send(&mut self.dirty, to, sent)?;
-            recv_frame_into(r, from, tag, max, expect, got)?;
+            recv_frame_into(r, from, tag, max, expect, got, None)?;
+            if let Some(f) = progress {
+                f(got);
+            }
             self.counters.sent(kind, payload.len(), HEADER_LEN);
             self.counters.received(kind, got.len(), HEADER_LEN);
             return Ok(());
         }
         let (sent, received) = std::thread::scope(|s| {
             let sender = s.spawn(move || send_frame(w, to, tag, payload, limit));
-            let received = recv_frame_into(r, from, tag, max, expect, got);
+            let received = recv_frame_into(r, from, tag, max, expect, got, progress);
             let sent = sender
                 .join()
                 .unwrap_or_else(|_| Err(CommError::Config("sender thread panicked".into())));
@@ -1201,7 +1279,7 @@ impl Communicator {
                 to_f16(&data[send_seg], &mut payload);
                 let expect = f16_bytes(&recv_seg);
                 let kind = Collective::Allreduce;
-                self.exchange(right, tag, kind, &payload, left, expect, &mut got)?;
+                self.exchange(right, tag, kind, &payload, left, expect, &mut got, None)?;
                 for (d, c) in data[recv_seg].iter_mut().zip(got.chunks_exact(2)) {
                     *d += half::f16::from_le_bytes([c[0], c[1]]).to_f32();
                 }
@@ -1217,7 +1295,7 @@ impl Communicator {
                 to_f16(&data[send_seg], &mut payload);
                 let expect = f16_bytes(&recv_seg);
                 let kind = Collective::Allreduce;
-                self.exchange(right, tag, kind, &payload, left, expect, &mut got)?;
+                self.exchange(right, tag, kind, &payload, left, expect, &mut got, None)?;
                 for (d, c) in data[recv_seg].iter_mut().zip(got.chunks_exact(2)) {
                     *d = half::f16::from_le_bytes([c[0], c[1]]).to_f32();
                 }
@@ -1243,7 +1321,7 @@ impl Communicator {
     fn allgather_v_unguarded(&mut self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
         let tag = self.next_tag();
         let mut g = std::mem::take(&mut self.scratch.gather);
-        let gathered = self.allgather_into(data, tag, Collective::AllgatherV, &mut g);
+        let gathered = self.allgather_into(data, tag, Collective::AllgatherV, &mut g, None);
         let (p, r) = (self.world, self.rank);
         let out = gathered.map(|()| {
             (0..p)
@@ -1262,12 +1340,18 @@ impl Communicator {
     /// P−1 dependent steps were 2–2.6× the α-β model with 8 ranks on 2 cores).
     /// Afterwards `g.have.block(j)` is rank (r + j) mod P's block; `g`'s buffers are
     /// reused, so a call allocates only where it outgrows the earlier ones.
+    /// `on_block(j, block, more)` is called with each received block as soon as it is
+    /// complete, in the order j = 1, 2, …, P−1, while the rest of its message is still
+    /// arriving; `more` says that a later block has arrived too (see
+    /// [`crate::blocks::BlockWatch::poll`]). A block handed out may belong to a message
+    /// that then turns out malformed: the gather fails then.
     fn allgather_into(
         &mut self,
         data: &[u8],
         tag: u32,
         kind: Collective,
         g: &mut GatherScratch,
+        mut on_block: OnBlock,
     ) -> Result<()> {
         let (p, r) = (self.world, self.rank);
         g.have.clear();
@@ -1278,7 +1362,14 @@ impl Communicator {
             let (to, from) = ((r + p - d) % p, (r + d) % p);
             g.have.pack_first(count, &mut g.send);
             let expect = Expect::AtMost(self.max_frame);
-            self.exchange(to, tag, kind, &g.send, from, expect, &mut g.recv)?;
+            let first = g.have.len();
+            let watch = &mut g.watch;
+            watch.reset(count);
+            let mut progress = on_block.as_mut().map(|f| {
+                move |prefix: &[u8]| watch.poll(prefix, |i, b, more| f(first + i, b, more))
+            });
+            let progress = progress.as_mut().map(|f| f as &mut dyn FnMut(&[u8]));
+            self.exchange(to, tag, kind, &g.send, from, expect, &mut g.recv, progress)?;
             g.have
                 .append_message(&g.recv, count)
                 .map_err(|msg| CommError::Protocol { peer: from, msg })?;
@@ -1299,13 +1390,45 @@ impl Communicator {
         let tag = self.next_tag();
         let mut s = std::mem::take(&mut self.scratch);
         local.encode_into(&mut s.local);
-        let gathered = self.allgather_into(&s.local, tag, Collective::TopkAllreduce, &mut s.gather);
-        // Checked and summed in rank order (the same on every rank), read in place.
         let (p, r) = (self.world, self.rank);
+        // Whether this call sums as the blocks arrive (arrival_sum.rs), and whether it
+        // stops doing so once blocks come faster than it merges (see TopkSum). Either
+        // way the result has the same bits.
+        let (mut arriving, may_stop) = match self.topk_sum {
+            // Up to 4 ranks the merges are the fold the sum after the gather does anyway.
+            TopkSum::Auto if p <= FOLD_MAX_PARTS => (true, false),
+            TopkSum::Auto => (p <= ARRIVAL_MAX_PARTS, true),
+            TopkSum::OnArrival => (true, false),
+            TopkSum::AfterGather => (false, false),
+        };
+        let Scratch {
+            local,
+            gather,
+            sum,
+            arrival,
+        } = &mut s;
+        if arriving {
+            arrival.begin(p);
+            arrival.add(r, local);
+        }
+        let watching = arriving;
+        let mut on_block = |j: usize, block: &[u8], more: bool| {
+            arriving &= !(more && may_stop);
+            if arriving {
+                arrival.add((r + j) % p, block);
+            }
+        };
+        let on_block = watching.then_some(&mut on_block as &mut dyn FnMut(usize, &[u8], bool));
+        let gathered = self.allgather_into(local, tag, Collective::TopkAllreduce, gather, on_block);
         let out = gathered.and_then(|()| {
-            let have = &s.gather.have;
-            sum_encoded_with((0..p).map(|q| have.block((q + p - r) % p)), &mut s.sum)
-                .map_err(|(peer, msg)| CommError::Protocol { peer, msg })
+            let summed = if arriving {
+                arrival.finish()
+            } else {
+                // Checked and summed in rank order (the same on every rank), read in place.
+                let have = &gather.have;
+                sum_encoded_with((0..p).map(|q| have.block((q + p - r) % p)), sum)
+            };
+            summed.map_err(|(peer, msg)| CommError::Protocol { peer, msg })
         });
         self.scratch = s;
         out
@@ -1474,37 +1597,68 @@ mod tests {
         }
     }
 
+    /// Receives one frame from `r` into `buf`, read whole or (`watch`) as it comes,
+    /// the lengths of the prefixes the progress calls saw put in `seen` (emptied first,
+    /// so that a test that counts allocations can give it the capacity beforehand).
+    fn recv_into(
+        r: &mut TcpStream,
+        buf: &mut Vec<u8>,
+        watch: bool,
+        seen: &mut Vec<usize>,
+    ) -> crate::Result<()> {
+        seen.clear();
+        let mut f = |b: &[u8]| seen.push(b.len());
+        let progress = watch.then_some(&mut f as &mut dyn FnMut(&[u8]));
+        recv_frame_into(r, 1, 1, 1 << 32, Expect::AtMost(1 << 32), buf, progress)
+    }
+
     /// A receive buffer kept between frames: a large frame, then a short one (exactly its
     /// bytes, nothing of the earlier one), then a peer announcing 3 GiB and sending 3 MiB:
     /// the capacity already held is used, and beyond it growth still follows what arrived.
+    /// The same when the frame is read as it comes, each read shown to a progress call
+    /// with the bytes so far (ever more of them, up to the whole frame).
     #[test]
     fn a_kept_buffer_is_reused_and_still_grows_only_with_what_arrived() {
-        let mut buf = Vec::new();
-        let big = (3 << 20) + 5;
-        let mut r = lying_peer(big as u64, big);
-        recv_frame_into(&mut r, 1, 1, 1 << 32, Expect::AtMost(1 << 32), &mut buf).unwrap();
-        assert_eq!(buf.len(), big);
-        let held = buf.capacity();
-        let mut r = lying_peer(7, 7);
-        LARGEST.with(|l| l.set(0));
-        recv_frame_into(&mut r, 1, 1, 1 << 32, Expect::AtMost(1 << 32), &mut buf).unwrap();
-        let largest = LARGEST.with(|l| l.get());
-        assert_eq!(
-            largest, 0,
-            "a short frame in a kept buffer allocated {largest} bytes"
-        );
-        assert_eq!(buf, (0..7u8).collect::<Vec<_>>());
-        assert_eq!(buf.capacity(), held);
-        let mut r = lying_peer(3 << 30, 6 << 20);
-        LARGEST.with(|l| l.set(0));
-        let e =
-            recv_frame_into(&mut r, 1, 1, 1 << 32, Expect::AtMost(1 << 32), &mut buf).unwrap_err();
-        assert!(e.to_string().contains("rank 1"), "{e}");
-        let largest = LARGEST.with(|l| l.get());
-        assert!(
-            largest <= 16 << 20,
-            "allocated {largest} bytes for 6 MiB received into a {held}-byte buffer"
-        );
+        let mut seen = Vec::with_capacity(1 << 16);
+        for watch in [false, true] {
+            let mut buf = Vec::new();
+            let big = (3 << 20) + 5;
+            recv_into(&mut lying_peer(big as u64, big), &mut buf, watch, &mut seen).unwrap();
+            assert_eq!(buf.len(), big);
+            assert!(buf.iter().enumerate().all(|(i, &b)| b == i as u8));
+            if watch {
+                assert!(seen.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
+                assert_eq!(seen.last(), Some(&big));
+            } else {
+                assert!(seen.is_empty());
+            }
+            let held = buf.capacity();
+            // The peer first: setting it up allocates.
+            let mut r = lying_peer(7, 7);
+            LARGEST.with(|l| l.set(0));
+            recv_into(&mut r, &mut buf, watch, &mut seen).unwrap();
+            let largest = LARGEST.with(|l| l.get());
+            assert_eq!(
+                largest, 0,
+                "a short frame in a kept buffer allocated {largest} bytes"
+            );
+            assert_eq!(buf, (0..7u8).collect::<Vec<_>>());
+            assert_eq!(buf.capacity(), held);
+            assert_eq!(seen.last(), watch.then_some(&7));
+            let mut r = lying_peer(3 << 30, 6 << 20);
+            LARGEST.with(|l| l.set(0));
+            let e = recv_into(&mut r, &mut buf, watch, &mut seen).unwrap_err();
+            assert!(e.to_string().contains("rank 1"), "{e}");
+            let largest = LARGEST.with(|l| l.get());
+            assert!(
+                largest <= 16 << 20,
+                "allocated {largest} bytes for 6 MiB received into a {held}-byte buffer"
+            );
+            assert!(
+                seen.iter().all(|&n| n <= 6 << 20),
+                "shown bytes that never came"
+            );
+        }
     }
 
     fn parse(vars: &[(&str, &str)]) -> Result<CommConfig, String> {

@@ -19,6 +19,7 @@
 //! - The NCCL backend ([`NcclCommunicator`]): allreduce, broadcast, allgather and
 //!   send/recv on GPU tensors, started over the TCP job (see `nccl.rs`).
 
+mod arrival_sum;
 mod auth;
 mod blocks;
 mod communicator;
@@ -31,7 +32,8 @@ mod nccl;
 mod rendezvous;
 mod sparse;
 
-pub use communicator::{CommConfig, Communicator, ReduceOp, MAX_WORLD};
+pub use arrival_sum::{ArrivalSum, ARRIVAL_MAX_PARTS};
+pub use communicator::{CommConfig, Communicator, ReduceOp, TopkSum, MAX_WORLD};
 pub use cost::{ping_pong, AlphaBeta};
 pub use counters::{ByteCounters, Collective, Traffic};
 pub use error::{CommError, Result};

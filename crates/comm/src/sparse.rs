@@ -190,14 +190,24 @@ impl<'a> SparseBytes<'a> {
         Ok(SparseBytes { indices, values })
     }
     pub(crate) fn to_vec(&self) -> SparseVec {
-        SparseVec {
-            indices: self
-                .indices
-                .iter()
-                .map(|&w| u32::from_le_bytes(w))
-                .collect(),
-            values: self.values.iter().map(|&w| f32::from_le_bytes(w)).collect(),
-        }
+        let mut v = SparseVec::default();
+        self.decode_into(&mut v);
+        v
+    }
+    pub(crate) fn indices(&self) -> impl Iterator<Item = u32> + '_ {
+        self.indices.iter().map(|&w| u32::from_le_bytes(w))
+    }
+    pub(crate) fn values(&self) -> impl Iterator<Item = f32> + '_ {
+        self.values.iter().map(|&w| f32::from_le_bytes(w))
+    }
+    /// Decoded into `v` (emptied first), whose buffers are reused.
+    pub(crate) fn decode_into(&self, v: &mut SparseVec) {
+        v.indices.clear();
+        v.values.clear();
+        v.indices
+            .extend(self.indices.iter().map(|&w| u32::from_le_bytes(w)));
+        v.values
+            .extend(self.values.iter().map(|&w| f32::from_le_bytes(w)));
     }
 }
 
@@ -294,7 +304,7 @@ pub(crate) fn sum_entries_with<E: Entries>(parts: &[E], scratch: &mut SumScratch
 /// O(P² k) merge steps, branch-free, beat the radix sort's scatters at 2 parts (0.15-0.17
 /// against 0.42-0.44 ms for 2 × 16,777 entries) and at 4 (0.68-0.76 against 0.88-0.95
 /// ms), not at 8 (2.96-3.11 against 1.90-2.20 ms; sparse_merge_bench, RESULTS.md).
-const FOLD_MAX_PARTS: usize = 4;
+pub(crate) const FOLD_MAX_PARTS: usize = 4;
 
 /// `((p0 + p1) + p2) + …` by [`merge_sum_into`], for parts with one value per index
 /// and strictly ascending indices.

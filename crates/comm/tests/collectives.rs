@@ -2,7 +2,9 @@
 //! on loopback. Each rank runs on its own thread with its own sockets; one test runs real
 //! worker processes.
 
-use comm::{merge_sum_into, sum_all, top_merge, CommError, Communicator, ReduceOp, SparseVec};
+use comm::{
+    merge_sum_into, sum_all, top_merge, CommError, Communicator, ReduceOp, SparseVec, TopkSum,
+};
 use std::time::{Duration, Instant};
 use tensor::Rng;
 
@@ -184,13 +186,20 @@ fn topk_allreduce_is_the_sum_of_the_sparse_vectors() {
 
 /// The allgather and TopKAllReduce keep their buffers between calls: calls that grow,
 /// shrink, empty and regrow them (past the 64 KiB at which a step's send gets its own
-/// thread) return exactly what fresh buffers would, with nothing left over from an
-/// earlier call.
+/// thread, and the receive hands out blocks as they arrive) return exactly what fresh
+/// buffers would, with nothing left over from an earlier call; and TopKAllReduce's sum
+/// gives the same bits whenever it is done (as blocks arrive, after the gather, or
+/// switching between the two as the receiver keeps up or not).
 #[test]
 fn repeated_sparse_collectives_reuse_their_buffers_without_leftovers() {
     let nnz = [200usize, 0, 12_000, 30, 9_000, 1, 0, 12_000];
-    for world in [2, 3, 8] {
+    let whens = [TopkSum::Auto, TopkSum::OnArrival, TopkSum::AfterGather];
+    for (world, when) in [2, 3, 8, 9]
+        .into_iter()
+        .flat_map(|w| whens.map(|when| (w, when)))
+    {
         let out = job(world, |c| {
+            c.set_topk_sum(when);
             let r = c.rank();
             nnz.iter()
                 .enumerate()
@@ -230,12 +239,12 @@ fn repeated_sparse_collectives_reuse_their_buffers_without_leftovers() {
                 let (sum, all) = &calls[call];
                 assert_eq!(
                     sum.indices, want.indices,
-                    "world {world} call {call} rank {rank}"
+                    "world {world} call {call} rank {rank} ({when:?})"
                 );
                 assert_eq!(
                     bits(sum),
                     bits(&want),
-                    "world {world} call {call} rank {rank}"
+                    "world {world} call {call} rank {rank} ({when:?})"
                 );
                 for (q, block) in all.iter().enumerate() {
                     let len = (n + q) % 70_000;
