@@ -22,7 +22,8 @@
 # NETEM_CONFIGS="w8-ack w4-ack-gso1" picks a subset; NETEM_SIZES (bytes, comma-separated)
 # and NETEM_REPEATS replace the sizes and the 3; NETEM_COLLECTIVES="topk_allreduce,allgather_v"
 # times only those rows (comm_bench --collectives; the default has all five);
-# NETEM_BENCH_ARGS="--warmup 2" adds comm_bench flags; NETEM_BENCH=.gpu/bin/other_build
+# NETEM_BENCH_ARGS="--warmup 2" adds comm_bench flags ("--topk-sum after" times
+# TopKAllReduce summing after its gather instead of as the blocks arrive); NETEM_BENCH=.gpu/bin/other_build
 # times another build of this tree's comm_bench (it must take --collectives; `GPU_BUILD_BASELINE=<commit>
 # bash scripts/gpu-build.sh` bundles that commit's as .gpu/bin/comm_bench-<commit>), for A/B
 # comparisons in one call: give each run its own OUT, or the second replaces the first's

@@ -127,7 +127,8 @@ fn main() -> Result<()> {
         // TopKAllReduce's sum as its blocks arrive (Bruck's order on rank r: r, r+1, …,
         // wrapping; rank P/2's here, which wraps), against the radix sum of the received
         // messages: all of its work, and the part left once the last block is in (its
-        // decoding and the final pass), which is what the wire cannot hide.
+        // decoding and the final pass, the others merged as they came), which is what
+        // the wire cannot hide.
         let mut s = ArrivalSum::default();
         let r = p / 2;
         let order: Vec<usize> = (0..p).map(|j| (r + j) % p).collect();
@@ -136,6 +137,8 @@ fn main() -> Result<()> {
             for &q in &order[..split] {
                 s.add(q, &wire[q]);
             }
+            // As the collective does while the last block's bytes come in.
+            s.settle();
             let t = Instant::now();
             for &q in &order[split..] {
                 s.add(q, &wire[q]);

@@ -2,12 +2,13 @@
 //! merged in as soon as its last byte has arrived, so that what is left once the gather
 //! ends is one pass over the result (with the last block merged in it), instead of
 //! summing all P blocks then. The sum after the gather (the radix sort of
-//! [`crate::sparse`], 1.6-2.0 ms for 8 × 16,777 entries) made the collective 1.2-1.45×
+//! [`crate::sparse`], 1.6-1.9 ms for 8 × 16,777 entries) made the collective 1.2-1.45×
 //! its α-β model on a core-per-host 1 Gbit/s network while its gather alone was
 //! 0.93-1.16× (RESULTS.md).
 //!
 //! The result must equal, bit for bit on every rank, the left fold `((p0 + p1) + p2) + …`
-//! in rank order, but the blocks arrive in another order (Bruck's allgather brings rank r
+//! in rank order (a NaN aside: Rust does not specify the sign and payload of a NaN that
+//! arithmetic makes, so a NaN is only a NaN), but the blocks arrive in another order (Bruck's allgather brings rank r
 //! those of ranks r, r+1, …, P−1, then 0, …, r−1), and float addition is not associative:
 //! no value can be added before every lower rank's value for its index has been. So the
 //! blocks are merged without adding anything, into one run sorted by (index, rank): each
@@ -16,8 +17,8 @@
 //! order: the left fold, per index.
 //!
 //! Each block merged costs a pass over the run, O(P² k) in all against the radix sort's
-//! O(P k) (`sparse_merge_bench`: 2.8 against 1.7 ms at 8 × 16,777 entries; 0.67 ms
-//! left after the last block). That is hidden behind the wire while a merge (about 5 ns
+//! O(P k) (`sparse_merge_bench`: 2.6-2.7 against 1.6 ms at 8 × 16,777 entries;
+//! 0.57-0.59 ms left after the last block). That is hidden behind the wire while a merge (about 5 ns
 //! an entry of the run here) is shorter than the next block's transfer (64 ns an entry
 //! at 1 Gbit/s), to about a dozen ranks; on a faster network it is extra work, which is
 //! why TopKAllReduce stops merging when blocks come faster than that, and uses this only
@@ -52,11 +53,15 @@ pub struct ArrivalSum {
     run: Run,
     /// A merge's output, swapped with `run`.
     spare: Run,
-    /// The block being merged, decoded with its rank into the keys.
-    block: Run,
-    /// Blocks still to come. The last one stays in `block`, to be merged by `finish` in
-    /// the same pass that adds, so that one pass follows the gather, not two.
-    to_come: usize,
+    /// The block added last, decoded with its rank into the keys: merged into `run` by
+    /// `settle` or when the next block comes, or by `finish` in the pass that adds. So
+    /// the last block of all costs no pass of its own, and (with `settle` called as
+    /// bytes arrive) the merge of a Bruck message's last block is not made between its
+    /// arrival and this rank's next send, but during the next receive.
+    pending: Run,
+    /// Which ranks have been added, and how many.
+    added: Vec<bool>,
+    count: usize,
     /// The first malformed block: its rank and what is wrong.
     error: Option<(usize, String)>,
 }
@@ -64,20 +69,31 @@ pub struct ArrivalSum {
 impl ArrivalSum {
     /// Starts a sum of the blocks of `world` ranks, to arrive in any order.
     pub fn begin(&mut self, world: usize) {
-        self.to_come = world;
         self.run.clear();
-        self.block.clear();
+        self.pending.clear();
+        self.added.clear();
+        self.added.resize(world, false);
+        self.count = 0;
         self.error = None;
     }
 
-    /// Merges in rank `rank`'s block, in the wire form of [`SparseVec::encode`]. A
-    /// malformed block is remembered (the first one) and returned by `finish`; the rest
-    /// of the sum is then skipped. Each rank is added once.
+    /// Adds rank `rank`'s block, in the wire form of [`SparseVec::encode`], and merges in
+    /// the one added before it if `settle` has not. A malformed block is remembered (the first one) and
+    /// returned by `finish`; the rest of the sum is then skipped. Panics if `rank` is
+    /// outside the world given to `begin` or was added already (a caller's mistake,
+    /// not a peer's).
     pub fn add(&mut self, rank: usize, block: &[u8]) {
+        let world = self.added.len();
+        assert!(
+            rank < world,
+            "ArrivalSum: rank {rank} in a world of {world}"
+        );
+        assert!(!self.added[rank], "ArrivalSum: rank {rank} added twice");
+        self.added[rank] = true;
+        self.count += 1;
         if self.error.is_some() {
             return;
         }
-        self.to_come = self.to_come.saturating_sub(1);
         let b = match SparseBytes::parse(block) {
             Ok(b) => b,
             Err(e) => {
@@ -85,32 +101,46 @@ impl ArrivalSum {
                 return;
             }
         };
-        let Run { keys, values } = &mut self.block;
+        self.settle();
+        let Run { keys, values } = &mut self.pending;
         keys.clear();
         values.clear();
         keys.extend(b.indices().map(|i| u64::from(i) << 32 | rank as u64));
         values.extend(b.values());
-        if self.to_come == 0 {
+    }
+
+    /// Merges the block added last into the run now, if it is not yet (a receiver calls
+    /// this when bytes come that complete no block, so that the block's merge is done
+    /// while waiting and not when the next block completes).
+    pub fn settle(&mut self) {
+        if self.pending.keys.is_empty() || self.error.is_some() {
             return;
         }
         if self.run.keys.is_empty() {
-            // The first block is the run.
-            std::mem::swap(&mut self.run, &mut self.block);
+            // The first block with entries is the run.
+            std::mem::swap(&mut self.run, &mut self.pending);
         } else {
-            merge_keep_into(&self.run, &self.block, &mut self.spare);
+            merge_keep_into(&self.run, &self.pending, &mut self.spare);
             std::mem::swap(&mut self.run, &mut self.spare);
         }
+        self.pending.clear();
     }
 
-    /// The sum of every block added: indices ascending, each index's values added in
-    /// rank order. The first malformed block's rank and cause if there was one.
+    /// The sum of every block: indices ascending, each index's values added in rank
+    /// order. The first malformed block's rank and cause if there was one (again on
+    /// every call until the next `begin`). Panics unless every rank has been added.
     pub fn finish(&mut self) -> Result<SparseVec, (usize, String)> {
-        if let Some(e) = self.error.take() {
-            return Err(e);
+        let world = self.added.len();
+        assert_eq!(
+            self.count, world,
+            "ArrivalSum: finish after {} of {world} blocks",
+            self.count
+        );
+        if let Some(e) = &self.error {
+            return Err(e.clone());
         }
-        debug_assert_eq!(self.to_come, 0, "finish before every block arrived");
         let mut out = SparseVec::default();
-        merge_collapse_into(&self.run, &self.block, &mut out);
+        merge_collapse_into(&self.run, &self.pending, &mut out);
         Ok(out)
     }
 }
@@ -231,8 +261,20 @@ mod tests {
             .collect()
     }
 
+    /// The values' bits, every NaN as one: Rust leaves the sign and payload of an
+    /// arithmetic NaN unspecified (LLVM may swap the operands of an addition), so two
+    /// code paths can give different NaNs for the same sum.
     fn bits(v: &SparseVec) -> Vec<u32> {
-        v.values.iter().map(|x| x.to_bits()).collect()
+        v.values
+            .iter()
+            .map(|x| {
+                if x.is_nan() {
+                    f32::NAN.to_bits()
+                } else {
+                    x.to_bits()
+                }
+            })
+            .collect()
     }
 
     #[test]
@@ -246,6 +288,10 @@ mod tests {
                 for j in 0..p {
                     let q = (r + j) % p;
                     s.add(q, &parts[q].encode());
+                    // Settled after some blocks, not others, as reads come.
+                    if (j + r) % 3 != 1 {
+                        s.settle();
+                    }
                 }
                 let got = s.finish().unwrap();
                 assert_eq!(got.indices, want.indices, "P = {p}, rank {r}");
@@ -255,33 +301,51 @@ mod tests {
     }
 
     #[test]
-    fn signed_zeros_and_a_lone_value_keep_their_bits() {
+    fn signed_zeros_nans_and_a_lone_value_keep_their_bits() {
         // The fold never adds 0.0 to a value an index has in one rank only, so -0.0
-        // stays -0.0; two -0.0s add to -0.0, and -0.0 + 0.0 to 0.0.
+        // stays -0.0; -0.0 + -0.0 is -0.0 and -0.0 + 0.0 is 0.0, so the order shows;
+        // a NaN stays a NaN (its bits are not specified: see `bits`).
         let v = |pairs: &[(u32, f32)]| SparseVec::new(pairs.to_vec());
+        let nan = f32::from_bits(0x7fc0_1234);
         let parts = [
-            v(&[(1, -0.0), (2, -0.0), (3, 0.0)]),
-            v(&[(2, -0.0), (3, -0.0), (4, -0.0)]),
+            v(&[(1, -0.0), (2, -0.0), (3, 0.0), (5, nan)]),
+            v(&[(2, -0.0), (3, -0.0), (4, -0.0), (5, 1.0)]),
+            v(&[(3, -0.0), (5, -nan), (6, -0.0)]),
         ];
         let want = sum_all(&parts);
+        let z = (-0.0f32).to_bits();
+        assert_eq!(bits(&want), [z, z, 0, z, f32::NAN.to_bits(), z]);
         let mut s = ArrivalSum::default();
-        for r in 0..2 {
-            s.begin(2);
-            for j in 0..2 {
-                s.add((r + j) % 2, &parts[(r + j) % 2].encode());
+        for p in 1..=3 {
+            let want = sum_all(&parts[..p]);
+            for r in 0..p {
+                s.begin(p);
+                for j in 0..p {
+                    s.add((r + j) % p, &parts[(r + j) % p].encode());
+                }
+                let got = s.finish().unwrap();
+                assert_eq!(got.indices, want.indices, "P = {p}, rank {r}");
+                assert_eq!(bits(&got), bits(&want), "P = {p}, rank {r}");
             }
-            let got = s.finish().unwrap();
-            assert_eq!(bits(&got), bits(&want));
-            assert_eq!(
-                bits(&got),
-                [
-                    (-0.0f32).to_bits(),
-                    (-0.0f32).to_bits(),
-                    0,
-                    (-0.0f32).to_bits()
-                ]
-            );
         }
+    }
+
+    #[test]
+    #[should_panic(expected = "added twice")]
+    fn a_rank_added_twice_is_a_callers_mistake() {
+        let mut s = ArrivalSum::default();
+        s.begin(3);
+        s.add(1, &SparseVec::default().encode());
+        s.add(1, &SparseVec::default().encode());
+    }
+
+    #[test]
+    #[should_panic(expected = "finish after 1 of 2 blocks")]
+    fn finishing_before_every_block_is_a_callers_mistake() {
+        let mut s = ArrivalSum::default();
+        s.begin(2);
+        s.add(0, &SparseVec::default().encode());
+        let _ = s.finish();
     }
 
     #[test]
@@ -297,6 +361,8 @@ mod tests {
         let (rank, msg) = s.finish().unwrap_err();
         assert_eq!(rank, 2);
         assert!(msg.contains("cannot hold"), "{msg}");
+        // Asked again, the same answer, not a sum of what was left.
+        assert_eq!(s.finish().unwrap_err().0, 2);
         s.begin(4);
         for (q, part) in parts.iter().enumerate() {
             s.add(q, &part.encode());

@@ -157,22 +157,28 @@ impl BlockWatch {
 
     /// `prefix`: the message's bytes received so far. Calls `f(i, block, more)` for
     /// each block now complete and not handed out before, in order; `more` says that
-    /// a later block, not empty, is complete too, which means that the receiver is
-    /// behind the wire.
-    pub(crate) fn poll(&mut self, prefix: &[u8], mut f: impl FnMut(usize, &[u8], bool)) {
+    /// a later block, not empty, is complete too: the bytes came faster than the
+    /// receiver handled them.
+    /// Returns how many blocks it handed out.
+    pub(crate) fn poll(&mut self, prefix: &[u8], mut f: impl FnMut(usize, &[u8], bool)) -> usize {
         let body = match self.body {
             Some(b) => b,
             None => match self.read_lengths(prefix) {
                 Some(b) => b,
                 // Lengths still arriving, or malformed (then they stay so).
-                None => return,
+                None => return 0,
             },
         };
-        let have = (prefix.len() - body) as u64;
+        // `body` was read from an earlier prefix of the same message; prefixes only grow.
+        let Some(have) = prefix.len().checked_sub(body) else {
+            return 0;
+        };
+        let have = have as u64;
         let start = |i: usize| if i == 0 { 0 } else { self.ends[i - 1] };
         // Where the complete blocks end.
         let done = self.ends.partition_point(|&e| e <= have);
         let done_end = if done == 0 { 0 } else { self.ends[done - 1] };
+        let before = self.next;
         while self.next < done {
             let i = self.next;
             // Bytes of a later block complete (an empty block is no sign of lag).
@@ -182,6 +188,7 @@ impl BlockWatch {
             self.next += 1;
             f(i, block, more);
         }
+        self.next - before
     }
 
     /// The bodies' start, if all `count` lengths are in `prefix` and add up within a
@@ -202,7 +209,8 @@ impl BlockWatch {
 }
 
 /// What Bruck's allgather reuses from call to call: the blocks held, the message being
-/// sent and the one being received. They keep the capacity of the largest call so far.
+/// sent and the one being received, and the watch that hands out the received blocks
+/// as they complete. They keep the capacity of the largest call so far.
 #[derive(Debug, Default)]
 pub(crate) struct GatherScratch {
     pub(crate) have: Gathered,
@@ -300,13 +308,14 @@ mod tests {
         // never another complete one behind it.
         let mut w = BlockWatch::default();
         w.reset(bs.len());
-        let mut got = Vec::new();
+        let (mut got, mut handed) = (Vec::new(), 0);
         for n in 0..=m.len() {
-            w.poll(&m[..n], |i, b, more| {
+            handed += w.poll(&m[..n], |i, b, more| {
                 assert!(!more, "block {i} of a byte-at-a-time feed");
                 got.push((i, b.to_vec()));
             });
         }
+        assert_eq!(handed, bs.len());
         let want: Vec<(usize, Vec<u8>)> = bs.iter().cloned().enumerate().collect();
         assert_eq!(got, want);
         // All at once: every block but the last has another (not empty) behind it.
@@ -320,15 +329,16 @@ mod tests {
         let third_end = m.len() - 131;
         w.poll(&m[..third_end], |_, _, x| more.push(x));
         assert_eq!(more, [true, true, false]);
-        // Lengths that claim more than the message holds, or overflow: nothing past the
-        // bytes present is handed out.
+        // Lengths that overflow: nothing is handed out. A message one byte short: every
+        // block but the last.
         let mut huge = vec![0xff; 9];
         huge.extend([0x01, 0x01, 1, 2]);
-        for (msg, count) in [(&huge[..], 2), (&m[..m.len() - 1], bs.len())] {
+        let short = &m[..m.len() - 1];
+        for (msg, count, want) in [(&huge[..], 2, 0), (short, bs.len(), 3 + 200 + 1)] {
             w.reset(count);
             let mut n = 0;
             w.poll(msg, |_, b, _| n += b.len());
-            assert!(n < msg.len());
+            assert_eq!(n, want);
         }
     }
 }

@@ -304,6 +304,8 @@ pub(crate) fn sum_entries_with<E: Entries>(parts: &[E], scratch: &mut SumScratch
 /// O(P² k) merge steps, branch-free, beat the radix sort's scatters at 2 parts (0.15-0.17
 /// against 0.42-0.44 ms for 2 × 16,777 entries) and at 4 (0.68-0.76 against 0.88-0.95
 /// ms), not at 8 (2.96-3.11 against 1.90-2.20 ms; sparse_merge_bench, RESULTS.md).
+/// TopKAllReduce's default sums as the blocks arrive up to as many ranks, the same
+/// amount of work (`TopkSum::Auto`).
 pub(crate) const FOLD_MAX_PARTS: usize = 4;
 
 /// `((p0 + p1) + p2) + …` by [`merge_sum_into`], for parts with one value per index

@@ -188,8 +188,9 @@ fn topk_allreduce_is_the_sum_of_the_sparse_vectors() {
 /// shrink, empty and regrow them (past the 64 KiB at which a step's send gets its own
 /// thread, and the receive hands out blocks as they arrive) return exactly what fresh
 /// buffers would, with nothing left over from an earlier call; and TopKAllReduce's sum
-/// gives the same bits whenever it is done (as blocks arrive, after the gather, or
-/// switching between the two as the receiver keeps up or not).
+/// gives the same bits whenever it is done: as blocks arrive, after the gather, or (the
+/// default, at 8 ranks) as they arrive until the receiver falls behind, which depends
+/// on the timing of each run.
 #[test]
 fn repeated_sparse_collectives_reuse_their_buffers_without_leftovers() {
     let nnz = [200usize, 0, 12_000, 30, 9_000, 1, 0, 12_000];
