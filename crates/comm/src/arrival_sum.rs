@@ -8,21 +8,21 @@
 //!
 //! The result must equal, bit for bit on every rank, the left fold `((p0 + p1) + p2) + …`
 //! in rank order (a NaN aside: Rust does not specify the sign and payload of a NaN that
-//! arithmetic makes, so a NaN is only a NaN), but the blocks arrive in another order (Bruck's allgather brings rank r
-//! those of ranks r, r+1, …, P−1, then 0, …, r−1), and float addition is not associative:
-//! no value can be added before every lower rank's value for its index has been. So the
-//! blocks are merged without adding anything, into one run sorted by (index, rank): each
-//! entry carries its rank in its key, and arrival order does not matter. [`ArrivalSum::finish`]
-//! merges the last block in and adds each index's values in key order, that is in rank
-//! order: the left fold, per index.
+//! arithmetic makes, so a NaN is only a NaN). But the blocks arrive in another order
+//! (Bruck's allgather brings rank r those of ranks r, r+1, …, P−1, then 0, …, r−1), and
+//! float addition is not associative: no value can be added before every lower rank's
+//! value for its index has been. So the blocks are merged without adding anything, into
+//! one run sorted by (index, rank): each entry carries its rank in its key, and arrival
+//! order does not matter. [`ArrivalSum::finish`] merges the last block in and adds each
+//! index's values in key order, that is in rank order: the left fold, per index.
 //!
 //! Each block merged costs a pass over the run, O(P² k) in all against the radix sort's
 //! O(P k) (`sparse_merge_bench`: 2.6-2.7 against 1.6 ms at 8 × 16,777 entries;
-//! 0.57-0.59 ms left after the last block). That is hidden behind the wire while a merge (about 5 ns
-//! an entry of the run here) is shorter than the next block's transfer (64 ns an entry
-//! at 1 Gbit/s), to about a dozen ranks; on a faster network it is extra work, which is
-//! why TopKAllReduce stops merging when blocks come faster than that, and uses this only
-//! up to [`ARRIVAL_MAX_PARTS`] ranks (see `TopkSum`).
+//! 0.57-0.59 ms left after the last block). That is hidden behind the wire while a merge
+//! (about 5 ns an entry of the run here) is shorter than the next block's transfer (64 ns
+//! an entry at 1 Gbit/s), to about a dozen ranks; on a faster network it is extra work.
+//! So TopKAllReduce uses this only up to [`ARRIVAL_MAX_PARTS`] ranks, and from 5 ranks on
+//! stops merging when blocks come faster than that (`TopkSum::Auto`).
 
 use crate::sparse::{SparseBytes, SparseVec};
 use std::hint::select_unpredictable;
