@@ -708,6 +708,39 @@ fn one_ranks_malformed_sparse_vector_fails_every_rank_at_once() {
     }
 }
 
+/// A peer whose block is not a sparse vector (here rank 1 gathers raw bytes where the
+/// others run TopKAllReduce: the two share the allgather and its sequence of tags) is
+/// named by every rank that sums its block, whether the sum is made as blocks arrive or
+/// after the gather, and large blocks (read as they come) or small.
+#[test]
+fn a_peers_malformed_block_is_named_by_every_summing_rank() {
+    // A count of 2,000 entries and 3 bytes short of them.
+    let mut bad = 2000u32.to_le_bytes().to_vec();
+    bad.resize(4 + 8 * 2000 - 3, 7);
+    for (world, nnz) in [(3, 30), (8, 30), (8, 12_000)] {
+        for when in [TopkSum::Auto, TopkSum::OnArrival, TopkSum::AfterGather] {
+            let out = job(world, |c| {
+                c.set_topk_sum(when);
+                if c.rank() == 1 {
+                    c.allgather_v(&bad)
+                        .map(|_| String::new())
+                        .unwrap_or_else(|e| e.to_string())
+                } else {
+                    c.topk_allreduce(&sparse(c.rank(), 1 << 20, nnz))
+                        .expect_err("a malformed block must fail the sum")
+                        .to_string()
+                }
+            });
+            for (rank, e) in out.iter().enumerate().filter(|&(r, _)| r != 1) {
+                assert!(
+                    e.contains("rank 1") && e.contains("cannot hold"),
+                    "world {world}, {nnz} entries, {when:?}, rank {rank}: {e}"
+                );
+            }
+        }
+    }
+}
+
 /// A point-to-point message must be received before either rank of the pair calls its
 /// next collective; a collective that finds one says so, not "different orders".
 #[test]
