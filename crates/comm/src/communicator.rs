@@ -1402,7 +1402,10 @@ impl Communicator {
 
     /// TopKAllReduce: every rank's sparse vector gathered and summed (ranks' values added
     /// in rank order, so the result is identical everywhere). O(kP) traffic per rank.
-    /// A malformed `local` (see [`SparseVec::check`]) is an error before any communication.
+    /// The sum is made as the blocks arrive or after the gather ([`TopkSum`],
+    /// [`Communicator::set_topk_sum`]). A malformed `local` (see [`SparseVec::check`]) is
+    /// an error before any communication; a peer's malformed block is an error naming
+    /// that peer.
     pub fn topk_allreduce(&mut self, local: &SparseVec) -> Result<SparseVec> {
         self.guarded(|c| c.topk_allreduce_unguarded(local))
     }
