@@ -59,9 +59,8 @@ pub struct ArrivalSum {
     /// bytes arrive) the merge of a Bruck message's last block is not made between its
     /// arrival and this rank's next send, but during the next receive.
     pending: Run,
-    /// Which ranks have been added, and how many.
+    /// Which ranks have been added.
     added: Vec<bool>,
-    count: usize,
     /// The first malformed block: its rank and what is wrong.
     error: Option<(usize, String)>,
 }
@@ -73,7 +72,6 @@ impl ArrivalSum {
         self.pending.clear();
         self.added.clear();
         self.added.resize(world, false);
-        self.count = 0;
         self.error = None;
     }
 
@@ -90,7 +88,6 @@ impl ArrivalSum {
         );
         assert!(!self.added[rank], "ArrivalSum: rank {rank} added twice");
         self.added[rank] = true;
-        self.count += 1;
         if self.error.is_some() {
             return;
         }
@@ -130,11 +127,10 @@ impl ArrivalSum {
     /// order. The first malformed block's rank and cause if there was one (again on
     /// every call until the next `begin`). Panics unless every rank has been added.
     pub fn finish(&mut self) -> Result<SparseVec, (usize, String)> {
-        let world = self.added.len();
+        let (world, count) = (self.added.len(), self.added.iter().filter(|&&a| a).count());
         assert_eq!(
-            self.count, world,
-            "ArrivalSum: finish after {} of {world} blocks",
-            self.count
+            count, world,
+            "ArrivalSum: finish after {count} of {world} blocks"
         );
         if let Some(e) = &self.error {
             return Err(e.clone());

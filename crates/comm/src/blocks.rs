@@ -103,22 +103,11 @@ impl Gathered {
             ));
         }
         let held = self.ends.len();
-        let (mut head, mut end) = (0, Some(self.bytes.len() as u64));
-        for _ in 0..count {
-            let (len, used) = match read_varint(&m[head..]) {
-                Ok(v) => v,
-                Err(e) => {
-                    self.ends.truncate(held);
-                    return Err(e);
-                }
-            };
-            head += used;
-            end = end.and_then(|e| e.checked_add(len));
-            // A sum past u64 stays None and fails the check below.
-            self.ends.push(end.unwrap_or(u64::MAX) as usize);
-        }
+        let base = self.bytes.len();
+        let head = push_ends(m, count, base, &mut self.ends)?;
         let body = &m[head..];
-        if end != Some((self.bytes.len() + body.len()) as u64) {
+        let end = self.ends[held..].last().copied().unwrap_or(base);
+        if end != base + body.len() {
             self.ends.truncate(held);
             return Err(format!(
                 "allgather message: {count} block lengths do not add up to its {} bytes",
@@ -128,6 +117,36 @@ impl Gathered {
         self.bytes.extend_from_slice(body);
         Ok(())
     }
+}
+
+/// Reads the `count` varint block lengths at the start of message `m` and pushes the
+/// blocks' running ends, counted from `base`, onto `ends`; returns where the bodies
+/// start. A length malformed or cut short, or ends past `usize::MAX`, is an error, and
+/// then nothing is pushed.
+fn push_ends(m: &[u8], count: usize, base: usize, ends: &mut Vec<usize>) -> Result<usize, String> {
+    let held = ends.len();
+    let (mut head, mut end) = (0, base);
+    for _ in 0..count {
+        let next = read_varint(&m[head..]).and_then(|(len, used)| {
+            usize::try_from(len)
+                .ok()
+                .and_then(|len| end.checked_add(len))
+                .map(|e| (e, used))
+                .ok_or_else(|| "allgather message: block lengths add up past memory".into())
+        });
+        match next {
+            Ok((e, used)) => {
+                head += used;
+                end = e;
+                ends.push(e);
+            }
+            Err(e) => {
+                ends.truncate(held);
+                return Err(e);
+            }
+        }
+    }
+    Ok(head)
 }
 
 /// Hands out the blocks of a message in [`Gathered::pack_first`]'s form while it is still
@@ -141,7 +160,7 @@ pub(crate) struct BlockWatch {
     /// Where the bodies start, once every length has arrived.
     body: Option<usize>,
     /// Each block's end, counted from `body`.
-    ends: Vec<u64>,
+    ends: Vec<usize>,
     /// Blocks handed out.
     next: usize,
 }
@@ -173,7 +192,6 @@ impl BlockWatch {
         let Some(have) = prefix.len().checked_sub(body) else {
             return 0;
         };
-        let have = have as u64;
         let start = |i: usize| if i == 0 { 0 } else { self.ends[i - 1] };
         // Where the complete blocks end.
         let done = self.ends.partition_point(|&e| e <= have);
@@ -184,27 +202,20 @@ impl BlockWatch {
             // Bytes of a later block complete (an empty block is no sign of lag).
             let more = done_end > self.ends[i];
             // Both ends lie within `prefix` (at most `have` past `body`).
-            let block = &prefix[body + start(i) as usize..body + self.ends[i] as usize];
+            let block = &prefix[body + start(i)..body + self.ends[i]];
             self.next += 1;
             f(i, block, more);
         }
         self.next - before
     }
 
-    /// The bodies' start, if all `count` lengths are in `prefix` and add up within a
-    /// u64; they are read again from the start on each call until then (at most 10
-    /// bytes each).
+    /// The bodies' start, if all `count` lengths are in `prefix` (they are read again
+    /// from the start on each call until then: at most 10 bytes each).
     fn read_lengths(&mut self, prefix: &[u8]) -> Option<usize> {
         self.ends.clear();
-        let (mut head, mut end) = (0, 0u64);
-        for _ in 0..self.count {
-            let (len, used) = read_varint(prefix.get(head..)?).ok()?;
-            head += used;
-            end = end.checked_add(len)?;
-            self.ends.push(end);
-        }
-        self.body = Some(head);
-        Some(head)
+        let body = push_ends(prefix, self.count, 0, &mut self.ends).ok()?;
+        self.body = Some(body);
+        Some(body)
     }
 }
 

@@ -597,11 +597,6 @@ fn recv_frame_into(
             }
         }
     }
-    if len == 0 {
-        if let Some(f) = progress.as_mut() {
-            f(&[]);
-        }
-    }
     Ok(())
 }
 
@@ -1460,8 +1455,8 @@ impl Communicator {
         let gathered = self.allgather_into(local, tag, Collective::TopkAllreduce, gather, on_block);
         let out = gathered.and_then(|()| {
             let summed = if arriving {
-                if p == 1 {
-                    // Nothing was received: the sum is this rank's block.
+                if !own_added {
+                    // No read came (a world of one): the sum is this rank's block.
                     arrival.add(r, local);
                 }
                 arrival.finish()

@@ -38,8 +38,8 @@ impl AlphaBeta {
     /// relative-error fit trusts small messages that buffers and token-bucket bursts let
     /// through faster than the link's rate. The median rather than the smallest size
     /// alone: in the emulated network (8 workers on 2 cores) that one sample, the first
-    /// timed, was the highest or near it of the five below 1 kB in three runs of three
-    /// (14.5, 13.9, 16.1 µs against medians of 14.4, 8.8, 13.7 µs), and the model's α
+    /// timed, was the highest or near it of the five below 1 kB in each of three runs
+    /// (14.5, 13.9, 16.1 µs against their raw medians of 14.4, 8.8, 13.7 µs), and the model's α
     /// counts 2⌈log₂P⌉ times in gTopKAllReduce's prediction.
     pub fn fit(samples: &[(usize, f64)]) -> AlphaBeta {
         let mut s: Vec<(f64, f64)> = samples

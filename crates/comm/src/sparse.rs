@@ -190,24 +190,16 @@ impl<'a> SparseBytes<'a> {
         Ok(SparseBytes { indices, values })
     }
     pub(crate) fn to_vec(&self) -> SparseVec {
-        let mut v = SparseVec::default();
-        self.decode_into(&mut v);
-        v
+        SparseVec {
+            indices: self.indices().collect(),
+            values: self.values().collect(),
+        }
     }
     pub(crate) fn indices(&self) -> impl Iterator<Item = u32> + '_ {
         self.indices.iter().map(|&w| u32::from_le_bytes(w))
     }
     pub(crate) fn values(&self) -> impl Iterator<Item = f32> + '_ {
         self.values.iter().map(|&w| f32::from_le_bytes(w))
-    }
-    /// Decoded into `v` (emptied first), whose buffers are reused.
-    pub(crate) fn decode_into(&self, v: &mut SparseVec) {
-        v.indices.clear();
-        v.values.clear();
-        v.indices
-            .extend(self.indices.iter().map(|&w| u32::from_le_bytes(w)));
-        v.values
-            .extend(self.values.iter().map(|&w| f32::from_le_bytes(w)));
     }
 }
 
