@@ -17,7 +17,9 @@
 //! Each row also gives the minor page faults per timed call of the rank with the most
 //! (`minor_faults_per_call`; `faults/call` in the table): memory the allocator returned
 //! to the system between calls and the collective touched again, a cost the α-β model
-//! leaves out.
+//! leaves out. TopKAllReduce's rows also give how many of the sums (every rank's calls,
+//! warm-up included) began as the blocks arrived and finished after the gather, the
+//! merges having fallen behind (`sum stops`, `topk_arrival_stops`; `comm::TopkSum::Auto`).
 //!
 //! `comm_bench --world 4` launches 4 workers of itself on this machine; with RANK,
 //! WORLD_SIZE, MASTER_ADDR, MASTER_PORT and GRADEX_TOKEN already set (e.g. inside the
@@ -148,6 +150,7 @@ fn worker(args: &Args) -> Result<()> {
                 ),
             };
             let before = sent_total(&c, kind);
+            let stops_before = c.topk_arrival_stops();
             let timed = slowest_best_counted(&mut c, args.warmup, args.repeats, |c| match row {
                 Row::TopkAllreduce => c.topk_allreduce(&local).map(|_| ()),
                 Row::GtopkAllreduce => c.gtopk_allreduce(&local, k).map(|_| ()),
@@ -155,7 +158,14 @@ fn worker(args: &Args) -> Result<()> {
             })?;
             let t = timed.seconds;
             let sent = (sent_total(&c, kind) - before) as f64 / calls;
-            rows.push(json!({"collective": name, "world": p, "bytes": bytes, "density": args.density, "measured_s": t, "predicted_s": predicted, "gbit_per_s": sent * 8.0 / t / 1e9, "minor_faults_per_call": timed.minor_faults}));
+            // Of the p × calls sums, how many gave up summing as the blocks arrived.
+            let stops = if row == Row::TopkAllreduce {
+                let mine = c.topk_arrival_stops() - stops_before;
+                json!(total_over_ranks(&mut c, mine)?)
+            } else {
+                Value::Null
+            };
+            rows.push(json!({"collective": name, "world": p, "bytes": bytes, "density": args.density, "measured_s": t, "predicted_s": predicted, "gbit_per_s": sent * 8.0 / t / 1e9, "minor_faults_per_call": timed.minor_faults, "topk_arrival_stops": stops, "calls": calls}));
         }
     }
     c.barrier()?;
@@ -201,11 +211,11 @@ fn worker(args: &Args) -> Result<()> {
     }
     if let Some(path) = &args.csv {
         let mut s = String::from(
-            "collective,world,bytes,density,measured_s,predicted_s,gbit_per_s,gloo_s,minor_faults_per_call\n",
+            "collective,world,bytes,density,measured_s,predicted_s,gbit_per_s,gloo_s,minor_faults_per_call,topk_arrival_stops\n",
         );
         for r in &rows {
             s += &format!(
-                "{},{},{},{},{},{},{},{},{}\n",
+                "{},{},{},{},{},{},{},{},{},{}\n",
                 r["collective"].as_str().unwrap_or(""),
                 r["world"],
                 r["bytes"],
@@ -214,7 +224,8 @@ fn worker(args: &Args) -> Result<()> {
                 r["predicted_s"],
                 r["gbit_per_s"],
                 r.get("gloo_s").unwrap_or(&Value::Null),
-                r.get("minor_faults_per_call").unwrap_or(&Value::Null)
+                r.get("minor_faults_per_call").unwrap_or(&Value::Null),
+                r.get("topk_arrival_stops").unwrap_or(&Value::Null)
             );
         }
         std::fs::write(path, s).with_context(|| format!("writing {}", path.display()))?;
@@ -240,7 +251,7 @@ fn worker(args: &Args) -> Result<()> {
         pp.join(", ")
     );
     println!(
-        "{:<16} {:>11} {:>12} {:>12} {:>8} {:>10} {:>10} {:>12}",
+        "{:<16} {:>11} {:>12} {:>12} {:>8} {:>10} {:>10} {:>12} {:>12}",
         "collective",
         "bytes",
         "measured ms",
@@ -248,15 +259,24 @@ fn worker(args: &Args) -> Result<()> {
         "Gbit/s",
         "gloo ms",
         "ours/gloo",
-        "faults/call"
+        "faults/call",
+        "sum stops"
     );
     let f = |v: &Value, scale: f64| {
         v.as_f64()
             .map_or("-".into(), |x| format!("{:.3}", x * scale))
     };
     for r in &rows {
+        // TopK's stops as "stopped/sums" (every rank's calls, warm-up included).
+        let stops = match (
+            r.get("topk_arrival_stops").and_then(Value::as_u64),
+            r["calls"].as_f64(),
+        ) {
+            (Some(n), Some(calls)) => format!("{n}/{}", calls as usize * p),
+            _ => "-".into(),
+        };
         println!(
-            "{:<16} {:>11} {:>12} {:>12} {:>8} {:>10} {:>10} {:>12}",
+            "{:<16} {:>11} {:>12} {:>12} {:>8} {:>10} {:>10} {:>12} {:>12}",
             r["collective"].as_str().unwrap_or(""),
             r["bytes"],
             f(&r["measured_s"], 1e3),
@@ -266,7 +286,8 @@ fn worker(args: &Args) -> Result<()> {
             f(r.get("ours_over_gloo").unwrap_or(&Value::Null), 1.0),
             r.get("minor_faults_per_call")
                 .and_then(Value::as_f64)
-                .map_or("-".into(), |x| format!("{x:.0}"))
+                .map_or("-".into(), |x| format!("{x:.0}")),
+            stops
         );
     }
     let m = *args.sizes.iter().max().unwrap_or(&(1 << 20));
@@ -287,6 +308,19 @@ fn worker(args: &Args) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The sum over the ranks of each one's `mine` (a collective: every rank calls it).
+fn total_over_ranks(c: &mut Communicator, mine: u64) -> Result<u64> {
+    let mut total = 0u64;
+    for (rank, b) in c.allgather_v(&mine.to_le_bytes())?.iter().enumerate() {
+        let b: [u8; 8] = b
+            .as_slice()
+            .try_into()
+            .with_context(|| format!("rank {rank} sent {} bytes for a count, not 8", b.len()))?;
+        total = total.saturating_add(u64::from_le_bytes(b));
+    }
+    Ok(total)
 }
 
 /// Round trips per ping-pong size for the α-β fit (the best counts).

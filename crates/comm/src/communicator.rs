@@ -219,6 +219,9 @@ pub struct Communicator {
     scratch: Scratch,
     /// When TopKAllReduce sums what it gathered.
     topk_sum: TopkSum,
+    /// TopKAllReduce calls that stopped summing as the blocks arrived (`TopkSum::Auto`
+    /// found the merges behind the bytes) and summed after the gather.
+    topk_arrival_stops: u64,
 }
 
 /// When [`Communicator::topk_allreduce`] sums the blocks it gathers. Every choice gives
@@ -712,6 +715,7 @@ impl Communicator {
             aborted: None,
             scratch: Scratch::default(),
             topk_sum: TopkSum::Auto,
+            topk_arrival_stops: 0,
         })
     }
     /// Joins the job described by the environment (see [`CommConfig::from_env`]).
@@ -730,6 +734,12 @@ impl Communicator {
     /// Chooses when TopKAllReduce sums (benchmarks and tests compare the choices).
     pub fn set_topk_sum(&mut self, when: TopkSum) {
         self.topk_sum = when;
+    }
+    /// How many TopKAllReduce calls of this rank so far began summing as the blocks
+    /// arrived and then, the merges behind the bytes, summed after the gather
+    /// ([`TopkSum::Auto`]); benchmarks report it beside the times.
+    pub fn topk_arrival_stops(&self) -> u64 {
+        self.topk_arrival_stops
     }
     /// How long any one blocking call waits for a peer before it fails.
     pub fn timeout(&self) -> Duration {
@@ -1453,6 +1463,9 @@ impl Communicator {
         };
         let on_block = watching.then_some(&mut on_block as &mut dyn FnMut(Received));
         let gathered = self.allgather_into(local, tag, Collective::TopkAllreduce, gather, on_block);
+        if watching && !arriving {
+            self.topk_arrival_stops += 1;
+        }
         let out = gathered.and_then(|()| {
             let summed = if arriving {
                 if !own_added {
