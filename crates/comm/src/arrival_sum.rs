@@ -22,7 +22,9 @@
 //! (about 5 ns an entry of the run here) is shorter than the next block's transfer (64 ns
 //! an entry at 1 Gbit/s), to about a dozen ranks; on a faster network it is extra work.
 //! So TopKAllReduce uses this only up to [`ARRIVAL_MAX_PARTS`] ranks, and from 5 ranks on
-//! stops merging when blocks come faster than that (`TopkSum::Auto`).
+//! stops merging when blocks come faster than that: when a block finds another complete
+//! behind it and the merges have taken over half the time since the gather began
+//! (`TopkSum::Auto`; a backlog alone can be a peer's doing, see `arrival_stop`).
 
 use crate::sparse::{SparseBytes, SparseVec};
 use std::hint::select_unpredictable;

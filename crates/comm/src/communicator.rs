@@ -231,8 +231,9 @@ pub enum TopkSum {
     /// The default. Up to 4 ranks, as the blocks arrive (as much work as the fold after
     /// the gather: 0.69-0.71 against 0.70 ms for 4 × 16,777 entries, `sparse_merge_bench`,
     /// now done while waiting); up to [`ARRIVAL_MAX_PARTS`], as they arrive until a block
-    /// finds another complete behind it (the merges do not keep up with the bytes, and
-    /// their O(P² k) work is more than the radix sort's O(P k)), then after the gather;
+    /// finds another complete behind it while the merges have taken over half the time
+    /// since the gather began (they do not keep up with the bytes, and their O(P² k) work
+    /// is more than the radix sort's O(P k)), then after the gather;
     /// beyond, after the gather.
     #[default]
     Auto,
@@ -254,6 +255,20 @@ impl std::str::FromStr for TopkSum {
             )),
         }
     }
+}
+
+/// Whether TopKAllReduce (under [`TopkSum::Auto`]) stops summing as the blocks arrive,
+/// asked when a block completes with a later one complete behind it (a backlog):
+/// `merging`, the time its merges took so far, against `elapsed`, the time since the
+/// gather began. A backlog alone is no proof the merges are slow: a sender ahead of this
+/// rank fills its socket while an earlier step's sender is late, and stopping at the
+/// first backlog left whole runs summing after the gather on a core-per-host 1 Gbit/s
+/// network (8 workers, 64 MiB: 12.0 and 13.3 ms in 2 of 8 runs against 8.8-9.1 ms,
+/// RESULTS.md). The merges made the backlog when they took most of the time: at
+/// 1 Gbit/s they take under a tenth of it (5 against 64 ns an entry); on a network ten
+/// times faster, more than half within a few blocks.
+fn arrival_stop(merging: Duration, elapsed: Duration) -> bool {
+    merging * 2 > elapsed
 }
 
 /// What [`Communicator::allgather_v`] and [`Communicator::topk_allreduce`] keep between
@@ -1445,13 +1460,20 @@ impl Communicator {
         // settle): the last block of a message then waits for bytes of the next step's,
         // after this rank's next send has left, and the last block of all for `finish`.
         let mut own_added = false;
+        // The time spent merging, against the time since the gather began (see stop).
+        let (began, mut merging) = (Instant::now(), Duration::ZERO);
         let mut on_block = |event: Received| {
-            if let Received::Block { more: true, .. } = event {
-                arriving &= !may_stop;
-            }
             if !arriving {
                 return;
             }
+            if may_stop {
+                let lag = matches!(event, Received::Block { more: true, .. });
+                if lag && arrival_stop(merging, began.elapsed()) {
+                    arriving = false;
+                    return;
+                }
+            }
+            let t = Instant::now();
             if !own_added {
                 arrival.add(r, local);
                 own_added = true;
@@ -1460,6 +1482,7 @@ impl Communicator {
                 Received::Block { j, bytes, .. } => arrival.add((r + j) % p, bytes),
                 Received::Bytes => arrival.settle(),
             }
+            merging += t.elapsed();
         };
         let on_block = watching.then_some(&mut on_block as &mut dyn FnMut(Received));
         let gathered = self.allgather_into(local, tag, Collective::TopkAllreduce, gather, on_block);

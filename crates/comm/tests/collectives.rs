@@ -189,7 +189,7 @@ fn topk_allreduce_is_the_sum_of_the_sparse_vectors() {
 /// thread, and the receive hands out blocks as they arrive) return exactly what fresh
 /// buffers would, with nothing left over from an earlier call; and TopKAllReduce's sum
 /// gives the same bits whenever it is done: as blocks arrive, after the gather, or (the
-/// default, at 8 ranks) as they arrive until the receiver falls behind, which depends
+/// default, at 8 ranks) as they arrive until the merges fall behind the bytes, which depends
 /// on the timing of each run.
 #[test]
 fn repeated_sparse_collectives_reuse_their_buffers_without_leftovers() {
