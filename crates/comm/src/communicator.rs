@@ -261,10 +261,11 @@ impl std::str::FromStr for TopkSum {
 /// asked when a block completes with a later one complete behind it (a backlog):
 /// `merging`, the time its merges took so far, against `elapsed`, the time since the
 /// gather began. A backlog alone is no proof the merges are slow: a sender ahead of this
-/// rank fills its socket while an earlier step's sender is late, and stopping at the
-/// first backlog left whole runs summing after the gather on a core-per-host 1 Gbit/s
-/// network (8 workers, 64 MiB: 12.0 and 13.3 ms in 2 of 8 runs against 8.8-9.1 ms,
-/// RESULTS.md). The merges made the backlog when they took most of the time: at
+/// rank fills its socket while an earlier step's sender is late, or a whole small
+/// message comes in one read. Stopping at the first backlog stopped all 72 sums at
+/// 1 MiB and 2-5 of 72 at 16 MiB on a core-per-host 1 Gbit/s network with 8 workers
+/// (RESULTS.md, "When the sum on arrival stops"); this rule, none. The merges made the
+/// backlog when they took most of the time: at
 /// 1 Gbit/s they take under a tenth of it (5 against 64 ns an entry); on a network ten
 /// times faster, more than half within a few blocks.
 fn arrival_stop(merging: Duration, elapsed: Duration) -> bool {
