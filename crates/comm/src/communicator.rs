@@ -12,7 +12,10 @@ use crate::frame::{
     decode_header, encode_header, FrameHeader, ABORT_MAX, HEADER_LEN, KIND_ABORT, KIND_DATA,
 };
 use crate::rendezvous::connect_mesh;
-use crate::sparse::{sum_encoded_with, top_merge, SparseVec, SumScratch, FOLD_MAX_PARTS};
+use crate::sparse::{
+    sum_encoded_with, top_merge_into, SparseBytes, SparseVec, SumScratch, TopMergeScratch,
+    FOLD_MAX_PARTS,
+};
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -217,6 +220,8 @@ pub struct Communicator {
     /// block (the gathered blocks and the last message each way). `allgather_v` then
     /// copies the blocks out once more, into the vectors it returns.
     scratch: Scratch,
+    /// gTopKAllReduce's buffers, kept between calls.
+    gtopk: GtopkScratch,
     /// When TopKAllReduce sums what it gathered.
     topk_sum: TopkSum,
     /// TopKAllReduce calls that stopped summing as the blocks arrived (`TopkSum::Auto`
@@ -264,7 +269,7 @@ impl std::str::FromStr for TopkSum {
 /// rank fills its socket while an earlier step's sender is late, or a whole small
 /// message comes in one read. Stopping at the first backlog stopped all 72 sums at
 /// 1 MiB and 2-5 of 72 at 16 MiB on a core-per-host 1 Gbit/s network with 8 workers
-/// (RESULTS.md, "When the sum on arrival stops"); this rule, none. The merges made the
+/// (RESULTS.md, "On the core-per-host machine with the sum on arrival"); this rule, none. The merges made the
 /// backlog when they took most of the time: at
 /// 1 Gbit/s they take under a tenth of it (5 against 64 ns an entry); on a network ten
 /// times faster, more than half within a few blocks.
@@ -281,6 +286,20 @@ struct Scratch {
     gather: GatherScratch,
     sum: SumScratch,
     arrival: ArrivalSum,
+}
+
+/// What gTopKAllReduce keeps between calls: this rank's running ⊤ merge and the next
+/// one, a child's message as received and decoded, the merge's own buffers. At k =
+/// 16,777 each is 67-268 kB; made afresh at every tree level, their pages were touched
+/// for the first time on each call, at the rank whose three merges in a row lie on the
+/// collective's critical path.
+#[derive(Debug, Default)]
+struct GtopkScratch {
+    cur: SparseVec,
+    next: SparseVec,
+    theirs: SparseVec,
+    top: TopMergeScratch,
+    wire: Vec<u8>,
 }
 
 /// How long a rank whose receive timed out listens for the other ranks' notices before
@@ -529,6 +548,7 @@ impl Expect {
 /// actually sent.
 const RECV_FIRST_ALLOC: usize = 1 << 20;
 
+#[cfg(test)] // The tests' (the collectives receive through recv_frame_into).
 fn recv_frame(
     r: &mut TcpStream,
     peer: usize,
@@ -730,6 +750,7 @@ impl Communicator {
             dirty: vec![false; cfg.world],
             aborted: None,
             scratch: Scratch::default(),
+            gtopk: GtopkScratch::default(),
             topk_sum: TopkSum::Auto,
             topk_arrival_stops: 0,
         })
@@ -791,12 +812,25 @@ impl Communicator {
         kind: Collective,
         expect: Expect,
     ) -> Result<Vec<u8>> {
+        let mut p = Vec::new();
+        self.recv_from_into(peer, tag, kind, expect, &mut p)?;
+        Ok(p)
+    }
+    /// [`Communicator::recv_from`] into `payload`, whose buffer is reused.
+    fn recv_from_into(
+        &mut self,
+        peer: usize,
+        tag: u32,
+        kind: Collective,
+        expect: Expect,
+        payload: &mut Vec<u8>,
+    ) -> Result<()> {
         let r = self.readers[peer]
             .as_mut()
             .ok_or_else(|| CommError::Config(format!("no connection to rank {peer}")))?;
-        let p = recv_frame(r, peer, tag, self.max_frame, expect)?;
-        self.counters.received(kind, p.len(), HEADER_LEN);
-        Ok(p)
+        recv_frame_into(r, peer, tag, self.max_frame, expect, payload, None)?;
+        self.counters.received(kind, payload.len(), HEADER_LEN);
+        Ok(())
     }
     /// The outcome of a concurrent send to `to` and receive: a failed send marks `to`'s
     /// writer dirty; where both failed, the receive's error is the one returned (a send
@@ -1521,28 +1555,55 @@ impl Communicator {
     fn gtopk_allreduce_unguarded(&mut self, local: &SparseVec, k: usize) -> Result<SparseVec> {
         check_local("gtopk_allreduce", local)?;
         let tag = self.next_tag();
-        let (p, r) = (self.world, self.rank);
         // Every message is a ⊤ merge's result: at most k entries of 8 bytes and a count.
         let expect = Expect::AtMost((k as u64).saturating_mul(8).saturating_add(4));
-        let mut cur = top_merge(local, &SparseVec::default(), k);
+        // The buffers of earlier calls (see GtopkScratch), put back however this ends.
+        let mut g = std::mem::take(&mut self.gtopk);
+        let out = self.gtopk_reduce(local, k, tag, expect, &mut g);
+        self.gtopk = g;
+        let (bytes, from) =
+            self.broadcast_tagged(0, &out?, tag, Collective::GtopkAllreduce, expect)?;
+        SparseVec::decode(&bytes).map_err(|msg| CommError::Protocol { peer: from, msg })
+    }
+
+    /// gTopKAllReduce's way up the tree: this rank's ⊤ merges of what its children send,
+    /// sent on to its parent. Returns the encoded result at rank 0 (empty elsewhere).
+    fn gtopk_reduce(
+        &mut self,
+        local: &SparseVec,
+        k: usize,
+        tag: u32,
+        expect: Expect,
+        g: &mut GtopkScratch,
+    ) -> Result<Vec<u8>> {
+        let (p, r) = (self.world, self.rank);
+        let GtopkScratch {
+            cur,
+            next,
+            theirs,
+            top,
+            wire,
+        } = g;
+        top_merge_into(local, &SparseVec::default(), k, top, cur);
         let mut mask = 1;
         while mask < p {
             if r & mask != 0 {
-                self.send_to(r - mask, tag, Collective::GtopkAllreduce, &cur.encode())?;
-                break;
+                cur.encode_into(wire);
+                self.send_to(r - mask, tag, Collective::GtopkAllreduce, wire)?;
+                return Ok(Vec::new());
             } else if r + mask < p {
-                let got = self.recv_from(r + mask, tag, Collective::GtopkAllreduce, expect)?;
-                let theirs = SparseVec::decode(&got).map_err(|msg| CommError::Protocol {
-                    peer: r + mask,
-                    msg,
-                })?;
-                cur = top_merge(&cur, &theirs, k);
+                let peer = r + mask;
+                self.recv_from_into(peer, tag, Collective::GtopkAllreduce, expect, wire)?;
+                let parsed = SparseBytes::parse(wire);
+                parsed
+                    .map_err(|msg| CommError::Protocol { peer, msg })?
+                    .copy_into(theirs);
+                top_merge_into(cur, theirs, k, top, next);
+                std::mem::swap(cur, next);
             }
             mask <<= 1;
         }
-        let (bytes, from) =
-            self.broadcast_tagged(0, &cur.encode(), tag, Collective::GtopkAllreduce, expect)?;
-        SparseVec::decode(&bytes).map_err(|msg| CommError::Protocol { peer: from, msg })
+        Ok(cur.encode())
     }
 }
 

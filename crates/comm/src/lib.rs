@@ -40,4 +40,7 @@ pub use error::{CommError, Result};
 pub use frame::{decode_header, FrameHeader, FRAME_VERSION, HEADER_LEN};
 pub use master::{bind_loopback_master, prepare_local_worker, MASTER_FD_ENV};
 pub use nccl::{nccl_library_present, nccl_version, NcclCommunicator};
-pub use sparse::{merge_sum_into, sum_all, sum_encoded, top_merge, truncate_top, SparseVec};
+pub use sparse::{
+    merge_sum_into, sum_all, sum_encoded, top_merge, top_merge_into, truncate_top, SparseVec,
+    TopMergeScratch,
+};

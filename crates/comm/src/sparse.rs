@@ -190,10 +190,16 @@ impl<'a> SparseBytes<'a> {
         Ok(SparseBytes { indices, values })
     }
     pub(crate) fn to_vec(&self) -> SparseVec {
-        SparseVec {
-            indices: self.indices().collect(),
-            values: self.values().collect(),
-        }
+        let mut v = SparseVec::default();
+        self.copy_into(&mut v);
+        v
+    }
+    /// The entries into `v`, replacing what it held (its buffers are reused).
+    pub(crate) fn copy_into(&self, v: &mut SparseVec) {
+        v.indices.clear();
+        v.values.clear();
+        v.indices.extend(self.indices());
+        v.values.extend(self.values());
     }
     pub(crate) fn indices(&self) -> impl Iterator<Item = u32> + '_ {
         self.indices.iter().map(|&w| u32::from_le_bytes(w))
@@ -381,42 +387,92 @@ pub fn truncate_top(v: &mut SparseVec, k: usize) {
     if v.len() <= k {
         return;
     }
-    if k == 0 {
-        v.indices.clear();
-        v.values.clear();
-        return;
-    }
-    // A float's bits with the sign cleared order as |value| does (NaN above infinity, as
-    // `f32::total_cmp` has it), so selection and the pass below compare integers.
-    let mag = |x: f32| x.to_bits() & 0x7fff_ffff;
-    let mut mags: Vec<u32> = v.values.iter().map(|&x| mag(x)).collect();
-    let n = mags.len();
-    let thr = *mags.select_nth_unstable(n - k).1;
-    let above = v.values.iter().filter(|&&x| mag(x) > thr).count();
-    let mut ties = k - above;
-    // In gTopKAllReduce about half the entries stay (2k cut to k), at random: every
-    // entry is written at the cursor, which moves on only for a kept one, rather than a
-    // branch that mispredicts.
-    let mut w = 0;
-    for r in 0..n {
-        let (i, x) = (v.indices[r], v.values[r]);
-        let m = mag(x);
-        let tie = m == thr && ties > 0;
-        ties -= tie as usize;
-        v.indices[w] = i;
-        v.values[w] = x;
-        w += (m > thr || tie) as usize;
-    }
-    v.indices.truncate(w);
-    v.values.truncate(w);
+    let mut out = SparseVec::default();
+    top_into(v, k, &mut Vec::new(), &mut out);
+    *v = out;
+}
+
+/// The buffers [`top_merge_into`] reuses from call to call: the sum before the cut and
+/// the magnitudes the selection permutes. gTopKAllReduce makes a ⊤ merge of 2k entries
+/// per tree level; fresh buffers cost a first touch of each page every time.
+#[derive(Debug, Default)]
+pub struct TopMergeScratch {
+    merged: SparseVec,
+    mags: Vec<u32>,
 }
 
 /// a ⊤ b: sum by index, keep the k largest |value| (ties: the smaller index), ascending.
 pub fn top_merge(a: &SparseVec, b: &SparseVec, k: usize) -> SparseVec {
     let mut out = SparseVec::default();
-    merge_sum_into(a, b, &mut out);
-    truncate_top(&mut out, k);
+    top_merge_into(a, b, k, &mut TopMergeScratch::default(), &mut out);
     out
+}
+
+/// [`top_merge`] into `out`, with buffers kept in `scratch`.
+pub fn top_merge_into(
+    a: &SparseVec,
+    b: &SparseVec,
+    k: usize,
+    scratch: &mut TopMergeScratch,
+    out: &mut SparseVec,
+) {
+    merge_sum_into(a, b, &mut scratch.merged);
+    top_into(&scratch.merged, k, &mut scratch.mags, out);
+}
+
+/// `v`'s k entries of largest |value| (see [`truncate_top`]) written into `out`;
+/// `mags` is scratch.
+fn top_into(v: &SparseVec, k: usize, mags: &mut Vec<u32>, out: &mut SparseVec) {
+    let n = v.len();
+    out.indices.clear();
+    out.values.clear();
+    if n <= k {
+        out.indices.extend_from_slice(&v.indices);
+        out.values.extend_from_slice(&v.values);
+        return;
+    }
+    if k == 0 {
+        return;
+    }
+    // A float's bits with the sign cleared order as |value| does (NaN above infinity, as
+    // `f32::total_cmp` has it), so selection and the pass below compare integers.
+    let mag = |x: f32| x.to_bits() & 0x7fff_ffff;
+    mags.clear();
+    mags.extend(v.values.iter().map(|&x| mag(x)));
+    let thr = *mags.select_nth_unstable(n - k).1;
+    // After the selection the top k sit at the end; ties of the threshold below them
+    // are entries that tie for the last places.
+    let tied_out = mags[..n - k].iter().any(|&m| m == thr);
+    // One slot more than kept: every entry is written at the cursor, which moves on only
+    // for a kept one (about half the entries, at random in gTopKAllReduce, where a branch
+    // would mispredict), so a dropped entry after the k-th lands in slot k.
+    out.indices.resize(k + 1, 0);
+    out.values.resize(k + 1, 0.0);
+    let (oi, ov) = (&mut out.indices[..], &mut out.values[..]);
+    let mut w = 0;
+    let entries = v.indices.iter().zip(&v.values);
+    if !tied_out {
+        // Exactly k entries are at or above the threshold: keep those.
+        for (&i, &x) in entries {
+            oi[w] = i;
+            ov[w] = x;
+            w = (w + (mag(x) >= thr) as usize).min(k);
+        }
+    } else {
+        // Everything above, then the first ties in index order until k.
+        let above = mags[n - k..].iter().filter(|&&m| m > thr).count();
+        let mut ties = k - above;
+        for (&i, &x) in entries {
+            let m = mag(x);
+            let tie = m == thr && ties > 0;
+            ties -= tie as usize;
+            oi[w] = i;
+            ov[w] = x;
+            w = (w + (m > thr || tie) as usize).min(k);
+        }
+    }
+    out.indices.truncate(k);
+    out.values.truncate(k);
 }
 
 #[cfg(test)]
@@ -466,6 +522,81 @@ mod tests {
         for len in 0..200 {
             let g: Vec<u8> = (0..len).map(|_| r.below(256) as u8).collect();
             let _ = SparseVec::decode(&g);
+        }
+    }
+
+    /// The ⊤ merge against its definition (sum by index; the k largest |value|, ties to
+    /// the smaller index; ascending), with ties forced (values from a small set, signed
+    /// zeros, infinities, NaN), k from 0 past the sum's length, one scratch and output
+    /// reused across calls that grow and shrink.
+    #[test]
+    fn top_merge_into_equals_its_definition_with_reused_buffers() {
+        let mag = |x: f32| x.to_bits() & 0x7fff_ffff;
+        let by_definition = |a: &SparseVec, b: &SparseVec, k: usize| {
+            let sum = sum_all(&[a.clone(), b.clone()]);
+            let mut e: Vec<(u32, f32)> = sum.indices.iter().copied().zip(sum.values).collect();
+            e.sort_by_key(|&(i, x)| (std::cmp::Reverse(mag(x)), i));
+            e.truncate(k);
+            e.sort_by_key(|&(i, _)| i);
+            e
+        };
+        let set = [
+            1.0,
+            -1.0,
+            2.0,
+            0.0,
+            -0.0,
+            0.5,
+            f32::INFINITY,
+            f32::NAN,
+            -2.0,
+        ];
+        let mut r = tensor::Rng::new(11);
+        let mut part = |n: usize, range: usize, few: bool| {
+            let mut e: Vec<(u32, f32)> = (0..n)
+                .map(|_| {
+                    let x = if few {
+                        set[r.below(set.len())]
+                    } else {
+                        r.normal() as f32
+                    };
+                    (r.below(range) as u32, x)
+                })
+                .collect();
+            e.sort_by_key(|&(i, _)| i);
+            e.dedup_by_key(|&mut (i, _)| i);
+            SparseVec::new(e)
+        };
+        let (mut scratch, mut out) = (TopMergeScratch::default(), SparseVec::default());
+        for (n, few) in [
+            (3000, false),
+            (40, true),
+            (0, true),
+            (2500, true),
+            (7, false),
+        ] {
+            let (a, b) = (part(n, 4 * n + 1, few), part(n / 2, 4 * n + 1, few));
+            for k in [0, 1, 2, n / 3, n, 2 * n] {
+                top_merge_into(&a, &b, k, &mut scratch, &mut out);
+                let want = by_definition(&a, &b, k);
+                let got: Vec<(u32, f32)> = out
+                    .indices
+                    .iter()
+                    .copied()
+                    .zip(out.values.clone())
+                    .collect();
+                assert_eq!(got.len(), want.len(), "n {n}, k {k}");
+                for (g, w) in got.iter().zip(&want) {
+                    assert!(
+                        g.0 == w.0 && g.1.to_bits() == w.1.to_bits()
+                            || g.0 == w.0 && g.1.is_nan() && w.1.is_nan(),
+                        "n {n}, k {k}: {g:?} against {w:?}"
+                    );
+                }
+                let mut t = sum_all(&[a.clone(), b.clone()]);
+                truncate_top(&mut t, k);
+                assert_eq!(t.indices, out.indices, "truncate_top, n {n}, k {k}");
+            }
         }
     }
 
