@@ -442,7 +442,7 @@ fn top_into(v: &SparseVec, k: usize, mags: &mut Vec<u32>, out: &mut SparseVec) {
     let thr = *mags.select_nth_unstable(n - k).1;
     // After the selection the top k sit at the end; ties of the threshold below them
     // are entries that tie for the last places.
-    let tied_out = mags[..n - k].iter().any(|&m| m == thr);
+    let tied_out = mags[..n - k].contains(&thr);
     // One slot more than kept: every entry is written at the cursor, which moves on only
     // for a kept one (about half the entries, at random in gTopKAllReduce, where a branch
     // would mispredict), so a dropped entry after the k-th lands in slot k.
