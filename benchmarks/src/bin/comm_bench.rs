@@ -18,8 +18,9 @@
 //! (`minor_faults_per_call`; `faults/call` in the table): memory the allocator returned
 //! to the system between calls and the collective touched again, a cost the α-β model
 //! leaves out. TopKAllReduce's rows also give how many of the sums (every rank's calls,
-//! warm-up included) began as the blocks arrived and finished after the gather, the
-//! merges having fallen behind (`sum stops`, `topk_arrival_stops`; `comm::TopkSum::Auto`).
+//! warm-up included: `calls` a rank) began as the blocks arrived and finished after the
+//! gather, the bytes having come faster than the merges (`sum stops`,
+//! `topk_arrival_stops`; only under `--topk-sum auto` at 5-8 ranks, `comm::TopkSum::plan`).
 //!
 //! `comm_bench --world 4` launches 4 workers of itself on this machine; with RANK,
 //! WORLD_SIZE, MASTER_ADDR, MASTER_PORT and GRADEX_TOKEN already set (e.g. inside the
@@ -159,13 +160,14 @@ fn worker(args: &Args) -> Result<()> {
             let t = timed.seconds;
             let sent = (sent_total(&c, kind) - before) as f64 / calls;
             // Of the p × calls sums, how many gave up summing as the blocks arrived.
-            let stops = if row == Row::TopkAllreduce {
+            // Null where no sum could stop (see TopkSum::plan).
+            let stops = if row == Row::TopkAllreduce && args.topk_sum.plan(p).1 {
                 let mine = c.topk_arrival_stops() - stops_before;
                 json!(total_over_ranks(&mut c, mine)?)
             } else {
                 Value::Null
             };
-            rows.push(json!({"collective": name, "world": p, "bytes": bytes, "density": args.density, "measured_s": t, "predicted_s": predicted, "gbit_per_s": sent * 8.0 / t / 1e9, "minor_faults_per_call": timed.minor_faults, "topk_arrival_stops": stops, "calls": calls}));
+            rows.push(json!({"collective": name, "world": p, "bytes": bytes, "density": args.density, "measured_s": t, "predicted_s": predicted, "gbit_per_s": sent * 8.0 / t / 1e9, "minor_faults_per_call": timed.minor_faults, "topk_arrival_stops": stops, "calls": calls as u64}));
         }
     }
     c.barrier()?;
@@ -211,11 +213,11 @@ fn worker(args: &Args) -> Result<()> {
     }
     if let Some(path) = &args.csv {
         let mut s = String::from(
-            "collective,world,bytes,density,measured_s,predicted_s,gbit_per_s,gloo_s,minor_faults_per_call,topk_arrival_stops\n",
+            "collective,world,bytes,density,measured_s,predicted_s,gbit_per_s,gloo_s,minor_faults_per_call,topk_arrival_stops,calls\n",
         );
         for r in &rows {
             s += &format!(
-                "{},{},{},{},{},{},{},{},{},{}\n",
+                "{},{},{},{},{},{},{},{},{},{},{}\n",
                 r["collective"].as_str().unwrap_or(""),
                 r["world"],
                 r["bytes"],
@@ -225,7 +227,8 @@ fn worker(args: &Args) -> Result<()> {
                 r["gbit_per_s"],
                 r.get("gloo_s").unwrap_or(&Value::Null),
                 r.get("minor_faults_per_call").unwrap_or(&Value::Null),
-                r.get("topk_arrival_stops").unwrap_or(&Value::Null)
+                r.get("topk_arrival_stops").unwrap_or(&Value::Null),
+                r.get("calls").unwrap_or(&Value::Null)
             );
         }
         std::fs::write(path, s).with_context(|| format!("writing {}", path.display()))?;

@@ -23,8 +23,11 @@
 //! an entry at 1 Gbit/s), to about a dozen ranks; on a faster network it is extra work.
 //! So TopKAllReduce uses this only up to [`ARRIVAL_MAX_PARTS`] ranks, and from 5 ranks on
 //! stops merging when blocks come faster than that: when a block finds another complete
-//! behind it and the merges have taken over half the time since the gather began
-//! (`TopkSum::Auto`; a backlog alone can be a peer's doing, see `arrival_stop`).
+//! behind it (`TopkSum::Auto`). That also stops it where the backlog is not the merges'
+//! doing (a small message comes in one read; a sender ahead fills the socket while an
+//! earlier step's is late), at no measured cost; a rule that also asked whether the
+//! merges took most of the time was slower (RESULTS.md, "On the core-per-host machine
+//! with the sum on arrival").
 
 use crate::sparse::{SparseBytes, SparseVec};
 use std::hint::select_unpredictable;

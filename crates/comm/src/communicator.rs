@@ -236,9 +236,8 @@ pub enum TopkSum {
     /// The default. Up to 4 ranks, as the blocks arrive (as much work as the fold after
     /// the gather: 0.69-0.71 against 0.70 ms for 4 × 16,777 entries, `sparse_merge_bench`,
     /// now done while waiting); up to [`ARRIVAL_MAX_PARTS`], as they arrive until a block
-    /// finds another complete behind it while the merges have taken over half the time
-    /// since the gather began (they do not keep up with the bytes, and their O(P² k) work
-    /// is more than the radix sort's O(P k)), then after the gather;
+    /// finds another complete behind it (the merges do not keep up with the bytes, and
+    /// their O(P² k) work is more than the radix sort's O(P k)), then after the gather;
     /// beyond, after the gather.
     #[default]
     Auto,
@@ -246,6 +245,21 @@ pub enum TopkSum {
     OnArrival,
     /// Always after the gather (the radix sort, or the fold of up to 4 parts).
     AfterGather,
+}
+
+impl TopkSum {
+    /// At `world` ranks: whether a call starts summing as the blocks arrive, and whether
+    /// it may then stop and sum after the gather (only such calls can count in
+    /// [`Communicator::topk_arrival_stops`]).
+    pub fn plan(self, world: usize) -> (bool, bool) {
+        match self {
+            // Up to 4 ranks the merges are the fold the sum after the gather does anyway.
+            TopkSum::Auto if world <= FOLD_MAX_PARTS => (true, false),
+            TopkSum::Auto => (world <= ARRIVAL_MAX_PARTS, world <= ARRIVAL_MAX_PARTS),
+            TopkSum::OnArrival => (true, false),
+            TopkSum::AfterGather => (false, false),
+        }
+    }
 }
 
 impl std::str::FromStr for TopkSum {
@@ -262,21 +276,6 @@ impl std::str::FromStr for TopkSum {
     }
 }
 
-/// Whether TopKAllReduce (under [`TopkSum::Auto`]) stops summing as the blocks arrive,
-/// asked when a block completes with a later one complete behind it (a backlog):
-/// `merging`, the time its merges took so far, against `elapsed`, the time since the
-/// gather began. A backlog alone is no proof the merges are slow: a sender ahead of this
-/// rank fills its socket while an earlier step's sender is late, or a whole small
-/// message comes in one read. Stopping at the first backlog stopped all 72 sums at
-/// 1 MiB and 2-5 of 72 at 16 MiB on a core-per-host 1 Gbit/s network with 8 workers
-/// (RESULTS.md, "On the core-per-host machine with the sum on arrival"); this rule, none. The merges made the
-/// backlog when they took most of the time: at
-/// 1 Gbit/s they take under a tenth of it (5 against 64 ns an entry); on a network ten
-/// times faster, more than half within a few blocks.
-fn arrival_stop(merging: Duration, elapsed: Duration) -> bool {
-    merging * 2 > elapsed
-}
-
 /// What [`Communicator::allgather_v`] and [`Communicator::topk_allreduce`] keep between
 /// calls: this rank's encoded vector, the gather's buffers, the sum's sort arrays and the
 /// runs of the sum done as blocks arrive.
@@ -289,10 +288,10 @@ struct Scratch {
 }
 
 /// What gTopKAllReduce keeps between calls: this rank's running ⊤ merge and the next
-/// one, a child's message as received and decoded, the merge's own buffers. At k =
-/// 16,777 each is 67-268 kB; made afresh at every tree level, their pages were touched
-/// for the first time on each call, at the rank whose three merges in a row lie on the
-/// collective's critical path.
+/// one, a child's message as received and decoded, the merge's own buffers, and the
+/// wire form of what this rank sends up (at rank 0, down). At k = 16,777 each is
+/// 67-268 kB; made afresh at every tree level, they are new memory on each call, at
+/// rank 0 too, whose ⌈log₂P⌉ merges in a row lie on the collective's critical path.
 #[derive(Debug, Default)]
 struct GtopkScratch {
     cur: SparseVec,
@@ -527,7 +526,7 @@ enum Expect {
     /// error, and the buffer is allocated at this size, which the caller chose.
     Exactly(u64),
     /// A bound (gTopK's 4 + 8k; `max_frame` where nothing tighter is known). The buffer
-    /// grows only as bytes arrive (see [`recv_frame`]).
+    /// grows only as bytes arrive (see [`recv_frame_into`]).
     AtMost(u64),
 }
 
@@ -548,7 +547,9 @@ impl Expect {
 /// actually sent.
 const RECV_FIRST_ALLOC: usize = 1 << 20;
 
-#[cfg(test)] // The tests' (the collectives receive through recv_frame_into).
+/// [`recv_frame_into`] a fresh buffer. Only the tests use it: the collectives receive
+/// into buffers they keep or hand back.
+#[cfg(test)]
 fn recv_frame(
     r: &mut TcpStream,
     peer: usize,
@@ -580,8 +581,10 @@ enum Received<'b> {
     Bytes,
 }
 
-/// [`recv_frame`] into `payload` (emptied first), whose capacity is reused: a buffer
-/// kept between calls grows to the largest frame and then allocates nothing. With
+/// Receives `peer`'s frame `tag`: its header checked against `expect` and `max_frame`
+/// (a wrong tag, version or length is an error naming `peer`), its payload read into
+/// `payload` (emptied first), whose capacity is reused: a buffer kept between calls
+/// grows to the largest frame and then allocates nothing. With
 /// `progress`, the payload is read as it comes, each read followed by a call with the
 /// bytes so far (TopKAllReduce sums the blocks that are complete while the rest arrive).
 fn recv_frame_into(
@@ -1224,22 +1227,23 @@ impl Communicator {
         let p = self.world;
         let vr = (self.rank + p - root) % p;
         let mut from = self.rank;
-        let mut buf = if vr == 0 { Some(data.to_vec()) } else { None };
+        // What this rank received; the root sends `data` itself (a rank sends only after
+        // its receive, so `data` is read at the root alone), copied once, for the return.
+        let mut got: Option<Vec<u8>> = None;
         let mut mask = 1;
         while mask < p {
             if vr < mask {
                 if vr + mask < p {
                     let dst = (vr + mask + root) % p;
-                    let b = buf.as_deref().unwrap_or_default().to_vec();
-                    self.send_to(dst, tag, kind, &b)?;
+                    self.send_to(dst, tag, kind, got.as_deref().unwrap_or(data))?;
                 }
             } else if vr < 2 * mask {
                 from = (vr - mask + root) % p;
-                buf = Some(self.recv_from(from, tag, kind, expect)?);
+                got = Some(self.recv_from(from, tag, kind, expect)?);
             }
             mask <<= 1;
         }
-        Ok((buf.unwrap_or_default(), from))
+        Ok((got.unwrap_or_else(|| data.to_vec()), from))
     }
 
     /// Sends `send` to `to` while receiving exactly `recv.len()` floats from `from`, either
@@ -1473,13 +1477,7 @@ impl Communicator {
         // Whether this call sums as the blocks arrive (arrival_sum.rs), and whether it
         // stops doing so once blocks come faster than it merges (see TopkSum). Either
         // way the result has the same bits.
-        let (mut arriving, may_stop) = match self.topk_sum {
-            // Up to 4 ranks the merges are the fold the sum after the gather does anyway.
-            TopkSum::Auto if p <= FOLD_MAX_PARTS => (true, false),
-            TopkSum::Auto => (p <= ARRIVAL_MAX_PARTS, true),
-            TopkSum::OnArrival => (true, false),
-            TopkSum::AfterGather => (false, false),
-        };
+        let (mut arriving, may_stop) = self.topk_sum.plan(p);
         let Scratch {
             local,
             gather,
@@ -1495,20 +1493,15 @@ impl Communicator {
         // settle): the last block of a message then waits for bytes of the next step's,
         // after this rank's next send has left, and the last block of all for `finish`.
         let mut own_added = false;
-        // The time spent merging, against the time since the gather began (see stop).
-        let (began, mut merging) = (Instant::now(), Duration::ZERO);
         let mut on_block = |event: Received| {
+            // A block with another complete behind it: the bytes come faster than this
+            // rank merges them (see TopkSum::Auto).
+            if let Received::Block { more: true, .. } = event {
+                arriving &= !may_stop;
+            }
             if !arriving {
                 return;
             }
-            if may_stop {
-                let lag = matches!(event, Received::Block { more: true, .. });
-                if lag && arrival_stop(merging, began.elapsed()) {
-                    arriving = false;
-                    return;
-                }
-            }
-            let t = Instant::now();
             if !own_added {
                 arrival.add(r, local);
                 own_added = true;
@@ -1517,11 +1510,10 @@ impl Communicator {
                 Received::Block { j, bytes, .. } => arrival.add((r + j) % p, bytes),
                 Received::Bytes => arrival.settle(),
             }
-            merging += t.elapsed();
         };
         let on_block = watching.then_some(&mut on_block as &mut dyn FnMut(Received));
         let gathered = self.allgather_into(local, tag, Collective::TopkAllreduce, gather, on_block);
-        if watching && !arriving {
+        if watching && !arriving && gathered.is_ok() {
             self.topk_arrival_stops += 1;
         }
         let out = gathered.and_then(|()| {
@@ -1559,15 +1551,19 @@ impl Communicator {
         let expect = Expect::AtMost((k as u64).saturating_mul(8).saturating_add(4));
         // The buffers of earlier calls (see GtopkScratch), put back however this ends.
         let mut g = std::mem::take(&mut self.gtopk);
-        let out = self.gtopk_reduce(local, k, tag, expect, &mut g);
+        let out = self
+            .gtopk_reduce(local, k, tag, expect, &mut g)
+            .and_then(|()| {
+                // Only rank 0's `wire` is sent (the others' holds what they sent up).
+                self.broadcast_tagged(0, &g.wire, tag, Collective::GtopkAllreduce, expect)
+            });
         self.gtopk = g;
-        let (bytes, from) =
-            self.broadcast_tagged(0, &out?, tag, Collective::GtopkAllreduce, expect)?;
+        let (bytes, from) = out?;
         SparseVec::decode(&bytes).map_err(|msg| CommError::Protocol { peer: from, msg })
     }
 
     /// gTopKAllReduce's way up the tree: this rank's ⊤ merges of what its children send,
-    /// sent on to its parent. Returns the encoded result at rank 0 (empty elsewhere).
+    /// sent on to its parent. Leaves the result encoded in `g.wire` at rank 0.
     fn gtopk_reduce(
         &mut self,
         local: &SparseVec,
@@ -1575,7 +1571,7 @@ impl Communicator {
         tag: u32,
         expect: Expect,
         g: &mut GtopkScratch,
-    ) -> Result<Vec<u8>> {
+    ) -> Result<()> {
         let (p, r) = (self.world, self.rank);
         let GtopkScratch {
             cur,
@@ -1589,8 +1585,7 @@ impl Communicator {
         while mask < p {
             if r & mask != 0 {
                 cur.encode_into(wire);
-                self.send_to(r - mask, tag, Collective::GtopkAllreduce, wire)?;
-                return Ok(Vec::new());
+                return self.send_to(r - mask, tag, Collective::GtopkAllreduce, wire);
             } else if r + mask < p {
                 let peer = r + mask;
                 self.recv_from_into(peer, tag, Collective::GtopkAllreduce, expect, wire)?;
@@ -1603,7 +1598,8 @@ impl Communicator {
             }
             mask <<= 1;
         }
-        Ok(cur.encode())
+        cur.encode_into(wire);
+        Ok(())
     }
 }
 

@@ -231,7 +231,8 @@ impl Entries for SparseBytes<'_> {
 
 /// The sum of many sparse vectors (TopKAllReduce's reduction), equal bit for bit to the
 /// left fold `((p0 + p1) + p2) + …` of [`merge_sum_into`]. A fold costs O(P² k) merge
-/// steps, each a data-dependent comparison; this is O(P k). See [`sum_entries`].
+/// steps, each a data-dependent comparison; this is O(P k). (How: `sum_entries`, in
+/// this file.)
 pub fn sum_all(parts: &[SparseVec]) -> SparseVec {
     sum_entries(parts)
 }
@@ -383,6 +384,8 @@ fn collapse_runs(keys: &[u64]) -> SparseVec {
 /// ascending. O(n): the k-th largest magnitude is found by selection, then one pass in
 /// index order keeps everything above it and the first ties, which are the smallest
 /// indices. (A full sort by magnitude was the bulk of gTopKAllReduce's time at k = 16 K.)
+/// The kept entries go to a new vector that replaces `v`'s; [`top_merge_into`] is the
+/// form that reuses buffers.
 pub fn truncate_top(v: &mut SparseVec, k: usize) {
     if v.len() <= k {
         return;
