@@ -22,6 +22,7 @@
 # NETEM_CONFIGS="w8-ack w4-ack-gso1" picks a subset; NETEM_SIZES (bytes, comma-separated)
 # and NETEM_REPEATS replace the sizes and the 3; NETEM_COLLECTIVES="topk_allreduce,allgather_v"
 # times only those rows (comm_bench --collectives; the default has all five);
+# NETEM_ARGS="--pin" adds netem.sh options (--pin: a core of its own per worker);
 # NETEM_BENCH_ARGS="--warmup 2" adds comm_bench flags ("--topk-sum after" times
 # TopKAllReduce summing after its gather instead of as the blocks arrive); NETEM_BENCH=.gpu/bin/other_build
 # times another build of this tree's comm_bench (it must take --collectives; `GPU_BUILD_BASELINE=<commit>
@@ -74,6 +75,8 @@ for cfg in $configs; do
     w4-htb16k-gso1) opts=(--workers 4 --shaper htb --burst 16kb --gso-segs 1) ;;
     *) echo "device-netem.sh: unknown configuration $cfg" >&2; status=2; continue ;;
   esac
+  # NETEM_ARGS: more netem.sh options for every configuration (e.g. --pin).
+  opts+=(${NETEM_ARGS:-})
   echo "== $cfg: netem.sh ${opts[*]}"
   rm -f "$out/$cfg.csv"
   # 4 × 130 s stays under the device tool's 600 s per call (a run took 12 s on the

@@ -7,7 +7,7 @@
 # namespace with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, GRADEX_TOKEN and
 # GRADEX_BIND_ADDR set; everything is torn down on exit, also on Ctrl-C or failure.
 #
-#   scripts/netem.sh --workers 8 [--rate 1gbit] [--shaper tbf|htb] [--burst 256kb] [--delay 0.1ms] [--gso-segs N] [--ack-prio] -- target/release/comm_bench --sizes 1048576
+#   scripts/netem.sh --workers 8 [--rate 1gbit] [--shaper tbf|htb] [--burst 256kb] [--delay 0.1ms] [--gso-segs N] [--ack-prio] [--pin] -- target/release/comm_bench --sizes 1048576
 #
 # --burst is the token bucket's depth: a message that fits in it after an idle moment
 # leaves at the veth's speed, not RATE (a real NIC has no such allowance), so sparse
@@ -32,10 +32,14 @@
 # 1.16-1.25x the alpha-beta model at 100 Mbit/s against 1.00x with it (RESULTS.md). The model
 # assumes the two directions of a link do not interfere; with --ack-prio they do not.
 #
+# --pin runs worker i on CPU i × (cores / workers) (taskset): with at least as many
+# cores as workers no two share a core, and the cores between them are left to the
+# kernel's network work; without it the scheduler places and moves them.
+#
 # Needs root (network namespaces) and iproute2. Traffic stays inside the namespaces.
 set -euo pipefail
 
-workers=8 rate=1gbit burst=256kb shaper=tbf delay="" gso_segs="" ack_prio=0 subnet=10.213.7 port=29500
+workers=8 rate=1gbit burst=256kb shaper=tbf delay="" gso_segs="" ack_prio=0 pin=0 subnet=10.213.7 port=29500
 while [ $# -gt 0 ]; do
   case "$1" in
     --workers) workers=$2; shift 2 ;;
@@ -46,13 +50,15 @@ while [ $# -gt 0 ]; do
     --gso-segs) gso_segs=$2; shift 2 ;;
     --) shift; break ;;
     --ack-prio) ack_prio=1; shift ;;
-    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
+    --pin) pin=1; shift ;;
+    -h|--help) sed -n '2,39p' "$0"; exit 0 ;;
     *) echo "netem.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
 [ $# -gt 0 ] || { echo "netem.sh: give the command to run after --" >&2; exit 2; }
 case "$shaper" in tbf|htb) ;; *) echo "netem.sh: --shaper must be tbf or htb" >&2; exit 2 ;; esac
 case "$gso_segs" in ""|[1-9]|[1-9][0-9]) ;; *) echo "netem.sh: --gso-segs must be 1..99" >&2; exit 2 ;; esac
+[ "$pin" = 0 ] || command -v taskset >/dev/null || { echo "netem.sh: --pin needs taskset (util-linux)" >&2; exit 2; }
 [ "$ack_prio" = 0 ] || [ "$shaper" = htb ] || { echo "netem.sh: --ack-prio needs --shaper htb" >&2; exit 2; }
 [ "$(id -u)" = 0 ] || { echo "netem.sh: needs root for network namespaces" >&2; exit 2; }
 [ "$workers" -ge 1 ] && [ "$workers" -le 250 ] || { echo "netem.sh: --workers must be 1..250" >&2; exit 2; }
@@ -139,8 +145,14 @@ for ((i = 0; i < workers; i++)); do
 done
 
 token=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
+cpus=$(nproc)
 for ((i = 0; i < workers; i++)); do
-  ip netns exec "gx$i" env RANK=$i WORLD_SIZE="$workers" MASTER_ADDR="$subnet.1" MASTER_PORT=$port \
+  pinned=()
+  if [ "$pin" = 1 ]; then
+    stride=$((cpus / workers > 0 ? cpus / workers : 1))
+    pinned=(taskset -c $(((i * stride) % cpus)))
+  fi
+  ip netns exec "gx$i" "${pinned[@]}" env RANK=$i WORLD_SIZE="$workers" MASTER_ADDR="$subnet.1" MASTER_PORT=$port \
     GRADEX_TOKEN="$token" GRADEX_BIND_ADDR="$subnet.$((i + 1))" "$@" &
   pids+=($!)
 done
