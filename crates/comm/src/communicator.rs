@@ -12,10 +12,8 @@ use crate::frame::{
     decode_header, encode_header, FrameHeader, ABORT_MAX, HEADER_LEN, KIND_ABORT, KIND_DATA,
 };
 use crate::rendezvous::connect_mesh;
-use crate::sparse::{
-    sum_encoded_with, top_merge_into, SparseBytes, SparseVec, SumScratch, TopMergeScratch,
-    FOLD_MAX_PARTS,
-};
+use crate::sparse::{sum_encoded_with, top_into, SparseVec, SumScratch, FOLD_MAX_PARTS};
+use crate::stream_merge::StreamMerge;
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -288,16 +286,17 @@ struct Scratch {
 }
 
 /// What gTopKAllReduce keeps between calls: this rank's running ⊤ merge and the next
-/// one, a child's message as received and decoded, the merge's own buffers, and the
-/// wire form of what this rank sends up (at rank 0, down). At k = 16,777 each is
-/// 67-268 kB; made afresh at every tree level, they are new memory on each call, at
-/// rank 0 too, whose ⌈log₂P⌉ merges in a row lie on the collective's critical path.
+/// one, the sum with a child's entries as they arrive, the magnitudes the cut selects
+/// among, and the wire form of what this rank receives and sends up (at rank 0, down).
+/// At k = 16,777 each is 67-268 kB; made afresh at every tree level, they are new
+/// memory on each call, at rank 0 too, whose ⌈log₂P⌉ merges in a row lie on the
+/// collective's critical path.
 #[derive(Debug, Default)]
 struct GtopkScratch {
     cur: SparseVec,
     next: SparseVec,
-    theirs: SparseVec,
-    top: TopMergeScratch,
+    merge: StreamMerge,
+    mags: Vec<u32>,
     wire: Vec<u8>,
 }
 
@@ -816,10 +815,11 @@ impl Communicator {
         expect: Expect,
     ) -> Result<Vec<u8>> {
         let mut p = Vec::new();
-        self.recv_from_into(peer, tag, kind, expect, &mut p)?;
+        self.recv_from_into(peer, tag, kind, expect, &mut p, None)?;
         Ok(p)
     }
-    /// [`Communicator::recv_from`] into `payload`, whose buffer is reused.
+    /// [`Communicator::recv_from`] into `payload`, whose buffer is reused; with
+    /// `progress`, called with the bytes so far after each read.
     fn recv_from_into(
         &mut self,
         peer: usize,
@@ -827,11 +827,12 @@ impl Communicator {
         kind: Collective,
         expect: Expect,
         payload: &mut Vec<u8>,
+        progress: Progress,
     ) -> Result<()> {
         let r = self.readers[peer]
             .as_mut()
             .ok_or_else(|| CommError::Config(format!("no connection to rank {peer}")))?;
-        recv_frame_into(r, peer, tag, self.max_frame, expect, payload, None)?;
+        recv_frame_into(r, peer, tag, self.max_frame, expect, payload, progress)?;
         self.counters.received(kind, payload.len(), HEADER_LEN);
         Ok(())
     }
@@ -1576,24 +1577,27 @@ impl Communicator {
         let GtopkScratch {
             cur,
             next,
-            theirs,
-            top,
+            merge,
+            mags,
             wire,
         } = g;
-        top_merge_into(local, &SparseVec::default(), k, top, cur);
+        top_into(local, k, mags, cur);
         let mut mask = 1;
         while mask < p {
             if r & mask != 0 {
                 cur.encode_into(wire);
                 return self.send_to(r - mask, tag, Collective::GtopkAllreduce, wire);
             } else if r + mask < p {
+                // The child's entries are summed into ours as they arrive
+                // (stream_merge.rs); the cut to k waits for the last byte.
                 let peer = r + mask;
-                self.recv_from_into(peer, tag, Collective::GtopkAllreduce, expect, wire)?;
-                let parsed = SparseBytes::parse(wire);
-                parsed
-                    .map_err(|msg| CommError::Protocol { peer, msg })?
-                    .copy_into(theirs);
-                top_merge_into(cur, theirs, k, top, next);
+                merge.begin();
+                let mut feed = |prefix: &[u8]| merge.feed(cur, prefix);
+                let kind = Collective::GtopkAllreduce;
+                self.recv_from_into(peer, tag, kind, expect, wire, Some(&mut feed))?;
+                let summed = merge.finish(cur, wire);
+                let summed = summed.map_err(|msg| CommError::Protocol { peer, msg })?;
+                top_into(summed, k, mags, next);
                 std::mem::swap(cur, next);
             }
             mask <<= 1;

@@ -31,6 +31,7 @@ mod master;
 mod nccl;
 mod rendezvous;
 mod sparse;
+mod stream_merge;
 
 pub use arrival_sum::{ArrivalSum, ARRIVAL_MAX_PARTS};
 pub use communicator::{CommConfig, Communicator, ReduceOp, TopkSum, MAX_WORLD};

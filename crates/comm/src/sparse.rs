@@ -425,7 +425,7 @@ pub fn top_merge_into(
 
 /// `v`'s k entries of largest |value| (see [`truncate_top`]) written into `out`;
 /// `mags` is scratch.
-fn top_into(v: &SparseVec, k: usize, mags: &mut Vec<u32>, out: &mut SparseVec) {
+pub(crate) fn top_into(v: &SparseVec, k: usize, mags: &mut Vec<u32>, out: &mut SparseVec) {
     let n = v.len();
     out.indices.clear();
     out.values.clear();

@@ -262,8 +262,13 @@ fn repeated_sparse_collectives_reuse_their_buffers_without_leftovers() {
 
 /// The serial definition of gTopKAllReduce: ⊤ up the binomial tree to rank 0.
 fn gtopk_serial(world: usize, k: usize) -> SparseVec {
+    gtopk_serial_of(world, k, |r| sparse(r, 1000, 40))
+}
+
+/// The same for rank r's vector `local(r)`.
+fn gtopk_serial_of(world: usize, k: usize, local: impl Fn(usize) -> SparseVec) -> SparseVec {
     let mut cur: Vec<SparseVec> = (0..world)
-        .map(|r| top_merge(&sparse(r, 1000, 40), &SparseVec::default(), k))
+        .map(|r| top_merge(&local(r), &SparseVec::default(), k))
         .collect();
     let mut mask = 1;
     while mask < world {
@@ -738,6 +743,78 @@ fn a_peers_malformed_block_is_named_by_every_summing_rank() {
                 );
             }
         }
+    }
+}
+
+/// gTopKAllReduce sums a child's entries as its message arrives (stream_merge.rs):
+/// with messages of many reads (up to 160 kB), calls that grow and shrink them, and a
+/// k that cuts or keeps everything, every rank gets the tree's result.
+#[test]
+fn gtopk_allreduce_of_large_messages_in_repeated_calls_follows_the_definition() {
+    let calls = [
+        (20_000, 20_000),
+        (300, 50),
+        (12_000, 4_000),
+        (0, 10),
+        (20_000, 100_000),
+    ];
+    for world in [2, 5, 8] {
+        let out = job(world, |c| {
+            let r = c.rank();
+            calls
+                .iter()
+                .enumerate()
+                .map(|(i, &(nnz, k))| {
+                    c.gtopk_allreduce(&sparse(r + 10 * i, 1 << 20, nnz), k)
+                        .unwrap()
+                })
+                .collect::<Vec<_>>()
+        });
+        for (i, &(nnz, k)) in calls.iter().enumerate() {
+            let want = gtopk_serial_of(world, k, |r| sparse(r + 10 * i, 1 << 20, nnz));
+            for (rank, got) in out.iter().enumerate() {
+                assert_eq!(got[i], want, "world {world}, call {i}, rank {rank}");
+            }
+        }
+    }
+}
+
+/// A child's malformed gTopK message (short of its count, or indices out of order) is
+/// an error naming the child, whether it comes in one read or many.
+#[test]
+fn a_childs_malformed_gtopk_message_is_named() {
+    let short = {
+        let mut b = sparse(3, 1 << 20, 5000).encode();
+        b.truncate(b.len() - 3);
+        b
+    };
+    let descending = {
+        let mut v = sparse(3, 1 << 20, 5000).encode();
+        // The last index set below the first.
+        let n = u32::from_le_bytes(v[..4].try_into().unwrap()) as usize;
+        let first = v[4..8].to_vec();
+        v[4 * n..4 * n + 4].copy_from_slice(&first);
+        v
+    };
+    for (bad, what) in [(&short, "cannot hold"), (&descending, "ascending")] {
+        let out = job(2, |c| {
+            if c.rank() == 1 {
+                // Rank 1 is rank 0's child at the tree's first level: as the root of a
+                // broadcast it sends rank 0 one frame, at the tag gTopK expects.
+                c.broadcast(1, bad)
+                    .map(|_| String::new())
+                    .unwrap_or_else(|e| e.to_string())
+            } else {
+                c.gtopk_allreduce(&sparse(0, 1 << 20, 5000), 5000)
+                    .expect_err("a malformed message must fail the merge")
+                    .to_string()
+            }
+        });
+        assert!(
+            out[0].contains("rank 1") && out[0].contains(what),
+            "{what}: {}",
+            out[0]
+        );
     }
 }
 
