@@ -14,14 +14,17 @@
 //! child's entries the place its value goes and whether it adds to one of ours); as
 //! values arrive, each goes to its place. The result equals
 //! [`crate::merge_sum_into`]`(ours, theirs)` bit for bit (ours + theirs where both have
-//! an index, as there). The message is checked as it comes, with what
+//! an index, as there; a NaN aside: Rust leaves the bits of a NaN that arithmetic makes
+//! unspecified, and the compiler may swap an addition's operands, so a NaN is only a
+//! NaN). The message is checked as it comes, with what
 //! [`crate::SparseVec::decode`] checks: a count that the length matches, indices
 //! strictly ascending; nothing is allocated from the count alone.
 
 use crate::sparse::SparseVec;
 
-/// Marks a place whose value adds the child's to ours (the high bit of a place; a
-/// merged vector has fewer than 2³¹ entries, since a frame has at most 2³² bytes).
+/// Marks a place whose value adds the child's to ours: the high bit of a place, free
+/// since every place is below ours' length plus the child's count, which
+/// `merge_indices` holds under 2³¹.
 const BOTH: u32 = 1 << 31;
 
 /// One merge in progress; the buffers are kept between merges.
@@ -70,8 +73,12 @@ impl StreamMerge {
             },
         };
         // Bytes past what the count allows are found at `finish` (the length check).
-        let body = &prefix[4..];
+        let body = prefix.get(4..).unwrap_or_default();
         let have_indices = (body.len() / 4).min(n);
+        if have_indices < self.place.len() {
+            // A shorter prefix than one fed before: not how a receive calls, nothing new.
+            return;
+        }
         // New indices, or (all in) ours not merged yet: with an empty message, all of it.
         let tail = self.place.len() == n && self.ours_next < ours.indices.len();
         if self.place.len() < have_indices || tail {
@@ -80,7 +87,7 @@ impl StreamMerge {
                 return;
             }
         }
-        let values = body.get(4 * n..).unwrap_or_default();
+        let values = body.get(n.saturating_mul(4)..).unwrap_or_default();
         let have_values = (values.len() / 4).min(n);
         if self.values_done < have_values {
             self.place_values(&values[..have_values * 4]);
@@ -184,9 +191,18 @@ mod tests {
     use super::*;
     use crate::sparse::merge_sum_into;
 
+    /// Signed zeros and infinities among normal values.
     fn sample(r: &mut tensor::Rng, n: usize, range: usize) -> SparseVec {
+        let special = [0.0, -0.0, f32::INFINITY, f32::NEG_INFINITY];
         let mut e: Vec<(u32, f32)> = (0..n)
-            .map(|_| (r.below(range) as u32, r.normal() as f32))
+            .map(|_| {
+                let x = if r.below(10) == 0 {
+                    special[r.below(special.len())]
+                } else {
+                    r.normal() as f32
+                };
+                (r.below(range) as u32, x)
+            })
             .collect();
         e.sort_by_key(|&(i, _)| i);
         e.dedup_by_key(|&mut (i, _)| i);
@@ -221,13 +237,20 @@ mod tests {
                 while end < wire.len() {
                     end = (end + piece + r.below(3)).min(wire.len());
                     m.feed(&ours, &wire[..end]);
+                    // The same prefix again, and a shorter one: nothing new.
+                    m.feed(&ours, &wire[..end]);
+                    m.feed(&ours, &wire[..end / 2]);
                 }
                 let got = m.finish(&ours, &wire).expect("a well-formed message");
                 assert_eq!(
                     got.indices, want.indices,
                     "{n_ours} / {n_theirs}, pieces {piece}"
                 );
-                let bits = |v: &SparseVec| v.values.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                // inf + -inf makes a NaN, whose bits are not specified: a NaN is a NaN.
+                let bits = |v: &SparseVec| {
+                    let bits = |x: &f32| if x.is_nan() { u32::MAX } else { x.to_bits() };
+                    v.values.iter().map(bits).collect::<Vec<_>>()
+                };
                 assert_eq!(
                     bits(got),
                     bits(&want),
