@@ -478,6 +478,36 @@ pub(crate) fn top_into(v: &SparseVec, k: usize, mags: &mut Vec<u32>, out: &mut S
     out.values.truncate(k);
 }
 
+/// A random sparse vector for tests: up to `n` entries (repeats dropped) below `range`,
+/// about one value in `every` drawn from `special` (0: none), the rest normal.
+#[cfg(test)]
+pub(crate) fn random_vector(
+    r: &mut tensor::Rng,
+    n: usize,
+    range: usize,
+    special: &[f32],
+    every: usize,
+) -> SparseVec {
+    let mut e: Vec<(u32, f32)> = (0..n)
+        .map(|_| {
+            let pick = match every {
+                0 => false,
+                1 => true,
+                e => r.below(e) == 0,
+            };
+            let x = if pick {
+                special[r.below(special.len())]
+            } else {
+                r.normal() as f32
+            };
+            (r.below(range) as u32, x)
+        })
+        .collect();
+    e.sort_by_key(|&(i, _)| i);
+    e.dedup_by_key(|&mut (i, _)| i);
+    SparseVec::new(e)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -556,19 +586,8 @@ mod tests {
         ];
         let mut r = tensor::Rng::new(11);
         let mut part = |n: usize, range: usize, few: bool| {
-            let mut e: Vec<(u32, f32)> = (0..n)
-                .map(|_| {
-                    let x = if few {
-                        set[r.below(set.len())]
-                    } else {
-                        r.normal() as f32
-                    };
-                    (r.below(range) as u32, x)
-                })
-                .collect();
-            e.sort_by_key(|&(i, _)| i);
-            e.dedup_by_key(|&mut (i, _)| i);
-            SparseVec::new(e)
+            let every = if few { 1 } else { 0 };
+            random_vector(&mut r, n, range, &set, every)
         };
         let (mut scratch, mut out) = (TopMergeScratch::default(), SparseVec::default());
         for (n, few) in [

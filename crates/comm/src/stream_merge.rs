@@ -189,24 +189,12 @@ fn word(b: &[u8], j: usize) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sparse::merge_sum_into;
+    use crate::sparse::{merge_sum_into, random_vector};
 
     /// Signed zeros and infinities among normal values.
     fn sample(r: &mut tensor::Rng, n: usize, range: usize) -> SparseVec {
         let special = [0.0, -0.0, f32::INFINITY, f32::NEG_INFINITY];
-        let mut e: Vec<(u32, f32)> = (0..n)
-            .map(|_| {
-                let x = if r.below(10) == 0 {
-                    special[r.below(special.len())]
-                } else {
-                    r.normal() as f32
-                };
-                (r.below(range) as u32, x)
-            })
-            .collect();
-        e.sort_by_key(|&(i, _)| i);
-        e.dedup_by_key(|&mut (i, _)| i);
-        SparseVec::new(e)
+        random_vector(r, n, range, &special, 10)
     }
 
     /// Fed in pieces of every size from a byte to the whole, the merge equals
