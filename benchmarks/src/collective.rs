@@ -35,7 +35,8 @@ pub fn slowest_best<F: FnMut(&mut Communicator) -> comm::Result<()>>(
     slowest_best_counted(c, warmup, reps, f).map(|t| t.seconds)
 }
 
-/// A collective's completion time and what its calls cost in page faults.
+/// A collective's completion time, what its calls cost in page faults, and how many of
+/// TopKAllReduce's sums gave up summing as the blocks arrived.
 #[derive(Clone, Copy, Debug)]
 pub struct Timed {
     /// The best completion time (slowest rank) over the timed calls.
@@ -46,21 +47,28 @@ pub struct Timed {
     /// between calls cost one per 4 KiB page when used again, time the α-β model
     /// leaves out.
     pub minor_faults: Option<f64>,
+    /// TopKAllReduce calls, over all ranks and every call (warm-up included), that
+    /// began summing as the blocks arrived and summed after the gather
+    /// ([`Communicator::topk_arrival_stops`]; 0 for the other collectives).
+    pub topk_arrival_stops: u64,
 }
 
-/// [`slowest_best`], also counting each rank's minor page faults in the timed calls.
+/// [`slowest_best`], also counting each rank's minor page faults in the timed calls and
+/// its TopKAllReduce stops in all of them; the counts travel with the times.
 pub fn slowest_best_counted<F: FnMut(&mut Communicator) -> comm::Result<()>>(
     c: &mut Communicator,
     warmup: usize,
     reps: usize,
     mut f: F,
 ) -> Result<Timed> {
+    let stops_before = c.topk_arrival_stops();
     for _ in 0..warmup {
         f(c)?;
     }
     let mut best = f64::INFINITY;
     // NaN once any call has no count (NaN survives the sum).
     let mut faults = 0.0;
+    let mut stops = 0;
     let reps = reps.max(1);
     for _ in 0..reps {
         c.barrier()?;
@@ -73,16 +81,21 @@ pub fn slowest_best_counted<F: FnMut(&mut Communicator) -> comm::Result<()>>(
             (Some(a), Some(b)) => b.saturating_sub(a) as f64,
             _ => f64::NAN,
         };
+        // This rank's stops so far: the last call's exchange carries them all.
+        let my_stops = c.topk_arrival_stops() - stops_before;
         let mut msg = mine.to_le_bytes().to_vec();
         msg.extend(my_faults.to_le_bytes());
+        msg.extend(my_stops.to_le_bytes());
         let (mut slowest, mut most) = (0f64, 0f64);
+        stops = 0u64;
         for (rank, b) in c.allgather_v(&msg)?.iter().enumerate() {
-            let bytes: [u8; 16] = b
+            let bytes: [u8; 24] = b
                 .as_slice()
                 .try_into()
                 .map_err(|_| anyhow::anyhow!("rank {rank} sent a {}-byte time", b.len()))?;
             let (words, _) = bytes.as_chunks::<8>();
             slowest = slowest.max(f64::from_le_bytes(words[0]));
+            stops = stops.saturating_add(u64::from_le_bytes(words[2]));
             let theirs = f64::from_le_bytes(words[1]);
             // Once a rank could not count, the call has no count (f64::max would
             // drop the NaN).
@@ -98,6 +111,7 @@ pub fn slowest_best_counted<F: FnMut(&mut Communicator) -> comm::Result<()>>(
     Ok(Timed {
         seconds: best,
         minor_faults: (!faults.is_nan()).then(|| faults / reps as f64),
+        topk_arrival_stops: stops,
     })
 }
 

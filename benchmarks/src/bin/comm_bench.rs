@@ -151,7 +151,6 @@ fn worker(args: &Args) -> Result<()> {
                 ),
             };
             let before = sent_total(&c, kind);
-            let stops_before = c.topk_arrival_stops();
             let timed = slowest_best_counted(&mut c, args.warmup, args.repeats, |c| match row {
                 Row::TopkAllreduce => c.topk_allreduce(&local).map(|_| ()),
                 Row::GtopkAllreduce => c.gtopk_allreduce(&local, k).map(|_| ()),
@@ -162,8 +161,7 @@ fn worker(args: &Args) -> Result<()> {
             // Of the p × calls sums, how many gave up summing as the blocks arrived.
             // Null where no sum could stop (see TopkSum::plan).
             let stops = if row == Row::TopkAllreduce && args.topk_sum.plan(p).1 {
-                let mine = c.topk_arrival_stops() - stops_before;
-                json!(total_over_ranks(&mut c, mine)?)
+                json!(timed.topk_arrival_stops)
             } else {
                 Value::Null
             };
@@ -311,19 +309,6 @@ fn worker(args: &Args) -> Result<()> {
         );
     }
     Ok(())
-}
-
-/// The sum over the ranks of each one's `mine` (a collective: every rank calls it).
-fn total_over_ranks(c: &mut Communicator, mine: u64) -> Result<u64> {
-    let mut total = 0u64;
-    for (rank, b) in c.allgather_v(&mine.to_le_bytes())?.iter().enumerate() {
-        let b: [u8; 8] = b
-            .as_slice()
-            .try_into()
-            .with_context(|| format!("rank {rank} sent {} bytes for a count, not 8", b.len()))?;
-        total = total.saturating_add(u64::from_le_bytes(b));
-    }
-    Ok(total)
 }
 
 /// Round trips per ping-pong size for the α-β fit (the best counts).

@@ -179,8 +179,9 @@ fn main() -> Result<()> {
         std::hint::black_box(top_merge_by_sort(&a, &b, k));
         Ok(())
     })?;
-    // As gTopKAllReduce makes it: into buffers kept from call to call (the simple form,
-    // a sort, allocates its own: the ratio counts both the selection and the reuse).
+    // Into buffers kept from call to call (the simple form, a sort, allocates its own:
+    // the ratio counts both the selection and the reuse). gTopKAllReduce makes the same
+    // sum as a child's message arrives (stream_merge.rs) and then the same cut.
     let (mut scratch, mut out) = (TopMergeScratch::default(), SparseVec::default());
     let t_sel = best_of(1, args.repeats, || {
         top_merge_into(&a, &b, k, &mut scratch, &mut out);

@@ -285,8 +285,8 @@ struct Scratch {
     arrival: ArrivalSum,
 }
 
-/// What gTopKAllReduce keeps between calls: this rank's running ⊤ merge and the next
-/// one, the sum with a child's entries as they arrive, the magnitudes the cut selects
+/// What gTopKAllReduce keeps between calls: this rank's running ⊤ merge, the sum with
+/// a child's entries as they arrive, the magnitudes the cut selects
 /// among, and the wire form of what this rank receives and sends up (at rank 0, down).
 /// At k = 16,777 each is 67-268 kB; made afresh at every tree level, they are new
 /// memory on each call, at rank 0 too, whose ⌈log₂P⌉ merges in a row lie on the
@@ -294,7 +294,6 @@ struct Scratch {
 #[derive(Debug, Default)]
 struct GtopkScratch {
     cur: SparseVec,
-    next: SparseVec,
     merge: StreamMerge,
     mags: Vec<u32>,
     wire: Vec<u8>,
@@ -1576,7 +1575,6 @@ impl Communicator {
         let (p, r) = (self.world, self.rank);
         let GtopkScratch {
             cur,
-            next,
             merge,
             mags,
             wire,
@@ -1597,8 +1595,8 @@ impl Communicator {
                 self.recv_from_into(peer, tag, kind, expect, wire, Some(&mut feed))?;
                 let summed = merge.finish(cur, wire);
                 let summed = summed.map_err(|msg| CommError::Protocol { peer, msg })?;
-                top_into(summed, k, mags, next);
-                std::mem::swap(cur, next);
+                // The sum lives in `merge`, so the cut can replace `cur`.
+                top_into(summed, k, mags, cur);
             }
             mask <<= 1;
         }

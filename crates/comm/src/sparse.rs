@@ -166,26 +166,29 @@ pub(crate) struct SparseBytes<'a> {
     values: &'a [[u8; 4]],
 }
 
+/// What is wrong with a sparse payload, in the words every reader of the wire form uses
+/// (`SparseBytes::parse`, and `stream_merge.rs`, which checks a message as it comes).
+pub(crate) const SHORT_OF_COUNT: &str = "sparse payload shorter than its count";
+pub(crate) const NOT_ASCENDING: &str = "sparse indices are not strictly ascending";
+pub(crate) fn wrong_length(bytes: usize, n: usize) -> String {
+    format!("sparse payload of {bytes} bytes cannot hold {n} entries")
+}
+
 impl<'a> SparseBytes<'a> {
     pub(crate) fn parse(b: &'a [u8]) -> Result<Self, String> {
-        let (count, body) = b
-            .split_first_chunk::<4>()
-            .ok_or("sparse payload shorter than its count")?;
+        let (count, body) = b.split_first_chunk::<4>().ok_or(SHORT_OF_COUNT)?;
         let n = u32::from_le_bytes(*count) as usize;
         // Words: [u8; 4] chunks, so the loops below carry no bounds checks.
         let (words, rest) = body.as_chunks::<4>();
         if !rest.is_empty() || n.checked_mul(2) != Some(words.len()) {
-            return Err(format!(
-                "sparse payload of {} bytes cannot hold {n} entries",
-                b.len()
-            ));
+            return Err(wrong_length(b.len(), n));
         }
         let (indices, values) = words.split_at(n);
         if indices
             .windows(2)
             .any(|w| u32::from_le_bytes(w[0]) >= u32::from_le_bytes(w[1]))
         {
-            return Err("sparse indices are not strictly ascending".into());
+            return Err(NOT_ASCENDING.into());
         }
         Ok(SparseBytes { indices, values })
     }
@@ -443,9 +446,10 @@ pub(crate) fn top_into(v: &SparseVec, k: usize, mags: &mut Vec<u32>, out: &mut S
     mags.clear();
     mags.extend(v.values.iter().map(|&x| mag(x)));
     let thr = *mags.select_nth_unstable(n - k).1;
-    // After the selection the top k sit at the end; ties of the threshold below them
-    // are entries that tie for the last places.
-    let tied_out = mags[..n - k].contains(&thr);
+    // After the selection the top k sit at the end: the entries above the threshold
+    // are all there, and the rest of the k are ties, the first in index order.
+    let above = mags[n - k..].iter().filter(|&&m| m > thr).count();
+    let mut ties = k - above;
     // One slot more than kept: every entry is written at the cursor, which moves on only
     // for a kept one (about half the entries, at random in gTopKAllReduce, where a branch
     // would mispredict), so a dropped entry after the k-th lands in slot k.
@@ -453,26 +457,13 @@ pub(crate) fn top_into(v: &SparseVec, k: usize, mags: &mut Vec<u32>, out: &mut S
     out.values.resize(k + 1, 0.0);
     let (oi, ov) = (&mut out.indices[..], &mut out.values[..]);
     let mut w = 0;
-    let entries = v.indices.iter().zip(&v.values);
-    if !tied_out {
-        // Exactly k entries are at or above the threshold: keep those.
-        for (&i, &x) in entries {
-            oi[w] = i;
-            ov[w] = x;
-            w = (w + (mag(x) >= thr) as usize).min(k);
-        }
-    } else {
-        // Everything above, then the first ties in index order until k.
-        let above = mags[n - k..].iter().filter(|&&m| m > thr).count();
-        let mut ties = k - above;
-        for (&i, &x) in entries {
-            let m = mag(x);
-            let tie = m == thr && ties > 0;
-            ties -= tie as usize;
-            oi[w] = i;
-            ov[w] = x;
-            w = (w + (m > thr || tie) as usize).min(k);
-        }
+    for (&i, &x) in v.indices.iter().zip(&v.values) {
+        let m = mag(x);
+        let tie = m == thr && ties > 0;
+        ties -= tie as usize;
+        oi[w] = i;
+        ov[w] = x;
+        w = (w + (m > thr || tie) as usize).min(k);
     }
     out.indices.truncate(k);
     out.values.truncate(k);

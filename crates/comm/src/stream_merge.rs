@@ -20,7 +20,7 @@
 //! [`crate::SparseVec::decode`] checks: a count that the length matches, indices
 //! strictly ascending; nothing is allocated from the count alone.
 
-use crate::sparse::SparseVec;
+use crate::sparse::{wrong_length, SparseVec, NOT_ASCENDING, SHORT_OF_COUNT};
 
 /// Marks a place whose value adds the child's to ours: the high bit of a place, free
 /// since every place is below ours' length plus the child's count, which
@@ -112,7 +112,7 @@ impl StreamMerge {
         for j in self.place.len()..indices.len() / 4 {
             let y = word(indices, j);
             if prev.is_some_and(|p| p >= y) {
-                self.error = Some("sparse indices are not strictly ascending".into());
+                self.error = Some(NOT_ASCENDING.into());
                 return;
             }
             prev = Some(y);
@@ -169,12 +169,9 @@ impl StreamMerge {
         if let Some(e) = &self.error {
             return Err(e.clone());
         }
-        let n = self.count.ok_or("sparse payload shorter than its count")?;
+        let n = self.count.ok_or(SHORT_OF_COUNT)?;
         if n.checked_mul(8).and_then(|b| b.checked_add(4)) != Some(payload.len()) {
-            return Err(format!(
-                "sparse payload of {} bytes cannot hold {n} entries",
-                payload.len()
-            ));
+            return Err(wrong_length(payload.len(), n));
         }
         Ok(&self.merged)
     }

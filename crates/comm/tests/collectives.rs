@@ -790,7 +790,7 @@ fn a_childs_malformed_gtopk_message_is_named() {
     };
     let descending = {
         let mut v = sparse(3, 1 << 20, 5000).encode();
-        // The last index set below the first.
+        // The last index set to the first's, below the one before it.
         let n = u32::from_le_bytes(v[..4].try_into().unwrap()) as usize;
         let first = v[4..8].to_vec();
         v[4 * n..4 * n + 4].copy_from_slice(&first);
