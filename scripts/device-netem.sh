@@ -21,7 +21,10 @@
 #   w8-tbf256k, w4-htb16k-gso1   earlier configurations, on request
 # NETEM_CONFIGS="w8-ack w4-ack-gso1" picks a subset; NETEM_SIZES (bytes, comma-separated)
 # and NETEM_REPEATS replace the sizes and the 3; NETEM_COLLECTIVES="topk_allreduce,allgather_v"
-# times only those rows (comm_bench --collectives; the default has all five);
+# times only those rows (comm_bench --collectives; the default has all six, gTopK's
+# broadcast alone among them; builds before it have no broadcast row: name the others);
+# NETEM_TRACE=1 writes each configuration's gTopK and broadcast timelines
+# (comm_bench --trace) as <config>-trace.csv into the logs;
 # NETEM_ARGS="--pin" adds netem.sh options (--pin: a core of its own per worker);
 # NETEM_BENCH_ARGS="--warmup 2" adds comm_bench flags ("--topk-sum after" times
 # TopKAllReduce summing after its gather instead of as the blocks arrive); NETEM_BENCH=.gpu/bin/other_build
@@ -79,10 +82,12 @@ for cfg in $configs; do
   opts+=(${NETEM_ARGS:-})
   echo "== $cfg: netem.sh ${opts[*]}"
   rm -f "$out/$cfg.csv"
+  trace=()
+  [ "${NETEM_TRACE:-0}" = 1 ] && trace=(--trace "$out/$cfg-trace.csv")
   # 4 × 130 s stays under the device tool's 600 s per call (a run took 12 s on the
   # 16-core device machine at the defaults, 25 s with NETEM_SIZES=16777216,67108864
   # NETEM_REPEATS=8; 30-60 s on 2 cores).
-  timeout 130 bash scripts/netem.sh "${opts[@]}" -- "$bench" --no-reference --collectives "${NETEM_COLLECTIVES:-socket_copy,allreduce,topk_allreduce,gtopk_allreduce,allgather_v}" ${NETEM_BENCH_ARGS:-} \
+  timeout 130 bash scripts/netem.sh "${opts[@]}" -- "$bench" --no-reference --collectives "${NETEM_COLLECTIVES:-socket_copy,allreduce,topk_allreduce,gtopk_allreduce,allgather_v,broadcast}" ${NETEM_BENCH_ARGS:-} "${trace[@]}" \
     --sizes "${NETEM_SIZES:-1048576,16777216,67108864}" --repeats "${NETEM_REPEATS:-3}" --csv "$out/$cfg.csv" \
     > "$out/$cfg.log" 2>&1
   rc=$?

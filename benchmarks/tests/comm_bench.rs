@@ -1,7 +1,8 @@
 //! `comm_bench` end to end on 2 local workers at one small size: `--collectives` times
 //! exactly the rows it names, in the JSON form the README documents, and TopKAllReduce's
-//! allgather row moves the bytes of k (index, value) pairs per peer; bad flag values are
-//! refused before any worker starts.
+//! allgather row moves the bytes of k (index, value) pairs per peer; `--trace` writes
+//! every rank's steps of every call; bad flag values are refused before any worker
+//! starts.
 
 mod common;
 
@@ -55,15 +56,92 @@ fn collectives_pick_the_rows() {
     );
 }
 
+/// gTopK and its broadcast alone on 3 workers, traced: every call has every rank's
+/// steps, in order on each rank, from 0 µs; the root waits for its first child's receipt
+/// before its second (40 kB messages, over RECEIPT_MIN_BYTES), and gTopK's root cuts once
+/// per child.
+#[test]
+fn trace_holds_every_ranks_steps_of_every_call() {
+    let dir = tempfile_dir("comm_bench_trace");
+    let path = dir.join("trace.csv");
+    let o = common::run(
+        env!("CARGO_BIN_EXE_comm_bench"),
+        &[
+            "--world",
+            "3",
+            "--no-reference",
+            "--sizes",
+            "20000000",
+            "--repeats",
+            "2",
+            "--collectives",
+            "gtopk_allreduce,broadcast",
+            "--trace",
+            path.to_str().unwrap(),
+            "--json",
+        ],
+    );
+    assert!(o.status.success(), "{}", common::text(&o));
+    let rows: Vec<Value> = serde_json::from_slice(&o.stdout).expect("--json prints the rows");
+    let names: Vec<&str> = rows
+        .iter()
+        .map(|r| r["collective"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(names, ["gtopk_allreduce", "broadcast"]);
+    let text = std::fs::read_to_string(&path).expect("the trace file");
+    let mut lines = text.lines();
+    assert_eq!(
+        lines.next(),
+        Some("collective,bytes,call,rank,event,peer,msg_bytes,t_us")
+    );
+    let steps: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    // 1 warm-up call and 2 timed, each with steps of all 3 ranks.
+    for coll in ["gtopk_allreduce", "broadcast"] {
+        for call in ["0", "1", "2"] {
+            let of_call: Vec<&Vec<&str>> = steps
+                .iter()
+                .filter(|s| s[0] == coll && s[2] == call)
+                .collect();
+            for rank in ["0", "1", "2"] {
+                let times: Vec<f64> = of_call
+                    .iter()
+                    .filter(|s| s[3] == rank)
+                    .map(|s| s[7].parse().unwrap())
+                    .collect();
+                assert!(!times.is_empty(), "{coll} call {call}: no steps of rank {rank}");
+                assert!(times.windows(2).all(|w| w[0] <= w[1]), "{coll}: {times:?}");
+                assert!(times.iter().all(|&t| t >= 0.0));
+            }
+            let at_root = |event: &str| {
+                of_call
+                    .iter()
+                    .filter(|s| s[3] == "0" && s[4] == event)
+                    .count()
+            };
+            assert_eq!(at_root("down_send"), 2, "{coll} call {call}");
+            assert_eq!(at_root("down_receipt"), 1, "{coll} call {call}");
+            if coll == "gtopk_allreduce" {
+                assert_eq!(at_root("up_cut"), 2, "call {call}");
+            }
+        }
+    }
+}
+
+fn tempfile_dir(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
 #[test]
 fn an_unknown_collective_is_refused_before_any_worker_starts() {
     let o = common::run(
         env!("CARGO_BIN_EXE_comm_bench"),
-        &["--world", "2", "--collectives", "allreduce,broadcast"],
+        &["--world", "2", "--collectives", "allreduce,scatter"],
     );
     assert!(!o.status.success());
     assert!(
-        common::text(&o).contains("invalid value 'broadcast'"),
+        common::text(&o).contains("invalid value 'scatter'"),
         "{}",
         common::text(&o)
     );

@@ -11,6 +11,13 @@
 //!
 //! `--collectives` picks the rows; `allgather_v` (not in the default set) is
 //! TopKAllReduce's wire part alone: the allgather of the same messages, without the sum.
+//! Likewise `broadcast` (not in the default set either) is gTopKAllReduce's way down
+//! alone: rank 0's binomial-tree broadcast of a message of gTopK's size (k entries),
+//! predicted ⌈log₂P⌉(α + nβ), half of gTopK's model; what gTopK takes beyond twice it
+//! is its way up's merges and waits.
+//! `--trace FILE` writes the timeline of every sparse row's calls (warm-up
+//! included) as CSV: each step of each rank (`comm::TraceEvent`) in µs from the call's
+//! first step on any rank, the ranks sharing this machine's monotonic clock.
 //! `--topk-sum auto|arrival|after` chooses when TopKAllReduce sums (as its blocks arrive,
 //! or after the gather; `comm::TopkSum`), so that one build compares the two.
 //!
@@ -90,6 +97,11 @@ struct Args {
     /// Also write the rows as CSV here.
     #[arg(long)]
     csv: Option<std::path::PathBuf>,
+    /// Write the steps of every call of the sparse rows (all ranks, warm-up calls first) here as CSV: collective, bytes, call, rank, event, peer, msg_bytes,
+    /// t_us (from the call's first step on any rank). For finding where time goes
+    /// beyond the model; the recording itself costs a clock read per step.
+    #[arg(long)]
+    trace: Option<std::path::PathBuf>,
 }
 
 fn worker(args: &Args) -> Result<()> {
@@ -104,6 +116,8 @@ fn worker(args: &Args) -> Result<()> {
     let samples = ping_pong(&mut c, &pp_sizes, PING_PONG_REPS)?;
     let model = AlphaBeta::fit(&samples);
     let mut rows: Vec<Value> = Vec::new();
+    // Rank 0's trace: every rank's steps, as `Step`s.
+    let mut trace: Vec<Step> = Vec::new();
     // Calls per timed point, warm-up included: the byte counters see them all.
     let calls = (args.warmup + args.repeats.max(1)) as f64;
     for &bytes in &args.sizes {
@@ -128,8 +142,13 @@ fn worker(args: &Args) -> Result<()> {
         }
         let local = random_sparse(rank, n, k);
         let msg = local.encode();
-        // The sparse rows: TopK, gTopK, and TopK's gather alone on the same message.
-        for row in [Row::TopkAllreduce, Row::GtopkAllreduce, Row::AllgatherV] {
+        // The sparse rows: TopK, gTopK, TopK's gather and gTopK's broadcast alone.
+        for row in [
+            Row::TopkAllreduce,
+            Row::GtopkAllreduce,
+            Row::AllgatherV,
+            Row::Broadcast,
+        ] {
             if !wants(row) {
                 continue;
             }
@@ -144,18 +163,41 @@ fn worker(args: &Args) -> Result<()> {
                     Collective::GtopkAllreduce,
                     model.gtopk_allreduce(p, k),
                 ),
-                _ => (
+                Row::AllgatherV => (
                     "allgather_v",
                     Collective::AllgatherV,
                     model.allgather(p, msg.len()),
                 ),
+                _ => (
+                    "broadcast",
+                    Collective::Broadcast,
+                    model.broadcast(p, msg.len()),
+                ),
             };
             let before = sent_total(&c, kind);
-            let timed = slowest_best_counted(&mut c, args.warmup, args.repeats, |c| match row {
-                Row::TopkAllreduce => c.topk_allreduce(&local).map(|_| ()),
-                Row::GtopkAllreduce => c.gtopk_allreduce(&local, k).map(|_| ()),
-                _ => c.allgather_v(&msg).map(|_| ()),
+            let tracing = args.trace.is_some();
+            // (call, step) of this rank. The trace is emptied before each call and taken
+            // after it, so that calls stay apart and the timing's own exchange between
+            // calls (an allgather) is left out.
+            let mut steps: Vec<(usize, comm::TraceEvent)> = Vec::new();
+            let mut call = 0;
+            let timed = slowest_best_counted(&mut c, args.warmup, args.repeats, |c| {
+                c.set_trace(tracing);
+                c.take_trace();
+                match row {
+                    Row::TopkAllreduce => c.topk_allreduce(&local).map(|_| ()),
+                    Row::GtopkAllreduce => c.gtopk_allreduce(&local, k).map(|_| ()),
+                    Row::AllgatherV => c.allgather_v(&msg).map(|_| ()),
+                    _ => c.broadcast(0, &msg).map(|_| ()),
+                }?;
+                c.set_trace(false);
+                steps.extend(c.take_trace().into_iter().map(|e| (call, e)));
+                call += 1;
+                Ok(())
             })?;
+            if tracing {
+                gather_steps(&mut c, name, bytes, &steps, &mut trace)?;
+            }
             let t = timed.seconds;
             let sent = (sent_total(&c, kind) - before) as f64 / calls;
             // Of the p × calls sums, how many gave up summing as the blocks arrived.
@@ -230,6 +272,10 @@ fn worker(args: &Args) -> Result<()> {
             );
         }
         std::fs::write(path, s).with_context(|| format!("writing {}", path.display()))?;
+    }
+    if let Some(path) = &args.trace {
+        std::fs::write(path, trace_csv(&trace))
+            .with_context(|| format!("writing {}", path.display()))?;
     }
     if args.json {
         println!("{}", Value::Array(rows));
@@ -332,6 +378,91 @@ enum Row {
     /// TopKAllReduce's allgather alone, without the sum.
     #[value(name = "allgather_v")]
     AllgatherV,
+    /// gTopKAllReduce's broadcast alone: rank 0's message of k entries down the tree.
+    #[value(name = "broadcast")]
+    Broadcast,
+}
+
+/// One step of one rank in a traced call (`--trace`).
+struct Step {
+    collective: &'static str,
+    bytes: usize,
+    call: usize,
+    rank: usize,
+    what: String,
+    peer: usize,
+    msg_bytes: usize,
+    t_ns: u64,
+}
+
+/// Every rank's `steps` of one row, appended to rank 0's `trace` (the others keep none).
+/// A line of text per step, so that the exchange needs no binary format.
+fn gather_steps(
+    c: &mut Communicator,
+    collective: &'static str,
+    bytes: usize,
+    steps: &[(usize, comm::TraceEvent)],
+    trace: &mut Vec<Step>,
+) -> Result<()> {
+    let mine: String = steps
+        .iter()
+        .map(|(call, e)| format!("{call} {} {} {} {}\n", e.what, e.peer, e.bytes, e.t_ns))
+        .collect();
+    let all = c.allgather_v(mine.as_bytes())?;
+    if c.rank() != 0 {
+        return Ok(());
+    }
+    for (rank, text) in all.iter().enumerate() {
+        let text = std::str::from_utf8(text).context("a rank's trace is not text")?;
+        for line in text.lines() {
+            let f: Vec<&str> = line.split(' ').collect();
+            let [call, what, peer, msg_bytes, t_ns] = f[..] else {
+                bail!("rank {rank}'s trace line {line:?} is not 5 fields");
+            };
+            let num = |x: &str| {
+                x.parse::<u64>()
+                    .with_context(|| format!("rank {rank}'s trace line {line:?}"))
+            };
+            trace.push(Step {
+                collective,
+                bytes,
+                call: num(call)? as usize,
+                rank,
+                what: what.to_string(),
+                peer: num(peer)? as usize,
+                msg_bytes: num(msg_bytes)? as usize,
+                t_ns: num(t_ns)?,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The trace as CSV, each step's time in µs from its call's first step on any rank.
+fn trace_csv(trace: &[Step]) -> String {
+    let mut first: std::collections::HashMap<(&str, usize, usize), u64> = Default::default();
+    for s in trace {
+        let t = first
+            .entry((s.collective, s.bytes, s.call))
+            .or_insert(s.t_ns);
+        *t = (*t).min(s.t_ns);
+    }
+    let mut out = String::from("collective,bytes,call,rank,event,peer,msg_bytes,t_us\n");
+    for s in trace {
+        let t0 = first[&(s.collective, s.bytes, s.call)];
+        out += &format!(
+            "{},{},{},{},{},{},{},{:.3}\n",
+            s.collective,
+            s.bytes,
+            s.call,
+            s.rank,
+            s.what,
+            s.peer,
+            s.msg_bytes,
+            (s.t_ns - t0) as f64 / 1e3
+        );
+    }
+    out
 }
 
 /// Bytes this rank has sent in collectives of `kind`, headers included.

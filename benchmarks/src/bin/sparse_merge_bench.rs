@@ -192,6 +192,14 @@ fn main() -> Result<()> {
         out == top_merge_by_sort(&a, &b, k),
         "top_merge_into differs from its definition"
     );
+    // Its sum alone: what the ⊤ merge takes beyond it is the cut, the part gTopK waits
+    // for after a child's last byte.
+    let mut summed = SparseVec::default();
+    let t_sum = best_of(1, args.repeats, || {
+        merge_sum_into(&a, &b, &mut summed);
+        std::hint::black_box(&summed);
+        Ok(())
+    })?;
     let t_copy = best_of(1, args.repeats, || {
         let mut c = a.clone();
         c.indices.extend_from_slice(&b.indices);
@@ -206,6 +214,12 @@ fn main() -> Result<()> {
         ms(t_sel),
         t_sort / t_sel,
         ms(t_copy)
+    );
+    println!(
+        "| of which the sum (merge_sum_into) / the cut (the rest) | {} | - | {:.3} / {:.3} | - | - |",
+        2 * k,
+        ms(t_sum),
+        ms(t_sel - t_sum)
     );
     Ok(())
 }

@@ -95,8 +95,14 @@ impl AlphaBeta {
     pub fn topk_allreduce(&self, p: usize, k: usize) -> f64 {
         self.allgather(p, 8 * k)
     }
+    /// A binomial-tree broadcast of `bytes` from one rank: ⌈log₂P⌉ rounds of one message.
+    pub fn broadcast(&self, p: usize, bytes: usize) -> f64 {
+        log2_ceil(p) * (self.alpha + bytes as f64 * self.beta)
+    }
+    /// gTopKAllReduce: ⌈log₂P⌉ rounds up the tree and as many down (the broadcast), each
+    /// one message of k (index, value) pairs.
     pub fn gtopk_allreduce(&self, p: usize, k: usize) -> f64 {
-        2.0 * log2_ceil(p) * (self.alpha + 8.0 * k as f64 * self.beta)
+        2.0 * self.broadcast(p, 8 * k)
     }
     /// Paper 002's Table I forms, for reference (k in elements of 4 bytes).
     pub fn paper_topk(&self, p: usize, k: usize) -> f64 {

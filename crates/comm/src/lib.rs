@@ -32,6 +32,7 @@ mod nccl;
 mod rendezvous;
 mod sparse;
 mod stream_merge;
+mod trace;
 
 pub use arrival_sum::{ArrivalSum, ARRIVAL_MAX_PARTS};
 pub use communicator::{CommConfig, Communicator, ReduceOp, TopkSum, MAX_WORLD};
@@ -45,3 +46,4 @@ pub use sparse::{
     merge_sum_into, sum_all, sum_encoded, top_merge, top_merge_into, truncate_top, SparseVec,
     TopMergeScratch,
 };
+pub use trace::{monotonic_ns, TraceEvent};

@@ -126,6 +126,14 @@ fn allgather_v_broadcast_barrier_and_point_to_point() {
             let b = c
                 .broadcast(root, if r == root { b"from the root" } else { b"" })
                 .unwrap();
+            // Large enough that a rank with several children waits for each one's
+            // receipt before the next (RECEIPT_MIN_BYTES), from another root.
+            let big_root = world - 1;
+            let big: Vec<u8> = (0..40_000).map(|i| (i * 7 + big_root) as u8).collect();
+            let got = c
+                .broadcast(big_root, if r == big_root { &big } else { &[] })
+                .unwrap();
+            assert_eq!(got, big, "world {world}, rank {r}");
             if world > 1 {
                 // Only two ranks talk; the others go straight on to the next collective.
                 if r == 0 {
