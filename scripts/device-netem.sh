@@ -23,8 +23,9 @@
 # and NETEM_REPEATS replace the sizes and the 3; NETEM_COLLECTIVES="topk_allreduce,allgather_v"
 # times only those rows (comm_bench --collectives; the default has all six, gTopK's
 # broadcast alone among them; builds before it have no broadcast row: name the others);
-# NETEM_TRACE=1 writes each configuration's gTopK and broadcast timelines
-# (comm_bench --trace) as <config>-trace.csv into the logs;
+# NETEM_TRACE=1 writes each configuration's timelines of the sparse rows (comm_bench
+# --trace) as <config>-trace.csv into the logs and prints scripts/trace-summary.py's
+# summary of each before the table;
 # NETEM_ARGS="--pin" adds netem.sh options (--pin: a core of its own per worker);
 # NETEM_BENCH_ARGS="--warmup 2" adds comm_bench flags ("--topk-sum after" times
 # TopKAllReduce summing after its gather instead of as the blocks arrive); NETEM_BENCH=.gpu/bin/other_build
@@ -95,6 +96,12 @@ for cfg in $configs; do
   [ $rc -ne 0 ] && { echo "device-netem.sh: $cfg exited with $rc" >&2; status=1; }
 done
 
+# The timelines' summaries (scripts/trace-summary.py), where traced.
+for cfg in $configs; do
+  [ -f "$out/$cfg-trace.csv" ] || continue
+  echo "--- $cfg: where the sparse collectives' time goes (comm_bench --trace) ---"
+  python3 scripts/trace-summary.py "$out/$cfg-trace.csv" | tee "$out/$cfg-trace-summary.txt"
+done
 echo "--- $(tr '\n' ' ' < "$out/machine.txt")"
 echo "--- measured / α-β model (fitted in the same run) ---"
 python3 - "$out" $configs <<'EOF' | tee "$final/netem-table.txt"
