@@ -108,7 +108,10 @@ fn trace_holds_every_ranks_steps_of_every_call() {
                     .filter(|s| s[3] == rank)
                     .map(|s| s[7].parse().unwrap())
                     .collect();
-                assert!(!times.is_empty(), "{coll} call {call}: no steps of rank {rank}");
+                assert!(
+                    !times.is_empty(),
+                    "{coll} call {call}: no steps of rank {rank}"
+                );
                 assert!(times.windows(2).all(|w| w[0] <= w[1]), "{coll}: {times:?}");
                 assert!(times.iter().all(|&t| t >= 0.0));
             }

@@ -13,8 +13,10 @@
 //! float addition is not associative: no value can be added before every lower rank's
 //! value for its index has been. So the blocks are merged without adding anything, into
 //! one run sorted by (index, rank): each entry carries its rank in its key, and arrival
-//! order does not matter. [`ArrivalSum::finish`] merges the last block in and adds each
-//! index's values in key order, that is in rank order: the left fold, per index.
+//! order does not matter. The last block is merged in and each index's values added in
+//! key order, that is in rank order (the left fold, per index), as that block arrives
+//! (`arrival_last.rs`, through [`ArrivalSum::add_partial`]), or by
+//! [`ArrivalSum::finish`] in one pass when its bytes were not fed.
 //!
 //! Each block merged costs a pass over the run, O(P² k) in all against the radix sort's
 //! O(P k) (`sparse_merge_bench`: 2.6-2.7 against 1.6 ms at 8 × 16,777 entries;
@@ -29,6 +31,7 @@
 //! merges took most of the time was slower (RESULTS.md, "On the core-per-host machine
 //! with the sum on arrival").
 
+use crate::arrival_last::LastBlock;
 use crate::sparse::{SparseBytes, SparseVec};
 use std::hint::select_unpredictable;
 
@@ -39,9 +42,9 @@ pub const ARRIVAL_MAX_PARTS: usize = 8;
 /// Entries sorted by (index, rank): `keys` hold `index << 32 | rank`, `values` the
 /// values, in the same order.
 #[derive(Debug, Default)]
-struct Run {
-    keys: Vec<u64>,
-    values: Vec<f32>,
+pub(crate) struct Run {
+    pub(crate) keys: Vec<u64>,
+    pub(crate) values: Vec<f32>,
 }
 
 impl Run {
@@ -64,8 +67,14 @@ pub struct ArrivalSum {
     /// bytes arrive) the merge of a Bruck message's last block is not made between its
     /// arrival and this rank's next send, but during the next receive.
     pending: Run,
-    /// Which ranks have been added.
+    /// Which ranks have been added, and how many.
     added: Vec<bool>,
+    count: usize,
+    /// The last block's part, made as it arrives (`add_partial`), and its result once
+    /// `add` brought the whole block.
+    last: LastBlock,
+    streaming: Option<usize>,
+    streamed: Option<SparseVec>,
     /// The first malformed block: its rank and what is wrong.
     error: Option<(usize, String)>,
 }
@@ -77,6 +86,9 @@ impl ArrivalSum {
         self.pending.clear();
         self.added.clear();
         self.added.resize(world, false);
+        self.count = 0;
+        self.streaming = None;
+        self.streamed = None;
         self.error = None;
     }
 
@@ -93,7 +105,16 @@ impl ArrivalSum {
         );
         assert!(!self.added[rank], "ArrivalSum: rank {rank} added twice");
         self.added[rank] = true;
+        self.count += 1;
         if self.error.is_some() {
+            return;
+        }
+        if self.streaming == Some(rank) {
+            // The last block, whose part of the sum was made as it arrived.
+            match self.last.finish(&self.run, block) {
+                Ok(out) => self.streamed = Some(out),
+                Err(e) => self.error = Some((rank, e)),
+            }
             return;
         }
         let b = match SparseBytes::parse(block) {
@@ -128,6 +149,25 @@ impl ArrivalSum {
         self.pending.clear();
     }
 
+    /// Takes in `prefix`, the bytes so far of `rank`'s block, if it is the one block
+    /// still missing: the rest of the sum is then made as they arrive
+    /// (`arrival_last.rs`), and [`ArrivalSum::add`] of the whole block completes it, so
+    /// that little is left for `finish` once its last byte is in. Otherwise (other
+    /// blocks missing too) nothing happens: each of those is merged once complete.
+    /// Each call's prefix must extend the one before.
+    pub fn add_partial(&mut self, rank: usize, prefix: &[u8]) {
+        let world = self.added.len();
+        if self.error.is_some() || rank >= world || self.added[rank] || self.count + 1 != world {
+            return;
+        }
+        if self.streaming != Some(rank) {
+            self.settle();
+            self.last.begin(rank);
+            self.streaming = Some(rank);
+        }
+        self.last.feed(&self.run, prefix);
+    }
+
     /// The sum of every block: indices ascending, each index's values added in rank
     /// order. The first malformed block's rank and cause if there was one (again on
     /// every call until the next `begin`). Panics unless every rank has been added.
@@ -139,6 +179,13 @@ impl ArrivalSum {
         );
         if let Some(e) = &self.error {
             return Err(e.clone());
+        }
+        if self.streaming.is_some() {
+            // Made as the last block arrived; moved out, so once per sum.
+            return Ok(self
+                .streamed
+                .take()
+                .expect("ArrivalSum: finish called twice on a sum whose last block streamed"));
         }
         let mut out = SparseVec::default();
         merge_collapse_into(&self.run, &self.pending, &mut out);
@@ -328,6 +375,91 @@ mod tests {
                 assert_eq!(got.indices, want.indices, "P = {p}, rank {r}");
                 assert_eq!(bits(&got), bits(&want), "P = {p}, rank {r}");
             }
+        }
+    }
+
+    /// The last block fed as it arrives (`add_partial`, in pieces of 1 byte to the whole
+    /// block) gives the same bits as added whole, on every rank of worlds of 1 to 9,
+    /// with signed zeros, infinities and NaN among the values.
+    #[test]
+    fn the_last_block_streamed_gives_the_same_bits() {
+        let mut whole = ArrivalSum::default();
+        let mut streamed = ArrivalSum::default();
+        let mut rng = tensor::Rng::new(17);
+        for p in 1..=9 {
+            let mut parts = parts(p, 70 + p as u64);
+            // Specials in one part: a lone -0.0 and sums that show their order.
+            if let Some(first) = parts.first_mut() {
+                for (i, x) in first.values.iter_mut().enumerate() {
+                    match i % 7 {
+                        1 => *x = -0.0,
+                        3 => *x = f32::INFINITY,
+                        5 => *x = f32::NAN,
+                        _ => {}
+                    }
+                }
+            }
+            for r in 0..p {
+                whole.begin(p);
+                streamed.begin(p);
+                for j in 0..p {
+                    let q = (r + j) % p;
+                    let block = parts[q].encode();
+                    whole.add(q, &block);
+                    if j + 1 == p {
+                        // The last block, in pieces of random sizes (1 byte and up).
+                        let mut have = 0;
+                        while have < block.len() {
+                            have = (have + 1 + rng.below(block.len() / 3 + 1)).min(block.len());
+                            streamed.add_partial(q, &block[..have]);
+                        }
+                    } else {
+                        // Earlier blocks' parts are ignored.
+                        streamed.add_partial(q, &block[..block.len() / 2]);
+                    }
+                    streamed.add(q, &block);
+                }
+                let (a, b) = (whole.finish().unwrap(), streamed.finish().unwrap());
+                assert_eq!(a.indices, b.indices, "P = {p}, rank {r}");
+                assert_eq!(bits(&a), bits(&b), "P = {p}, rank {r}");
+                let want = sum_all(&parts);
+                assert_eq!(b.indices, want.indices, "P = {p}, rank {r}");
+                assert_eq!(bits(&b), bits(&want), "P = {p}, rank {r}");
+            }
+        }
+    }
+
+    /// A malformed last block, found as it streams or at its end, is named as one added
+    /// whole would be.
+    #[test]
+    fn a_malformed_streamed_last_block_is_named() {
+        let parts = parts(4, 9);
+        let good = parts[3].encode();
+        let n = parts[3].len();
+        assert!(n > 1);
+        let mut descending = good.clone();
+        descending[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
+        let mut short = good.clone();
+        short.truncate(good.len() - 2);
+        let mut long = good.clone();
+        long.extend([0, 0, 0, 0]);
+        for (block, what) in [
+            (&descending, "ascending"),
+            (&short, "cannot hold"),
+            (&long, "cannot hold"),
+        ] {
+            let mut s = ArrivalSum::default();
+            s.begin(4);
+            for (q, part) in parts.iter().enumerate().take(3) {
+                s.add(q, &part.encode());
+            }
+            for cut in [5, 4 + 4 * n, block.len()] {
+                s.add_partial(3, &block[..cut.min(block.len())]);
+            }
+            s.add(3, block);
+            let (rank, msg) = s.finish().unwrap_err();
+            assert_eq!(rank, 3, "{what}");
+            assert!(msg.contains(what), "{what}: {msg}");
         }
     }
 

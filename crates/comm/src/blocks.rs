@@ -209,6 +209,18 @@ impl BlockWatch {
         self.next - before
     }
 
+    /// The next block not handed out and its bytes in `prefix` so far, if its start has
+    /// arrived (after a [`BlockWatch::poll`] of the same prefix: a complete block is
+    /// handed out there, not here).
+    pub(crate) fn partial<'p>(&self, prefix: &'p [u8]) -> Option<(usize, &'p [u8])> {
+        let body = self.body?;
+        let i = self.next;
+        let end = *self.ends.get(i)?;
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        let to = prefix.len().min(body + end);
+        (to > body + start).then(|| (i, &prefix[body + start..to]))
+    }
+
     /// The bodies' start, if all `count` lengths are in `prefix` (they are read again
     /// from the start on each call until then: at most 10 bytes each).
     fn read_lengths(&mut self, prefix: &[u8]) -> Option<usize> {
@@ -325,8 +337,15 @@ mod tests {
                 assert!(!more, "block {i} of a byte-at-a-time feed");
                 got.push((i, b.to_vec()));
             });
+            // The next block's bytes so far: a proper, non-empty prefix of it.
+            if let Some((i, part)) = w.partial(&m[..n]) {
+                assert_eq!(i, handed, "at byte {n}");
+                assert!(!part.is_empty() && part.len() < bs[i].len(), "at byte {n}");
+                assert_eq!(part, &bs[i][..part.len()], "at byte {n}");
+            }
         }
         assert_eq!(handed, bs.len());
+        assert_eq!(w.partial(&m), None, "every block handed out");
         let want: Vec<(usize, Vec<u8>)> = bs.iter().cloned().enumerate().collect();
         assert_eq!(got, want);
         // All at once: every block but the last has another (not empty) behind it.

@@ -590,6 +590,9 @@ enum Received<'b> {
     },
     /// Bytes arrived and completed no block.
     Bytes,
+    /// Bytes arrived and block `j` is not complete yet: `bytes` is what it has so far
+    /// (delivered instead of `Bytes`, and after the blocks a read completed).
+    Part { j: usize, bytes: &'b [u8] },
 }
 
 /// Receives `peer`'s frame `tag`: its header checked against `expect` and `max_frame`
@@ -1462,9 +1465,10 @@ impl Communicator {
     /// `on_block` is called after each read with each received block that is now
     /// complete (`Received::Block`, in the order j = 1, 2, …, P−1, while the rest of its
     /// message is still arriving; `more` says that a later block has arrived too: see
-    /// [`crate::blocks::BlockWatch::poll`]), or with `Received::Bytes` when the read
-    /// completed none. A block handed out may belong to a message that then turns out
-    /// malformed: the gather fails then.
+    /// [`crate::blocks::BlockWatch::poll`]), then with the next block's bytes so far if
+    /// some are in (`Received::Part`), or else, when the read completed no block, with
+    /// `Received::Bytes`. A block handed out may belong to a message that then turns
+    /// out malformed: the gather fails then.
     fn allgather_into(
         &mut self,
         data: &[u8],
@@ -1494,7 +1498,13 @@ impl Communicator {
                             more,
                         })
                     };
-                    if watch.poll(prefix, block) == 0 {
+                    let handed = watch.poll(prefix, block);
+                    if let Some((i, bytes)) = watch.partial(prefix) {
+                        f(Received::Part {
+                            j: first + i,
+                            bytes,
+                        });
+                    } else if handed == 0 {
                         f(Received::Bytes);
                     }
                 }
@@ -1563,6 +1573,12 @@ impl Communicator {
             match event {
                 Received::Block { j, bytes, .. } => arrival.add((r + j) % p, bytes),
                 Received::Bytes => arrival.settle(),
+                // The last block's part of the sum is made as it arrives
+                // (arrival_last.rs); an earlier block's waits until it is complete.
+                Received::Part { j, bytes } => {
+                    arrival.settle();
+                    arrival.add_partial((r + j) % p, bytes);
+                }
             }
         };
         let on_block = watching.then_some(&mut on_block as &mut dyn FnMut(Received));

@@ -19,6 +19,7 @@
 //! - The NCCL backend ([`NcclCommunicator`]): allreduce, broadcast, allgather and
 //!   send/recv on GPU tensors, started over the TCP job (see `nccl.rs`).
 
+mod arrival_last;
 mod arrival_sum;
 mod auth;
 mod blocks;
