@@ -8,30 +8,34 @@ mod common;
 
 use serde_json::Value;
 
+/// comm_bench's rows with `args` and `--json`; it must succeed.
+fn json_rows(args: &[&str]) -> Vec<Value> {
+    let args: Vec<&str> = args.iter().copied().chain(["--json"]).collect();
+    let o = common::run(env!("CARGO_BIN_EXE_comm_bench"), &args);
+    assert!(o.status.success(), "{}", common::text(&o));
+    serde_json::from_slice(&o.stdout).expect("--json prints the rows")
+}
+
+fn names(rows: &[Value]) -> Vec<&str> {
+    rows.iter()
+        .map(|r| r["collective"].as_str().unwrap_or(""))
+        .collect()
+}
+
 #[test]
 fn collectives_pick_the_rows() {
-    let o = common::run(
-        env!("CARGO_BIN_EXE_comm_bench"),
-        &[
-            "--world",
-            "2",
-            "--no-reference",
-            "--sizes",
-            "400000",
-            "--repeats",
-            "1",
-            "--collectives",
-            "topk_allreduce,allgather_v",
-            "--json",
-        ],
-    );
-    assert!(o.status.success(), "{}", common::text(&o));
-    let rows: Vec<Value> = serde_json::from_slice(&o.stdout).expect("--json prints the rows");
-    let names: Vec<&str> = rows
-        .iter()
-        .map(|r| r["collective"].as_str().unwrap_or(""))
-        .collect();
-    assert_eq!(names, ["topk_allreduce", "allgather_v"]);
+    let rows = json_rows(&[
+        "--world",
+        "2",
+        "--no-reference",
+        "--sizes",
+        "400000",
+        "--repeats",
+        "1",
+        "--collectives",
+        "topk_allreduce,allgather_v",
+    ]);
+    assert_eq!(names(&rows), ["topk_allreduce", "allgather_v"]);
     for r in &rows {
         assert_eq!(r["world"], 2);
         assert_eq!(r["bytes"], 400000);
@@ -64,30 +68,20 @@ fn collectives_pick_the_rows() {
 fn trace_holds_every_ranks_steps_of_every_call() {
     let dir = tempfile_dir("comm_bench_trace");
     let path = dir.join("trace.csv");
-    let o = common::run(
-        env!("CARGO_BIN_EXE_comm_bench"),
-        &[
-            "--world",
-            "3",
-            "--no-reference",
-            "--sizes",
-            "20000000",
-            "--repeats",
-            "2",
-            "--collectives",
-            "gtopk_allreduce,broadcast",
-            "--trace",
-            path.to_str().unwrap(),
-            "--json",
-        ],
-    );
-    assert!(o.status.success(), "{}", common::text(&o));
-    let rows: Vec<Value> = serde_json::from_slice(&o.stdout).expect("--json prints the rows");
-    let names: Vec<&str> = rows
-        .iter()
-        .map(|r| r["collective"].as_str().unwrap_or(""))
-        .collect();
-    assert_eq!(names, ["gtopk_allreduce", "broadcast"]);
+    let rows = json_rows(&[
+        "--world",
+        "3",
+        "--no-reference",
+        "--sizes",
+        "20000000",
+        "--repeats",
+        "2",
+        "--collectives",
+        "gtopk_allreduce,broadcast",
+        "--trace",
+        path.to_str().unwrap(),
+    ]);
+    assert_eq!(names(&rows), ["gtopk_allreduce", "broadcast"]);
     let text = std::fs::read_to_string(&path).expect("the trace file");
     let mut lines = text.lines();
     assert_eq!(

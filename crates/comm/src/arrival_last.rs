@@ -18,7 +18,7 @@
 //! that its length matches.
 
 use crate::arrival_sum::Run;
-use crate::sparse::{wrong_length, SparseVec, NOT_ASCENDING, SHORT_OF_COUNT};
+use crate::sparse::{arrived_parts, wrong_length, SparseVec, NOT_ASCENDING, SHORT_OF_COUNT};
 
 /// Where a value of the last block goes, and what it is added between.
 #[derive(Clone, Copy, Debug, Default)]
@@ -71,38 +71,30 @@ impl LastBlock {
         if self.error.is_some() {
             return;
         }
-        let n = match self.count {
-            Some(n) => n,
-            None => match prefix.first_chunk::<4>() {
-                Some(c) => {
-                    let n = *self.count.insert(u32::from_le_bytes(*c) as usize);
-                    // Room for the result at once (growing it as it fills copied it
-                    // several times over). The count is the peer's word: at most as
-                    // much again as the run is taken on it.
-                    let room = run.keys.len() + n.min(run.keys.len());
-                    self.out.indices.reserve(room);
-                    self.out.values.reserve(room);
-                    n
-                }
-                None => return,
-            },
+        let first = self.count.is_none();
+        let Some((n, indices, values)) = arrived_parts(prefix, &mut self.count) else {
+            return;
         };
-        let body = prefix.get(4..).unwrap_or_default();
-        let have = (body.len() / 4).min(n);
-        if have < self.places.len() {
+        if first {
+            // Room for the result at once (growing it as it filled copied it several
+            // times over). The count is the peer's word: at most as much again as the
+            // run is taken on it.
+            let room = run.keys.len() + n.min(run.keys.len());
+            self.out.indices.reserve(room);
+            self.out.values.reserve(room);
+        }
+        if indices.len() / 4 < self.places.len() {
             return; // a shorter prefix than before: nothing new
         }
         let tail = self.places.len() == n && self.run_next < run.keys.len();
-        if self.places.len() < have || tail {
-            self.take_indices(run, &body[..have * 4], n);
+        if self.places.len() < indices.len() / 4 || tail {
+            self.take_indices(run, indices, n);
             if self.error.is_some() {
                 return;
             }
         }
-        let values = body.get(n.saturating_mul(4)..).unwrap_or_default();
-        let have_values = (values.len() / 4).min(n);
-        if self.values_done < have_values {
-            self.take_values(run, &values[..have_values * 4]);
+        if self.values_done < values.len() / 4 {
+            self.take_values(run, values);
         }
     }
 

@@ -173,6 +173,26 @@ pub(crate) fn wrong_length(bytes: usize, n: usize) -> String {
     format!("sparse payload of {bytes} bytes cannot hold {n} entries")
 }
 
+/// The whole words of a sparse message's first `prefix` bytes, for readers that take it
+/// in as it arrives (`stream_merge.rs`, `arrival_last.rs`): the entry count (read once
+/// into `count`, then kept), the indices and the values received so far, each at most
+/// the count's worth. None until the count's 4 bytes are in. Bytes past what the count
+/// allows are left to the reader's length check at the end.
+pub(crate) fn arrived_parts<'p>(
+    prefix: &'p [u8],
+    count: &mut Option<usize>,
+) -> Option<(usize, &'p [u8], &'p [u8])> {
+    let n = match *count {
+        Some(n) => n,
+        None => *count.insert(u32::from_le_bytes(*prefix.first_chunk::<4>()?) as usize),
+    };
+    let body = prefix.get(4..).unwrap_or_default();
+    let indices = (body.len() / 4).min(n);
+    let values = body.get(n.saturating_mul(4)..).unwrap_or_default();
+    let have_values = (values.len() / 4).min(n);
+    Some((n, &body[..indices * 4], &values[..have_values * 4]))
+}
+
 impl<'a> SparseBytes<'a> {
     pub(crate) fn parse(b: &'a [u8]) -> Result<Self, String> {
         let (count, body) = b.split_first_chunk::<4>().ok_or(SHORT_OF_COUNT)?;

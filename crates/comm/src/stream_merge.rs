@@ -20,7 +20,7 @@
 //! [`crate::SparseVec::decode`] checks: a count that the length matches, indices
 //! strictly ascending; nothing is allocated from the count alone.
 
-use crate::sparse::{wrong_length, SparseVec, NOT_ASCENDING, SHORT_OF_COUNT};
+use crate::sparse::{arrived_parts, wrong_length, SparseVec, NOT_ASCENDING, SHORT_OF_COUNT};
 
 /// Marks a place whose value adds the child's to ours: the high bit of a place, free
 /// since every place is below ours' length plus the child's count, which
@@ -65,32 +65,24 @@ impl StreamMerge {
         if self.error.is_some() {
             return;
         }
-        let n = match self.count {
-            Some(n) => n,
-            None => match prefix.first_chunk::<4>() {
-                Some(c) => *self.count.insert(u32::from_le_bytes(*c) as usize),
-                None => return,
-            },
-        };
         // Bytes past what the count allows are found at `finish` (the length check).
-        let body = prefix.get(4..).unwrap_or_default();
-        let have_indices = (body.len() / 4).min(n);
-        if have_indices < self.place.len() {
+        let Some((n, indices, values)) = arrived_parts(prefix, &mut self.count) else {
+            return;
+        };
+        if indices.len() / 4 < self.place.len() {
             // A shorter prefix than one fed before: not how a receive calls, nothing new.
             return;
         }
         // New indices, or (all in) ours not merged yet: with an empty message, all of it.
         let tail = self.place.len() == n && self.ours_next < ours.indices.len();
-        if self.place.len() < have_indices || tail {
-            self.merge_indices(ours, &body[..have_indices * 4], n);
+        if self.place.len() < indices.len() / 4 || tail {
+            self.merge_indices(ours, indices, n);
             if self.error.is_some() {
                 return;
             }
         }
-        let values = body.get(n.saturating_mul(4)..).unwrap_or_default();
-        let have_values = (values.len() / 4).min(n);
-        if self.values_done < have_values {
-            self.place_values(&values[..have_values * 4]);
+        if self.values_done < values.len() / 4 {
+            self.place_values(values);
         }
     }
 
