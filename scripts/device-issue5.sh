@@ -15,7 +15,8 @@
 # messages. Rows: the three collectives, TopK's gather and gTopK's broadcast alone; best
 # of REPEATS calls. ISSUE5_ROUNDS (4), ISSUE5_REPEATS (8), NETEM_ARGS (e.g. --pin) and
 # NETEM_BENCH (another build) pass on; NETEM_TRACE=1 adds the timelines. About 20 s a
-# round on the 16-core device machine. Logs: $OUT/issue5-logs.tgz; the table:
+# round on the 16-core device machine; each run is cut at NETEM_TIMEOUT (60 s), so that
+# 4 rounds stay within the device tool's 600 s a call even if every run hangs. Logs: $OUT/issue5-logs.tgz; the table:
 # $OUT/issue5-ranges.txt.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -29,7 +30,7 @@ for ((i = 1; i <= ${ISSUE5_ROUNDS:-4}; i++)); do
   for run in "w8-ack-gso1 1048576" "w8-ack-gso22 16777216,67108864"; do
     set -- $run
     echo "== round $i: $1 at $2 bytes"
-    OUT="$scratch/$1-$i" NETEM_CONFIGS=$1 NETEM_SIZES=$2 NETEM_REPEATS="${ISSUE5_REPEATS:-8}" \
+    OUT="$scratch/$1-$i" NETEM_TIMEOUT="${NETEM_TIMEOUT:-60}" NETEM_CONFIGS=$1 NETEM_SIZES=$2 NETEM_REPEATS="${ISSUE5_REPEATS:-8}" \
       NETEM_COLLECTIVES="$rows" bash scripts/device-netem.sh > "$scratch/$1-$i.log" 2>&1 \
       || { echo "device-issue5.sh: round $i, $1 failed (see $1-$i.log)" >&2; tail -n 5 "$scratch/$1-$i.log"; status=1; }
     tail -n "$(( $(tr ',' '\n' <<< "$rows" | wc -l) * $(tr ',' '\n' <<< "$2" | wc -l) ))" "$scratch/$1-$i/netem-table.txt" 2>/dev/null

@@ -26,6 +26,7 @@
 # NETEM_TRACE=1 writes each configuration's timelines of the sparse rows (comm_bench
 # --trace) as <config>-trace.csv into the logs and prints scripts/trace-summary.py's
 # summary of each before the table;
+# NETEM_TIMEOUT (130 s) bounds each configuration's run;
 # NETEM_ARGS="--pin" adds netem.sh options (--pin: a core of its own per worker);
 # NETEM_BENCH_ARGS="--warmup 2" adds comm_bench flags ("--topk-sum after" times
 # TopKAllReduce summing after its gather instead of as the blocks arrive); NETEM_BENCH=.gpu/bin/other_build
@@ -88,7 +89,7 @@ for cfg in $configs; do
   # 4 × 130 s stays under the device tool's 600 s per call (a run took 12 s on the
   # 16-core device machine at the defaults, 25 s with NETEM_SIZES=16777216,67108864
   # NETEM_REPEATS=8; 30-60 s on 2 cores).
-  timeout 130 bash scripts/netem.sh "${opts[@]}" -- "$bench" --no-reference --collectives "${NETEM_COLLECTIVES:-socket_copy,allreduce,topk_allreduce,gtopk_allreduce,allgather_v,broadcast}" ${NETEM_BENCH_ARGS:-} "${trace[@]}" \
+  timeout "${NETEM_TIMEOUT:-130}" bash scripts/netem.sh "${opts[@]}" -- "$bench" --no-reference --collectives "${NETEM_COLLECTIVES:-socket_copy,allreduce,topk_allreduce,gtopk_allreduce,allgather_v,broadcast}" ${NETEM_BENCH_ARGS:-} ${trace[@]+"${trace[@]}"} \
     --sizes "${NETEM_SIZES:-1048576,16777216,67108864}" --repeats "${NETEM_REPEATS:-3}" --csv "$out/$cfg.csv" \
     > "$out/$cfg.log" 2>&1
   rc=$?

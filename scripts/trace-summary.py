@@ -2,10 +2,10 @@
 """Where a sparse collective's time goes, from `comm_bench --trace FILE` (every rank's
 steps of every call, in µs from the call's first step on any rank).
 
-    python3 scripts/trace-summary.py trace.csv [--skip 1]
+    python3 scripts/trace-summary.py trace.csv
 
-For each collective and size: the medians (min-max) over the timed calls (the first
---skip calls, comm_bench's warm-up, are left out) of
+For each collective and size: the medians (min-max) over the timed calls (comm_bench's
+warm-up calls, marked in the trace, are left out) of
   gtopk_allreduce  each tree level's message time (the child's send to the parent's
                    last byte), the parent's cut after it, the encoding before each send,
                    the broadcast (the root's first send to the last rank's last byte),
@@ -31,17 +31,16 @@ def stats(xs):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("trace")
-    ap.add_argument("--skip", type=int, default=1, help="leading calls to leave out (warm-up)")
     a = ap.parse_args()
     calls = collections.defaultdict(list)  # (collective, bytes, call) -> steps
     with open(a.trace) as f:
         for r in csv.DictReader(f):
+            if r["warmup"] == "1":
+                continue
             key = (r["collective"], int(r["bytes"]), int(r["call"]))
             calls[key].append((int(r["rank"]), r["event"], int(r["peer"]), float(r["t_us"])))
     groups = collections.defaultdict(lambda: collections.defaultdict(list))
     for (coll, size, call), steps in calls.items():
-        if call < a.skip:
-            continue
         # (rank, event, peer) -> time; a step happens once per call per peer.
         t = {(rank, ev, peer): us for rank, ev, peer, us in steps}
         g = groups[(coll, size)]
@@ -60,7 +59,7 @@ def main():
                 before = [v for (r2, e2, _), v in t.items() if r2 == rank and e2 in ("up_cut", "local_top")]
                 if before:
                     g["encoding before a send up"].append(us - max(before))
-            elif ev == "gather_last_byte":
+            elif ev == "gather_recv_done":
                 # The sender is `peer`, at distance d = peer - rank (mod P) in Bruck's
                 # step d; its send of this step is its gather_send to `rank`.
                 d = (peer - rank) % world
@@ -73,12 +72,12 @@ def main():
             g["broadcast (first send to last byte)"].append(max(down_ends) - min(down_sends))
         if coll == "topk_allreduce":
             for rank in {s[0] for s in steps}:
-                last = [us for (r2, e2, _), us in t.items() if r2 == rank and e2 == "gather_last_byte"]
+                last = [us for (r2, e2, _), us in t.items() if r2 == rank and e2 == "gather_recv_done"]
                 end = t.get((rank, "end", rank))
                 if last and end is not None:
                     g["after the gather's last byte (the sum's rest)"].append(end - max(last))
     if not groups:
-        sys.exit(f"{a.trace}: no calls after the first {a.skip}")
+        sys.exit(f"{a.trace}: no timed calls")
     for (coll, size), g in sorted(groups.items()):
         print(f"{coll} at {size / 2**20:g} MiB, {len(g['span'])} calls: µs, median (min-max)")
         for name in sorted(g, key=lambda n: (n != "span", n)):

@@ -86,7 +86,7 @@ fn trace_holds_every_ranks_steps_of_every_call() {
     let mut lines = text.lines();
     assert_eq!(
         lines.next(),
-        Some("collective,bytes,call,rank,event,peer,msg_bytes,t_us")
+        Some("collective,bytes,call,warmup,rank,event,peer,msg_bytes,t_us")
     );
     let steps: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
     // 1 warm-up call and 2 timed, each with steps of all 3 ranks.
@@ -96,11 +96,14 @@ fn trace_holds_every_ranks_steps_of_every_call() {
                 .iter()
                 .filter(|s| s[0] == coll && s[2] == call)
                 .collect();
+            // Only the first call is comm_bench's warm-up.
+            let warmup = if call == "0" { "1" } else { "0" };
+            assert!(of_call.iter().all(|s| s[3] == warmup), "{coll} call {call}");
             for rank in ["0", "1", "2"] {
                 let times: Vec<f64> = of_call
                     .iter()
-                    .filter(|s| s[3] == rank)
-                    .map(|s| s[7].parse().unwrap())
+                    .filter(|s| s[4] == rank)
+                    .map(|s| s[8].parse().unwrap())
                     .collect();
                 assert!(
                     !times.is_empty(),
@@ -112,7 +115,7 @@ fn trace_holds_every_ranks_steps_of_every_call() {
             let at_root = |event: &str| {
                 of_call
                     .iter()
-                    .filter(|s| s[3] == "0" && s[4] == event)
+                    .filter(|s| s[4] == "0" && s[5] == event)
                     .count()
             };
             assert_eq!(at_root("down_send"), 2, "{coll} call {call}");

@@ -97,9 +97,10 @@ struct Args {
     /// Also write the rows as CSV here.
     #[arg(long)]
     csv: Option<std::path::PathBuf>,
-    /// Write the steps of every call of the sparse rows (all ranks, warm-up calls first) here as CSV: collective, bytes, call, rank, event, peer, msg_bytes,
-    /// t_us (from the call's first step on any rank). For finding where time goes
-    /// beyond the model; the recording itself costs a clock read per step.
+    /// Write the steps of every call of the sparse rows (all ranks) here as CSV:
+    /// collective, bytes, call, warmup (1 for the untimed calls), rank, event, peer,
+    /// msg_bytes, t_us (from the call's first step on any rank). For finding where time
+    /// goes beyond the model; the recording itself costs a clock read per step.
     #[arg(long)]
     trace: Option<std::path::PathBuf>,
 }
@@ -116,8 +117,10 @@ fn worker(args: &Args) -> Result<()> {
     let samples = ping_pong(&mut c, &pp_sizes, PING_PONG_REPS)?;
     let model = AlphaBeta::fit(&samples);
     let mut rows: Vec<Value> = Vec::new();
-    // Rank 0's trace: every rank's steps, as `Step`s.
+    // Rank 0's trace: every rank's steps, as `Step`s; the calls of each (row, size)
+    // numbered on from those before (a size given twice).
     let mut trace: Vec<Step> = Vec::new();
+    let mut traced_calls: std::collections::HashMap<(&str, usize), usize> = Default::default();
     // Calls per timed point, warm-up included: the byte counters see them all.
     let calls = (args.warmup + args.repeats.max(1)) as f64;
     for &bytes in &args.sizes {
@@ -195,11 +198,20 @@ fn worker(args: &Args) -> Result<()> {
                 call += 1;
                 Ok(())
             })?;
+            // Before the trace's own exchange (an allgather, counted as allgather_v's).
+            let sent = (sent_total(&c, kind) - before) as f64 / calls;
             if tracing {
-                gather_steps(&mut c, name, bytes, &steps, &mut trace)?;
+                let first = traced_calls.entry((name, bytes)).or_default();
+                let row = TracedRow {
+                    collective: name,
+                    bytes,
+                    first_call: *first,
+                    warmup: args.warmup,
+                };
+                *first += call;
+                gather_steps(&mut c, &row, &steps, &mut trace)?;
             }
             let t = timed.seconds;
-            let sent = (sent_total(&c, kind) - before) as f64 / calls;
             // Of the p × calls sums, how many gave up summing as the blocks arrived.
             // Null where no sum could stop (see TopkSum::plan).
             let stops = if row == Row::TopkAllreduce && args.topk_sum.plan(p).1 {
@@ -383,11 +395,21 @@ enum Row {
     Broadcast,
 }
 
+/// The row a trace's steps come from: their calls are numbered from `first_call`, the
+/// first `warmup` of them untimed.
+struct TracedRow {
+    collective: &'static str,
+    bytes: usize,
+    first_call: usize,
+    warmup: usize,
+}
+
 /// One step of one rank in a traced call (`--trace`).
 struct Step {
     collective: &'static str,
     bytes: usize,
     call: usize,
+    warmup: bool,
     rank: usize,
     what: String,
     peer: usize,
@@ -399,8 +421,7 @@ struct Step {
 /// A line of text per step, so that the exchange needs no binary format.
 fn gather_steps(
     c: &mut Communicator,
-    collective: &'static str,
-    bytes: usize,
+    row: &TracedRow,
     steps: &[(usize, comm::TraceEvent)],
     trace: &mut Vec<Step>,
 ) -> Result<()> {
@@ -423,10 +444,12 @@ fn gather_steps(
                 x.parse::<u64>()
                     .with_context(|| format!("rank {rank}'s trace line {line:?}"))
             };
+            let call = num(call)? as usize;
             trace.push(Step {
-                collective,
-                bytes,
-                call: num(call)? as usize,
+                collective: row.collective,
+                bytes: row.bytes,
+                call: row.first_call + call,
+                warmup: call < row.warmup,
                 rank,
                 what: what.to_string(),
                 peer: num(peer)? as usize,
@@ -447,14 +470,15 @@ fn trace_csv(trace: &[Step]) -> String {
             .or_insert(s.t_ns);
         *t = (*t).min(s.t_ns);
     }
-    let mut out = String::from("collective,bytes,call,rank,event,peer,msg_bytes,t_us\n");
+    let mut out = String::from("collective,bytes,call,warmup,rank,event,peer,msg_bytes,t_us\n");
     for s in trace {
         let t0 = first[&(s.collective, s.bytes, s.call)];
         out += &format!(
-            "{},{},{},{},{},{},{},{:.3}\n",
+            "{},{},{},{},{},{},{},{},{:.3}\n",
             s.collective,
             s.bytes,
             s.call,
+            u8::from(s.warmup),
             s.rank,
             s.what,
             s.peer,

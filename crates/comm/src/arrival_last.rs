@@ -32,7 +32,8 @@ struct Place {
     before: Option<f32>,
 }
 
-/// The sum with the last block in progress; its buffers are kept between sums.
+/// The sum with the last block in progress. `places` keeps its buffer between sums;
+/// the result is handed out by `finish`.
 #[derive(Debug, Default)]
 pub(crate) struct LastBlock {
     /// The last block's rank.

@@ -67,13 +67,15 @@ pub struct ArrivalSum {
     /// bytes arrive) the merge of a Bruck message's last block is not made between its
     /// arrival and this rank's next send, but during the next receive.
     pending: Run,
-    /// Which ranks have been added, and how many.
+    /// Which ranks have been added.
     added: Vec<bool>,
+    /// How many ranks have been added.
     count: usize,
-    /// The last block's part, made as it arrives (`add_partial`), and its result once
-    /// `add` brought the whole block.
+    /// The last block's part of the sum, made as it arrives (`add_partial`).
     last: LastBlock,
+    /// The rank whose block `last` is summing, once it began.
     streaming: Option<usize>,
+    /// `last`'s result, once `add` brought that whole block; `finish` hands it out.
     streamed: Option<SparseVec>,
     /// The first malformed block: its rank and what is wrong.
     error: Option<(usize, String)>,
@@ -170,9 +172,11 @@ impl ArrivalSum {
 
     /// The sum of every block: indices ascending, each index's values added in rank
     /// order. The first malformed block's rank and cause if there was one (again on
-    /// every call until the next `begin`). Panics unless every rank has been added.
+    /// every call until the next `begin`). Panics unless every rank has been added, and
+    /// on a second call after a sum whose last block was fed as it arrived (its result
+    /// is handed out, not kept).
     pub fn finish(&mut self) -> Result<SparseVec, (usize, String)> {
-        let (world, count) = (self.added.len(), self.added.iter().filter(|&&a| a).count());
+        let (world, count) = (self.added.len(), self.count);
         assert_eq!(
             count, world,
             "ArrivalSum: finish after {count} of {world} blocks"

@@ -217,8 +217,10 @@ impl BlockWatch {
         let i = self.next;
         let end = *self.ends.get(i)?;
         let start = if i == 0 { 0 } else { self.ends[i - 1] };
-        let to = prefix.len().min(body + end);
-        (to > body + start).then(|| (i, &prefix[body + start..to]))
+        // The ends are the peer's word (any usize): compared, never added to.
+        let have = prefix.len().checked_sub(body)?;
+        let to = have.min(end);
+        (to > start).then(|| (i, &prefix[body + start..body + to]))
     }
 
     /// The bodies' start, if all `count` lengths are in `prefix` (they are read again

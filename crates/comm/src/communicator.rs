@@ -226,7 +226,7 @@ pub struct Communicator {
     /// TopKAllReduce calls that stopped summing as the blocks arrived (`TopkSum::Auto`
     /// found the merges behind the bytes) and summed after the gather.
     topk_arrival_stops: u64,
-    /// gTopKAllReduce's and the broadcast's steps, when asked for (`trace.rs`).
+    /// The sparse collectives' steps, when asked for (`trace.rs`).
     trace: Trace,
 }
 
@@ -796,8 +796,9 @@ impl Communicator {
     pub fn topk_arrival_stops(&self) -> u64 {
         self.topk_arrival_stops
     }
-    /// Turns the timeline of gTopKAllReduce's and the broadcast's steps on or off
-    /// (`trace.rs`); off, nothing is recorded.
+    /// Turns the timeline of the sparse collectives' steps on or off (`trace.rs`: TopK
+    /// and gTopK, their allgather and broadcast, also when called alone); off, nothing
+    /// is recorded. The steps pile up until [`Communicator::take_trace`] takes them.
     pub fn set_trace(&mut self, on: bool) {
         self.trace.set(on);
     }
@@ -1512,7 +1513,7 @@ impl Communicator {
             let progress = progress.as_mut().map(|f| f as &mut dyn FnMut(&[u8]));
             self.trace.mark("gather_send", to, g.send.len());
             self.exchange(to, tag, kind, &g.send, from, expect, &mut g.recv, progress)?;
-            self.trace.mark("gather_last_byte", from, g.recv.len());
+            self.trace.mark("gather_recv_done", from, g.recv.len());
             g.have
                 .append_message(&g.recv, count)
                 .map_err(|msg| CommError::Protocol { peer: from, msg })?;
@@ -1554,8 +1555,10 @@ impl Communicator {
         let watching = arriving;
         // This rank's own block joins at the first read, so that decoding it is not in
         // front of the first send. A block is merged at the next read (see ArrivalSum::
-        // settle): the last block of a message then waits for bytes of the next step's,
-        // after this rank's next send has left, and the last block of all for `finish`.
+        // settle), or at once where that read brought bytes of the next block of the
+        // same message: the last block of a message then waits for bytes of the next
+        // step's, after this rank's next send has left. The last block of all is summed
+        // as it arrives (ArrivalSum::add_partial, arrival_last.rs).
         let mut own_added = false;
         let mut on_block = |event: Received| {
             // A block with another complete behind it: the bytes come faster than this

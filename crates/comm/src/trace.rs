@@ -17,7 +17,8 @@ pub struct TraceEvent {
     /// `up_recv` (waiting for a child), `up_last_byte`, `up_cut` (its ⊤ merge done),
     /// `up_send`, `up_sent` (the write returned); the broadcast's `down_recv`,
     /// `down_last_byte`, `down_send`, `down_sent`, `down_receipt` (a child confirmed);
-    /// the allgather's `gather_send` and `gather_last_byte` per Bruck step.
+    /// the allgather's `gather_send` and `gather_recv_done` per Bruck step (its exchange
+    /// done: the message received, and this rank's own written).
     pub what: &'static str,
     /// The other rank of a message step (this rank otherwise).
     pub peer: usize,
@@ -25,7 +26,8 @@ pub struct TraceEvent {
     pub bytes: usize,
 }
 
-/// The events recorded since the last [`Trace::take`], when on.
+/// The events recorded since the last [`Trace::take`], when on (without limit: a caller
+/// that turns it on takes them).
 #[derive(Default)]
 pub(crate) struct Trace {
     on: bool,
