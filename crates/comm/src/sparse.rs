@@ -462,7 +462,7 @@ pub(crate) fn top_into(v: &SparseVec, k: usize, mags: &mut Vec<u32>, out: &mut S
     // A float's bits with the sign cleared order as |value| does (NaN above infinity, as
     // `f32::total_cmp` has it), so selection and the passes below compare integers.
     let mag = |x: f32| x.to_bits() & 0x7fff_ffff;
-    let (thr, above) = kth_largest_magnitude(&v.values, k, mags);
+    let (thr, above, equal) = kth_largest_magnitude(&v.values, k, mags);
     let mut ties = k - above;
     // One slot more than kept: every entry is written at the cursor, which moves on only
     // for a kept one (about half the entries, at random in gTopKAllReduce, where a branch
@@ -471,29 +471,42 @@ pub(crate) fn top_into(v: &SparseVec, k: usize, mags: &mut Vec<u32>, out: &mut S
     out.values.resize(k + 1, 0.0);
     let (oi, ov) = (&mut out.indices[..], &mut out.values[..]);
     let mut w = 0;
-    for (&i, &x) in v.indices.iter().zip(&v.values) {
-        let m = mag(x);
-        let tie = m == thr && ties > 0;
-        ties -= tie as usize;
-        oi[w] = i;
-        ov[w] = x;
-        w = (w + (m > thr || tie) as usize).min(k);
+    if equal == ties {
+        // Every entry at the threshold is kept (the usual case: no tie across it), so
+        // an entry is kept by its magnitude alone, with no count of ties carried from
+        // one to the next: exactly k are, so the cursor never passes slot k.
+        for (&i, &x) in v.indices.iter().zip(&v.values) {
+            oi[w] = i;
+            ov[w] = x;
+            w += (mag(x) >= thr) as usize;
+        }
+    } else {
+        for (&i, &x) in v.indices.iter().zip(&v.values) {
+            let m = mag(x);
+            let tie = m == thr && ties > 0;
+            ties -= tie as usize;
+            oi[w] = i;
+            ov[w] = x;
+            w = (w + (m > thr || tie) as usize).min(k);
+        }
     }
     out.indices.truncate(k);
     out.values.truncate(k);
 }
 
-/// The k-th largest of `values`' magnitudes as bits (`mag` in [`top_into`]), and how
-/// many are strictly above it; 0 < k ≤ values.len(). A radix select: one pass counts
+/// The k-th largest of `values`' magnitudes as bits (`mag` in [`top_into`]), how many
+/// are strictly above it and how many equal it; 0 < k ≤ values.len(). A radix select: one pass counts
 /// the magnitudes by their top 12 bits (sign cleared: the exponent and 4 bits of
 /// mantissa), the counts name the bucket that holds the k-th, a second pass gathers that
 /// bucket's magnitudes into `scratch`, and a selection among those alone finds it.
 /// Against a selection over all of them (`select_nth_unstable`, whose data-dependent
 /// branches mispredict), the threshold of gTopKAllReduce's 2 × 16,777 merged entries
-/// took 45 µs instead of 64-69 µs on the 2-core build machine (the whole cut, with the
-/// pass that keeps the entries, about 135 µs). Many equal magnitudes only make the
-/// bucket larger, never the answer wrong.
-fn kth_largest_magnitude(values: &[f32], k: usize, scratch: &mut Vec<u32>) -> (u32, usize) {
+/// took 45 µs instead of 64-69 µs on the 2-core build machine. Many equal magnitudes
+/// only make the bucket larger, never the answer wrong. The count of those equal to the
+/// k-th lets [`top_into`] keep entries by magnitude alone where no tie straddles the
+/// cut: the whole cut then took 77-82 µs against 133-182 µs (best of 300, beside a CI
+/// run).
+fn kth_largest_magnitude(values: &[f32], k: usize, scratch: &mut Vec<u32>) -> (u32, usize, usize) {
     const SHIFT: u32 = 31 - 12;
     let mag = |x: f32| x.to_bits() & 0x7fff_ffff;
     let mut hist = [0u32; 1 << 12];
@@ -517,7 +530,9 @@ fn kth_largest_magnitude(values: &[f32], k: usize, scratch: &mut Vec<u32>) -> (u
     let n = scratch.len();
     let thr = *scratch.select_nth_unstable(n - need).1;
     above += scratch[n - need..].iter().filter(|&&m| m > thr).count();
-    (thr, above)
+    // Every magnitude equal to it is in this bucket.
+    let equal = scratch.iter().filter(|&&m| m == thr).count();
+    (thr, above, equal)
 }
 
 /// A random sparse vector for tests: up to `n` entries (repeats dropped) below `range`,
@@ -623,9 +638,10 @@ mod tests {
             for k in 1..=values.len() {
                 let thr = sorted[k - 1];
                 let above = sorted.iter().filter(|&&m| m > thr).count();
+                let equal = sorted.iter().filter(|&&m| m == thr).count();
                 assert_eq!(
                     kth_largest_magnitude(&values, k, &mut scratch),
-                    (thr, above),
+                    (thr, above, equal),
                     "case {case}, k {k}"
                 );
             }
