@@ -1025,13 +1025,16 @@ fn every_survivor_names_the_dead_rank_not_its_neighbour() {
 /// whose own timeout has not fired yet.
 #[test]
 fn every_rank_names_a_hung_rank_not_its_neighbour() {
-    // (world, hung rank, collective): the ring allreduce, and Bruck's allgather, where a
-    // rank further ahead may have queued data ahead of its notice.
-    for (world, hung, gather) in [
-        (4usize, 2usize, false),
-        (5, 0, false),
-        (5, 1, true),
-        (6, 3, true),
+    // (world, hung rank, collective): the ring allreduce; Bruck's allgather, where a
+    // rank further ahead may have queued data ahead of its notice; and a broadcast whose
+    // root waits for its first child's receipt before the second child's message, so
+    // that child waits on a root that waits on the hung rank.
+    for (world, hung, what) in [
+        (4usize, 2usize, "allreduce"),
+        (5, 0, "allreduce"),
+        (5, 1, "allgather"),
+        (6, 3, "allgather"),
+        (4, 1, "broadcast"),
     ] {
         let timeout = Duration::from_secs(1);
         let errors: Vec<Option<String>> = job_with(world, timeout, |rank, c| {
@@ -1040,9 +1043,15 @@ fn every_rank_names_a_hung_rank_not_its_neighbour() {
                 std::thread::sleep(timeout * 2);
                 return None;
             }
-            if gather {
+            if what == "allgather" {
                 return c
                     .allgather_v(&vec![rank as u8; 30_000])
+                    .err()
+                    .map(|e| e.to_string());
+            }
+            if what == "broadcast" {
+                return c
+                    .broadcast(0, &vec![7u8; 40_000])
                     .err()
                     .map(|e| e.to_string());
             }
@@ -1060,7 +1069,7 @@ fn every_rank_names_a_hung_rank_not_its_neighbour() {
             assert!(
                 e.starts_with(&format!("rank {hung}:"))
                     || e.contains(&format!("rank {hung} failed")),
-                "world {world}, gather {gather}, rank {rank}: {e}"
+                "world {world}, {what}, rank {rank}: {e}"
             );
         }
     }
