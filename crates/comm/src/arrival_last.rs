@@ -18,7 +18,7 @@
 //! that its length matches.
 
 use crate::arrival_sum::Run;
-use crate::sparse::{arrived_parts, wrong_length, SparseVec, NOT_ASCENDING, SHORT_OF_COUNT};
+use crate::sparse::{arrived_parts, word, wrong_length, SparseVec, NOT_ASCENDING, SHORT_OF_COUNT};
 
 /// Where a value of the last block goes, and what it is added between.
 #[derive(Clone, Copy, Debug, Default)]
@@ -192,10 +192,4 @@ impl LastBlock {
         }
         Ok(std::mem::take(&mut self.out))
     }
-}
-
-/// The `j`-th little-endian u32 of `b`.
-fn word(b: &[u8], j: usize) -> u32 {
-    let w: [u8; 4] = b[4 * j..4 * j + 4].try_into().expect("4 bytes");
-    u32::from_le_bytes(w)
 }

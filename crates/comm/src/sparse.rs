@@ -68,8 +68,9 @@ impl SparseVec {
         b.reserve(4 + 8 * self.len());
         b.extend((self.len() as u32).to_le_bytes());
         // The wire is little-endian, as this target is (communicator.rs refuses others):
-        // the slices' own bytes, copied whole (an element at a time took 55 µs for
-        // gTopK's 134 kB message, on its critical path at every tree level).
+        // the slices' own bytes, copied whole (an element at a time, the encoding of
+        // gTopK's 134 kB message took a median of 58 µs in a trace, on its critical path
+        // at every tree level; whole, 11 µs).
         b.extend_from_slice(bytemuck::cast_slice(&self.indices));
         b.extend_from_slice(bytemuck::cast_slice(&self.values));
     }
@@ -191,6 +192,12 @@ pub(crate) fn arrived_parts<'p>(
     let values = body.get(n.saturating_mul(4)..).unwrap_or_default();
     let have_values = (values.len() / 4).min(n);
     Some((n, &body[..indices * 4], &values[..have_values * 4]))
+}
+
+/// The `j`-th little-endian u32 of `b` (of what [`arrived_parts`] gives).
+pub(crate) fn word(b: &[u8], j: usize) -> u32 {
+    let w: [u8; 4] = b[4 * j..4 * j + 4].try_into().expect("4 bytes");
+    u32::from_le_bytes(w)
 }
 
 impl<'a> SparseBytes<'a> {

@@ -20,7 +20,7 @@
 //! [`crate::SparseVec::decode`] checks: a count that the length matches, indices
 //! strictly ascending; nothing is allocated from the count alone.
 
-use crate::sparse::{arrived_parts, wrong_length, SparseVec, NOT_ASCENDING, SHORT_OF_COUNT};
+use crate::sparse::{arrived_parts, word, wrong_length, SparseVec, NOT_ASCENDING, SHORT_OF_COUNT};
 
 /// Marks a place whose value adds the child's to ours: the high bit of a place, free
 /// since every place is below ours' length plus the child's count, which
@@ -167,12 +167,6 @@ impl StreamMerge {
         }
         Ok(&self.merged)
     }
-}
-
-/// The `j`-th little-endian u32 of `b`.
-fn word(b: &[u8], j: usize) -> u32 {
-    let w: [u8; 4] = b[4 * j..4 * j + 4].try_into().expect("4 bytes");
-    u32::from_le_bytes(w)
 }
 
 #[cfg(test)]
