@@ -29,9 +29,19 @@ pub struct CommConfig {
     pub master_port: u16,
     /// Address this rank listens on for its peers (all interfaces by default).
     pub bind_addr: String,
+    /// Ports a non-zero rank may listen on for its peers, tried in order until one is
+    /// free (`GRADEX_PORT_RANGE=lo-hi`, for a firewall that opens only those); `None`:
+    /// one the OS picks. Rank 0 listens on `master_port` whatever this says.
+    pub listen_ports: Option<std::ops::RangeInclusive<u16>>,
+    /// This rank's index among the job's ranks on its machine (`LOCAL_RANK`), which a
+    /// trainer uses to pick its GPU; `None` where the launcher did not say.
+    pub local_rank: Option<usize>,
     /// Shared secret every rank must prove it knows.
     pub token: Vec<u8>,
-    /// Limit on every blocking operation, rendezvous included.
+    /// Limit on every blocking operation: the rendezvous's deadline, and after it the
+    /// longest a send or receive waits without a byte moving (a peer that trickles bytes
+    /// is slow, not gone: no deadline is put on a whole collective, whose time grows with
+    /// its size and the link).
     pub timeout: Duration,
     /// Largest frame payload a peer may announce.
     pub max_frame: u64,
@@ -52,6 +62,8 @@ impl CommConfig {
             master_addr: "127.0.0.1".into(),
             master_port: port,
             bind_addr: "127.0.0.1".into(),
+            listen_ports: None,
+            local_rank: None,
             token: token.to_vec(),
             timeout: Duration::from_secs(60),
             max_frame: 1 << 32,
@@ -74,10 +86,11 @@ impl CommConfig {
     }
 
     /// From `RANK`, `WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`, `GRADEX_TOKEN` (or
-    /// `GRADEX_TOKEN_FILE`), optional `GRADEX_BIND_ADDR` and `GRADEX_TIMEOUT_SECS`, and on
-    /// rank 0 an optional `GRADEX_MASTER_FD` (the master listener a launcher bound and
-    /// passed down: see `master.rs`). A value that does not parse or is out of range is
-    /// an error naming the variable and the value, never a default.
+    /// `GRADEX_TOKEN_FILE`), optional `LOCAL_RANK`, `GRADEX_BIND_ADDR`,
+    /// `GRADEX_PORT_RANGE` (`lo-hi`), `GRADEX_TIMEOUT_SECS` and `GRADEX_MAX_FRAME`
+    /// (bytes), and on rank 0 an optional `GRADEX_MASTER_FD` (the master listener a
+    /// launcher bound and passed down: see `master.rs`). A value that does not parse or is
+    /// out of range is an error naming the variable and the value, never a default.
     pub fn from_env() -> Result<Self> {
         Self::from_lookup(|k| std::env::var(k).ok())
     }
@@ -151,15 +164,33 @@ impl CommConfig {
                 "MASTER_PORT={port:?} is not a port number (0-65535)"
             ))
         })?;
+        let listen_ports = get("GRADEX_PORT_RANGE")
+            .map(|r| parse_port_range(&r))
+            .transpose()?;
+        let max_frame = match get("GRADEX_MAX_FRAME") {
+            None => 1 << 32,
+            Some(m) => m
+                .trim()
+                .parse::<u64>()
+                .ok()
+                .filter(|&m| m > 0)
+                .ok_or_else(|| {
+                    CommError::Config(format!(
+                        "GRADEX_MAX_FRAME={m:?} is not a number of bytes above 0"
+                    ))
+                })?,
+        };
         let mut cfg = CommConfig {
             rank: num("RANK")?,
             world: num("WORLD_SIZE")?,
             master_addr: var("MASTER_ADDR")?,
             master_port,
             bind_addr: get("GRADEX_BIND_ADDR").unwrap_or_else(|| "0.0.0.0".into()),
+            listen_ports,
+            local_rank: get("LOCAL_RANK").map(|_| num("LOCAL_RANK")).transpose()?,
             token,
             timeout,
-            max_frame: 1 << 32,
+            max_frame,
             master_listener: None,
         };
         if cfg.world > MAX_WORLD {
@@ -174,6 +205,13 @@ impl CommConfig {
                 cfg.rank, cfg.world
             )));
         }
+        // A machine holds at most the whole job.
+        if let Some(l) = cfg.local_rank.filter(|&l| l >= cfg.world) {
+            return Err(CommError::Config(format!(
+                "LOCAL_RANK {l} is not in 0..WORLD_SIZE ({})",
+                cfg.world
+            )));
+        }
         if let Some(fd) = get(crate::master::MASTER_FD_ENV) {
             if cfg.rank != 0 {
                 return Err(CommError::Config(format!(
@@ -185,6 +223,22 @@ impl CommConfig {
             cfg.master_listener = Some(crate::master::adopt_master_listener(&fd, cfg.master_port)?);
         }
         Ok(cfg)
+    }
+}
+
+/// `GRADEX_PORT_RANGE`'s `lo-hi` (both included; one port alone is `p-p`).
+fn parse_port_range(r: &str) -> Result<std::ops::RangeInclusive<u16>> {
+    let bad = |why: &str| {
+        CommError::Config(format!(
+            "GRADEX_PORT_RANGE={r:?} {why} (expected lo-hi, e.g. 29600-29699)"
+        ))
+    };
+    let (lo, hi) = r.trim().split_once('-').ok_or_else(|| bad("has no '-'"))?;
+    let port = |p: &str| p.trim().parse::<u16>().ok().filter(|&p| p > 0);
+    match (port(lo), port(hi)) {
+        (Some(lo), Some(hi)) if lo <= hi => Ok(lo..=hi),
+        (Some(_), Some(_)) => Err(bad("is empty: its first port is above its last")),
+        _ => Err(bad("names a port outside 1-65535")),
     }
 }
 
@@ -310,8 +364,12 @@ const STALL_GRACE: Duration = Duration::from_millis(300);
 /// The largest data frame a rank tracing a stall reads past to reach a notice behind it.
 const STALL_SKIP_MAX: u64 = 1 << 20;
 
-/// Frames up to this size are sent before receiving, without a sender thread: Linux's
-/// default TCP send buffer holds them, so the write completes before the peer reads.
+/// Frames up to this size are first offered to the kernel without waiting
+/// ([`send_now`]), and received after, without a sender thread: latency-bound collectives
+/// (the sparse ones) gain the most. The kernel's buffers (the peer's receive window, about
+/// 64 KiB at Linux's default `tcp_rmem`, and this socket's send buffer) usually take the
+/// whole frame; where they do not, the rest goes from a thread as for a large frame, so
+/// that a ring of ranks all sending first cannot wait on one another.
 const SMALL_FRAME: usize = 64 * 1024;
 
 /// The most ranks a job may have. A full mesh of TCP connections needs a descriptor
@@ -332,6 +390,75 @@ pub(crate) const RECEIPT_MIN_BYTES: usize = 16 << 10;
 
 /// Tags of point-to-point messages live in their own space (high bit set).
 const P2P: u32 = 1 << 31;
+
+/// Writes as much of the frame `header` + `payload` as the kernel takes at once, without
+/// waiting (one `sendmsg`, `MSG_DONTWAIT`, then more while it keeps taking): the bytes
+/// written, the whole frame or a prefix of it.
+fn send_now(w: &TcpStream, peer: usize, header: &[u8], payload: &[u8]) -> Result<usize> {
+    use std::os::fd::AsRawFd;
+    let total = header.len() + payload.len();
+    let mut done = 0;
+    while done < total {
+        let (h, p) = if done < header.len() {
+            (&header[done..], payload)
+        } else {
+            (&header[..0], &payload[done - header.len()..])
+        };
+        let mut iov = [
+            libc::iovec {
+                iov_base: h.as_ptr() as *mut libc::c_void,
+                iov_len: h.len(),
+            },
+            libc::iovec {
+                iov_base: p.as_ptr() as *mut libc::c_void,
+                iov_len: p.len(),
+            },
+        ];
+        // SAFETY: a zeroed msghdr is valid (no address, no control data); its two iovecs
+        // point into `header` and `payload`, which outlive the call and are only read.
+        let n = unsafe {
+            let mut msg: libc::msghdr = std::mem::zeroed();
+            msg.msg_iov = iov.as_mut_ptr();
+            msg.msg_iovlen = iov.len() as _;
+            libc::sendmsg(w.as_raw_fd(), &msg, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL)
+        };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            match e.kind() {
+                std::io::ErrorKind::WouldBlock => break,
+                std::io::ErrorKind::Interrupted => continue,
+                _ => {
+                    return Err(CommError::Peer {
+                        peer,
+                        op: "send",
+                        source: e,
+                    })
+                }
+            }
+        }
+        done += n as usize;
+    }
+    Ok(done)
+}
+
+/// What [`send_now`] left of the frame `header` + `payload` after its first `done`
+/// bytes, written with blocking writes (the socket's timeout applies).
+fn send_rest(
+    w: &mut TcpStream,
+    peer: usize,
+    header: &[u8],
+    payload: &[u8],
+    done: usize,
+) -> Result<()> {
+    let from_payload = done.saturating_sub(header.len());
+    w.write_all(&header[done.min(header.len())..])
+        .and_then(|_| w.write_all(&payload[from_payload..]))
+        .map_err(|e| CommError::Peer {
+            peer,
+            op: "send",
+            source: e,
+        })
+}
 
 /// Sends one frame. `limit` is what the receiver will accept of a frame whose length it
 /// does not know in advance (`max_frame`): a larger payload is refused here, with an error
@@ -753,12 +880,22 @@ impl Communicator {
                 None => None,
             });
         }
-        Ok(Communicator {
+        Ok(Communicator::assemble(cfg, streams, readers))
+    }
+
+    /// A communicator over connected, authenticated sockets: `writers[p]` and
+    /// `readers[p]` to and from rank p (two handles of one connection, but for tests).
+    fn assemble(
+        cfg: &CommConfig,
+        writers: Vec<Option<TcpStream>>,
+        readers: Vec<Option<TcpStream>>,
+    ) -> Communicator {
+        Communicator {
             rank: cfg.rank,
             world: cfg.world,
             max_frame: cfg.max_frame,
             timeout: cfg.timeout,
-            writers: streams,
+            writers,
             readers,
             counters: ByteCounters::default(),
             seq: 0,
@@ -771,7 +908,7 @@ impl Communicator {
             topk_sum: TopkSum::Auto,
             topk_arrival_stops: 0,
             trace: Trace::default(),
-        })
+        }
     }
     /// Joins the job described by the environment (see [`CommConfig::from_env`]).
     pub fn from_env() -> Result<Self> {
@@ -1138,18 +1275,28 @@ impl Communicator {
         // Refused before the receive starts: waiting for `from` while `to` waits in vain
         // for this message would end in a timeout that hides the cause.
         check_size(to, payload, limit)?;
+        let header = encode_header(&FrameHeader {
+            kind: KIND_DATA,
+            tag,
+            len: payload.len() as u64,
+        });
+        // A small frame is offered to the kernel first (see SMALL_FRAME); what it does
+        // not take, and a large frame, go from a thread while this one receives.
+        let mut done = 0;
         if payload.len() <= SMALL_FRAME {
-            // Fits in the socket's send buffer, so sending first cannot deadlock, and no
-            // thread is needed: latency-bound collectives (the sparse ones) gain the most.
-            let sent = send_frame(w, to, tag, payload, limit);
-            mark_failed_send(&mut self.dirty, to, sent)?;
-            recv_frame_into(r, from, tag, max, expect, got, progress)?;
-            self.counters.sent(kind, payload.len(), HEADER_LEN);
-            self.counters.received(kind, got.len(), HEADER_LEN);
-            return Ok(());
+            done = match send_now(w, to, &header, payload) {
+                Ok(n) => n,
+                Err(e) => return mark_failed_send(&mut self.dirty, to, Err(e)),
+            };
+            if done == HEADER_LEN + payload.len() {
+                recv_frame_into(r, from, tag, max, expect, got, progress)?;
+                self.counters.sent(kind, payload.len(), HEADER_LEN);
+                self.counters.received(kind, got.len(), HEADER_LEN);
+                return Ok(());
+            }
         }
         let (sent, received) = std::thread::scope(|s| {
-            let sender = s.spawn(move || send_frame(w, to, tag, payload, limit));
+            let sender = s.spawn(move || send_rest(w, to, &header, payload, done));
             let received = recv_frame_into(r, from, tag, max, expect, got, progress);
             let sent = sender
                 .join()
@@ -1436,8 +1583,9 @@ impl Communicator {
     }
 
     /// Every rank's buffer (of any length) on every rank. Bruck's algorithm packs up to
-    /// ⌈P/2⌉ ranks' buffers into one message, and each message is held to `max_frame`, so
-    /// the buffers of any ⌈P/2⌉ consecutive ranks must fit in it together; a message over
+    /// ⌊P/2⌋ ranks' buffers into one message (min(d, P−d) at distance d), and each
+    /// message is held to `max_frame`, so the buffers of any ⌊P/2⌋ consecutive ranks must
+    /// fit in it together; a message over
     /// it fails the collective on every rank at once, naming the setting.
     pub fn allgather_v(&mut self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
         self.guarded(|c| c.allgather_v_unguarded(data))
@@ -1708,7 +1856,9 @@ fn check_local(op: &str, local: &SparseVec) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::{recv_frame, recv_frame_into, CommConfig, Expect};
-    use crate::frame::{encode_header, FrameHeader};
+    use crate::frame::{
+        decode_header, encode_header, FrameHeader, HEADER_LEN, KIND_ABORT, KIND_DATA,
+    };
     use std::alloc::{GlobalAlloc, Layout, System};
     use std::cell::Cell;
     use std::collections::HashMap;
@@ -1767,6 +1917,179 @@ mod tests {
             let _ = w.write_all(&body);
         });
         r
+    }
+
+    /// Fuzz, through a socket: random bytes, headers with random kinds, tags and
+    /// lengths, valid frames with one byte changed, each cut at a random point. A receive
+    /// returns the payload only where the frame was whole and valid, is an error naming
+    /// the peer otherwise, never panics, and never allocates much more than arrived.
+    #[test]
+    fn random_and_truncated_streams_are_errors_or_exactly_the_frame() {
+        let mut g = tensor::Rng::new(77);
+        let (mut accepted, mut refused) = (0, 0);
+        for case in 0..600 {
+            let mut bytes: Vec<u8>;
+            let kind = [KIND_DATA, KIND_DATA, KIND_ABORT, 2, 255][g.below(5)];
+            let tag = [1u32, 1, 2][g.below(3)];
+            let len = match g.below(3) {
+                0 => g.below(64) as u64,
+                1 => g.below(1 << 21) as u64,
+                _ => (g.below(1 << 30) as u64) << g.below(34),
+            };
+            match case % 3 {
+                0 => bytes = (0..g.below(80)).map(|_| g.below(256) as u8).collect(),
+                _ => {
+                    bytes = encode_header(&FrameHeader { kind, tag, len }).to_vec();
+                    let body = (len as usize).min(1 << 16);
+                    bytes.extend((0..body).map(|i| i as u8));
+                    if case % 3 == 2 {
+                        let at = g.below(bytes.len());
+                        bytes[at] ^= 1 + g.below(255) as u8;
+                    }
+                }
+            }
+            // Whole, or cut anywhere.
+            if g.below(2) == 0 {
+                bytes.truncate(g.below(bytes.len() + 1));
+            }
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            let mut w = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+            let (mut r, _) = l.accept().unwrap();
+            r.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let sent = bytes.clone();
+            let writer = std::thread::spawn(move || {
+                let _ = w.write_all(&sent);
+            });
+            LARGEST.with(|l| l.set(0));
+            const MAX: u64 = 1 << 40;
+            let got = recv_frame(&mut r, 3, 1, MAX, Expect::AtMost(MAX));
+            let largest = LARGEST.with(|l| l.get());
+            writer.join().unwrap();
+            let whole = bytes.len() >= HEADER_LEN
+                && decode_header(&bytes, MAX).is_ok_and(|h| {
+                    h.kind == KIND_DATA
+                        && h.tag == 1
+                        && bytes.len() as u64 >= HEADER_LEN as u64 + h.len
+                });
+            match got {
+                Ok(payload) => {
+                    assert!(whole, "case {case}: accepted {bytes:02x?}");
+                    assert_eq!(payload, bytes[HEADER_LEN..HEADER_LEN + payload.len()]);
+                    accepted += 1;
+                }
+                Err(e) => {
+                    assert!(!whole, "case {case}: refused a whole frame: {e}");
+                    assert!(e.to_string().contains("rank 3"), "case {case}: {e}");
+                    refused += 1;
+                }
+            }
+            // RECV_FIRST_ALLOC first, then at most twice what came.
+            assert!(
+                largest <= (2 * bytes.len()).max(super::RECV_FIRST_ALLOC),
+                "case {case}: allocated {largest} bytes for {} sent",
+                bytes.len()
+            );
+        }
+        // Both outcomes were exercised.
+        assert!(
+            accepted >= 10 && refused >= 300,
+            "{accepted} accepted, {refused} refused"
+        );
+    }
+
+    /// Socket buffers far below a small frame: [`super::send_now`] leaves part of it,
+    /// and the ring's step sends the rest from a thread. Written first and blocking, the
+    /// frames of two ranks that send to each other before receiving would wait for each
+    /// other until the timeout.
+    #[test]
+    fn small_frames_go_through_socket_buffers_smaller_than_they_are() {
+        use std::os::fd::AsRawFd;
+        fn shrink(s: &impl AsRawFd) {
+            for opt in [libc::SO_SNDBUF, libc::SO_RCVBUF] {
+                let v: libc::c_int = 4096;
+                // SAFETY: a valid socket and a c_int option value.
+                let rc = unsafe {
+                    libc::setsockopt(
+                        s.as_raw_fd(),
+                        libc::SOL_SOCKET,
+                        opt,
+                        (&v as *const libc::c_int).cast(),
+                        std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                    )
+                };
+                assert_eq!(rc, 0);
+            }
+        }
+        const N: usize = 60_000;
+        // Such buffers do not take such a frame: a pair where nobody reads.
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        shrink(&l);
+        let w = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (_r, _) = l.accept().unwrap();
+        shrink(&w);
+        let took = super::send_now(&w, 1, &[0u8; HEADER_LEN], &[7u8; N]).unwrap();
+        assert!(took < HEADER_LEN + N, "the kernel took all {took} bytes");
+
+        // Two ranks, each sending on a connection to the other's shrunk listener and
+        // receiving on the one it accepted, so both directions have small windows from
+        // their first segment on (shrunk after the handshake, a window stays large).
+        let listeners: Vec<TcpListener> = (0..2)
+            .map(|_| {
+                let l = TcpListener::bind("127.0.0.1:0").unwrap();
+                shrink(&l);
+                l
+            })
+            .collect();
+        let out: Vec<TcpStream> = (0..2)
+            .map(|r| TcpStream::connect(listeners[1 - r].local_addr().unwrap()).unwrap())
+            .collect();
+        let mut comms: Vec<super::Communicator> = out
+            .into_iter()
+            .enumerate()
+            .map(|(r, w)| {
+                let (inbound, _) = listeners[r].accept().unwrap();
+                shrink(&w);
+                let cfg = CommConfig {
+                    timeout: Duration::from_secs(20),
+                    ..CommConfig::loopback(r, 2, 0, b"t")
+                };
+                for s in [&w, &inbound] {
+                    s.set_read_timeout(Some(cfg.timeout)).unwrap();
+                    s.set_write_timeout(Some(cfg.timeout)).unwrap();
+                }
+                let (mut writers, mut readers) = (vec![None, None], vec![None, None]);
+                writers[1 - r] = Some(w);
+                readers[1 - r] = Some(inbound);
+                super::Communicator::assemble(&cfg, writers, readers)
+            })
+            .collect();
+        let start = std::time::Instant::now();
+        let results: Vec<Vec<Vec<u8>>> = std::thread::scope(|s| {
+            let hs: Vec<_> = comms
+                .iter_mut()
+                .map(|c| {
+                    s.spawn(move || {
+                        (0..3)
+                            .map(|call| {
+                                let mine = vec![(c.rank() * 10 + call) as u8; N];
+                                c.allgather_v(&mine).unwrap()
+                            })
+                            .last()
+                            .unwrap()
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for got in &results {
+            assert_eq!(got, &[vec![2u8; N], vec![12u8; N]]);
+        }
+        // Well within the 20 s timeout a blocked pair would have run into.
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            start.elapsed()
+        );
     }
 
     #[test]
@@ -1962,6 +2285,56 @@ mod tests {
         assert!(e.contains("GRADEX_MASTER_FD=\"3\" is set on rank 1"), "{e}");
         let e = parse(&[("RANK", "0"), ("GRADEX_MASTER_FD", "x")]).unwrap_err();
         assert!(e.contains("GRADEX_MASTER_FD=\"x\""), "{e}");
+    }
+
+    #[test]
+    fn port_range_local_rank_and_frame_limit_come_from_the_environment() {
+        let ok = parse(&[]).unwrap();
+        assert_eq!(
+            (ok.listen_ports, ok.local_rank, ok.max_frame),
+            (None, None, 1 << 32)
+        );
+        let c = parse(&[
+            ("GRADEX_PORT_RANGE", "29600-29699"),
+            ("LOCAL_RANK", "1"),
+            ("GRADEX_MAX_FRAME", "1048576"),
+        ])
+        .unwrap();
+        assert_eq!(c.listen_ports, Some(29600..=29699));
+        assert_eq!((c.local_rank, c.max_frame), (Some(1), 1 << 20));
+        assert_eq!(
+            parse(&[("GRADEX_PORT_RANGE", " 7000 - 7000 ")])
+                .unwrap()
+                .listen_ports,
+            Some(7000..=7000)
+        );
+        for (bad, why) in [
+            ("29600", "has no '-'"),
+            ("29699-29600", "is empty"),
+            ("0-10", "outside 1-65535"),
+            ("1-65536", "outside 1-65535"),
+            ("a-b", "outside 1-65535"),
+        ] {
+            let e = parse(&[("GRADEX_PORT_RANGE", bad)]).unwrap_err();
+            assert!(
+                e.contains(&format!("GRADEX_PORT_RANGE={bad:?}")) && e.contains(why),
+                "{bad}: {e}"
+            );
+        }
+        let e = parse(&[("LOCAL_RANK", "2")]).unwrap_err();
+        assert!(
+            e.contains("LOCAL_RANK 2 is not in 0..WORLD_SIZE (2)"),
+            "{e}"
+        );
+        let e = parse(&[("LOCAL_RANK", "gpu0")]).unwrap_err();
+        assert!(e.contains("LOCAL_RANK=\"gpu0\""), "{e}");
+        for bad in ["0", "-1", "1e6", "big"] {
+            let e = parse(&[("GRADEX_MAX_FRAME", bad)]).unwrap_err();
+            assert!(
+                e.contains(&format!("GRADEX_MAX_FRAME={bad:?}")),
+                "{bad}: {e}"
+            );
+        }
     }
 
     #[test]

@@ -10,7 +10,7 @@
 //!
 //! The paper counts k in elements of its β unit; ours counts the 8 bytes of an
 //! (index, value) pair (each block's 4-byte entry count and its length, a LEB128 varint
-//! of 1–3 bytes, are left out). Bruck's
+//! of 1–3 bytes below 2 MiB, 4 at k ≥ 262,144 pairs, are left out). Bruck's
 //! allgather has recursive doubling's cost for any P, not only powers of two.
 
 use crate::communicator::Communicator;

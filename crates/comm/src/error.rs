@@ -29,7 +29,7 @@ pub enum CommError {
     /// and gives up ([`crate::Communicator`]'s guard). A point-to-point send over the
     /// limit returns this error too, but there no peer waits, so the communicator stays
     /// usable.
-    #[error("a message of {len} bytes for rank {peer} exceeds the frame limit of {limit} bytes, which the receiver would refuse (raise CommConfig::max_frame on every rank)")]
+    #[error("a message of {len} bytes for rank {peer} exceeds the frame limit of {limit} bytes, which the receiver would refuse (raise GRADEX_MAX_FRAME, or CommConfig::max_frame, on every rank)")]
     TooLarge { peer: usize, len: u64, limit: u64 },
     /// A collective failed because of rank `failed`; `reporter` is the rank whose notice
     /// (or whose own failure) brought the news.

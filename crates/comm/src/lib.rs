@@ -11,8 +11,11 @@
 //!   compression ratios are measured on the wire.
 //! - Frames are length-prefixed with a versioned header; a frame longer than the configured
 //!   maximum, of the wrong version or truncated is an error, never an allocation of a
-//!   size a peer chose. Every blocking call has a timeout; a dead peer ends the collective
-//!   with an error naming its rank.
+//!   size a peer chose. Every blocking TCP call has a timeout, on inactivity: a peer that
+//!   sends or takes nothing for `timeout` (dead, hung, unplugged) ends the collective
+//!   with an error naming its rank on every rank; one that keeps trickling bytes is
+//!   slow, not gone, and is waited for (the rendezvous alone has a deadline, so that a
+//!   stranger cannot hold it). NCCL's calls have no timeout (see `nccl.rs`).
 //!
 //! - The α-β cost model of paper 002's Table I ([`AlphaBeta`]), fitted from a ping-pong.
 //!

@@ -201,6 +201,32 @@ fn listen_host(bind_addr: &str, master: SocketAddr) -> &str {
     }
 }
 
+/// A non-zero rank's listener for its peers: on a port the OS picks, or on the first free
+/// one of `ports` (`GRADEX_PORT_RANGE`); a port another process holds is passed over, any
+/// other failure to bind is the error.
+fn bind_peer_listener(
+    bind: &str,
+    ports: Option<std::ops::RangeInclusive<u16>>,
+) -> Result<TcpListener> {
+    let cannot = |at: String, e: std::io::Error| {
+        CommError::Rendezvous(format!("cannot listen on {at}: {e}"))
+    };
+    let Some(ports) = ports else {
+        return TcpListener::bind((bind, 0)).map_err(|e| cannot(bind.to_string(), e));
+    };
+    let (lo, hi) = (*ports.start(), *ports.end());
+    for port in ports {
+        match TcpListener::bind((bind, port)) {
+            Ok(l) => return Ok(l),
+            Err(e) if e.kind() == ErrorKind::AddrInUse => continue,
+            Err(e) => return Err(cannot(format!("{bind} port {port}"), e)),
+        }
+    }
+    Err(CommError::Rendezvous(format!(
+        "cannot listen on {bind}: every port of GRADEX_PORT_RANGE {lo}-{hi} is in use"
+    )))
+}
+
 /// A non-zero rank's report of its listener to rank 0: the port (u16 LE), then 0 when it
 /// listens on every interface (rank 0 then lists the address it sees the rank's
 /// connection come from), or 4 or 6 and the IPv4 or IPv6 address it is bound to. A rank
@@ -355,8 +381,7 @@ fn join_as_nonzero(
 ) -> Result<()> {
     let (rank, world) = (cfg.rank, cfg.world);
     let bind = listen_host(&cfg.bind_addr, master);
-    let listener = TcpListener::bind((bind, 0))
-        .map_err(|e| CommError::Rendezvous(format!("cannot listen on {bind}: {e}")))?;
+    let listener = bind_peer_listener(bind, cfg.listen_ports.clone())?;
     let listening = listener
         .local_addr()
         .map_err(|e| CommError::Rendezvous(e.to_string()))?;
@@ -516,6 +541,57 @@ mod tests {
             .collect();
         let to_1 = meshes[2][1].as_ref().expect("rank 2 reached rank 1");
         assert_eq!(to_1.peer_addr().unwrap().ip().to_string(), "127.0.0.2");
+    }
+
+    /// GRADEX_PORT_RANGE: the non-zero ranks listen on ports of the range, passing over
+    /// one another process holds; with every port held, the error names the range.
+    #[test]
+    fn ranks_listen_on_the_port_range_they_are_given() {
+        let held = TcpListener::bind("127.0.0.1:0").unwrap();
+        let lo = held.local_addr().unwrap().port();
+        let hi = lo.saturating_add(64);
+        let l = bind_peer_listener("127.0.0.1", Some(lo..=hi)).unwrap();
+        let port = l.local_addr().unwrap().port();
+        assert!(port > lo && port <= hi, "{port} in {lo}-{hi}, {lo} held");
+        let e = bind_peer_listener("127.0.0.1", Some(lo..=lo))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(&format!(
+                "every port of GRADEX_PORT_RANGE {lo}-{lo} is in use"
+            )),
+            "{e}"
+        );
+        drop(l);
+
+        let job = CommConfig::loopback_job(3, b"tok").unwrap();
+        let configs: Vec<CommConfig> = job
+            .into_iter()
+            .map(|c| CommConfig {
+                listen_ports: Some(lo..=hi),
+                timeout: Duration::from_secs(10),
+                ..c
+            })
+            .collect();
+        let meshes: Vec<Vec<Option<TcpStream>>> = std::thread::scope(|s| {
+            let hs: Vec<_> = configs
+                .iter()
+                .map(|c| s.spawn(move || connect_mesh(c)))
+                .collect();
+            hs.into_iter()
+                .map(|h| h.join().unwrap().expect("every rank joins"))
+                .collect()
+        });
+        // Rank 2 connected to rank 1's listener; rank 1 accepted on it.
+        let at_1 = meshes[2][1].as_ref().unwrap().peer_addr().unwrap().port();
+        assert_eq!(
+            meshes[1][2].as_ref().unwrap().local_addr().unwrap().port(),
+            at_1
+        );
+        assert!(
+            at_1 > lo && at_1 <= hi,
+            "rank 1 listened on {at_1}, not in {lo}-{hi}"
+        );
     }
 
     #[test]

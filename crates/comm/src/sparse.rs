@@ -414,7 +414,8 @@ fn collapse_runs(keys: &[u64]) -> SparseVec {
 /// index order keeps everything above it and the first ties, which are the smallest
 /// indices. (A full sort by magnitude was the bulk of gTopKAllReduce's time at k = 16 K.)
 /// The kept entries go to a new vector that replaces `v`'s; [`top_merge_into`] is the
-/// form that reuses buffers.
+/// form that reuses buffers. Panics if `v` has fewer values than indices, as
+/// [`merge_sum_into`] does ([`SparseVec::check`] catches that).
 pub fn truncate_top(v: &mut SparseVec, k: usize) {
     if v.len() <= k {
         return;

@@ -319,6 +319,69 @@ fn gtopk_allreduce_follows_the_tree_definition() {
     }
 }
 
+/// The definition of gTopKAllReduce's result: the k entries of largest magnitude
+/// of the summed sparse vectors, ties to the smaller index, sorted by index.
+fn global_top_k(world: usize, k: usize, local: impl Fn(usize) -> SparseVec) -> SparseVec {
+    let mut sum = std::collections::BTreeMap::<u32, f64>::new();
+    for r in 0..world {
+        let v = local(r);
+        for (&i, &x) in v.indices.iter().zip(&v.values) {
+            *sum.entry(i).or_default() += x as f64;
+        }
+    }
+    let mut all: Vec<(u32, f32)> = sum.into_iter().map(|(i, x)| (i, x as f32)).collect();
+    all.sort_by(|a, b| b.1.abs().total_cmp(&a.1.abs()).then(a.0.cmp(&b.0)));
+    all.truncate(k);
+    SparseVec::new(all)
+}
+
+/// Where the tree cannot lose an entry, gTopKAllReduce is the global top-k of the sum
+/// exactly, ties included: with disjoint supports every merge is a union, and the k
+/// largest of a union (magnitude, then the smaller index, a total order) are the k
+/// largest of the parts' k largest. Where supports overlap it can differ: an index whose
+/// partial sums a lower level cut contributes less than its sum (paper 002, Section
+/// IV.B); `gtopk_allreduce_follows_the_tree_definition` checks that case against the tree.
+#[test]
+fn gtopk_allreduce_is_the_global_top_k_where_supports_are_disjoint() {
+    for world in 1..=8 {
+        // Rank r holds indices r, r + P, r + 2P, ...: random values, then magnitudes all
+        // equal, where only the tie rule decides.
+        let random = move |r: usize| {
+            let mut g = Rng::new(500 + r as u64);
+            SparseVec::new(
+                (0..60)
+                    .map(|j| ((r + world * j) as u32, g.normal() as f32))
+                    .collect(),
+            )
+        };
+        let ties = move |r: usize| {
+            SparseVec::new(
+                (0..60)
+                    .map(|j| ((r + world * j) as u32, if j % 2 == 0 { 1.0 } else { -1.0 }))
+                    .collect(),
+            )
+        };
+        for k in [1, 7, 25, 60] {
+            let out = job(world, |c| {
+                (
+                    c.gtopk_allreduce(&random(c.rank()), k).unwrap(),
+                    c.gtopk_allreduce(&ties(c.rank()), k).unwrap(),
+                )
+            });
+            let (want, want_ties) = (global_top_k(world, k, random), global_top_k(world, k, ties));
+            assert_eq!(want.len(), k);
+            assert_eq!(want_ties.indices, (0..k as u32).collect::<Vec<_>>());
+            for (rank, (got, got_ties)) in out.iter().enumerate() {
+                assert_eq!(got, &want, "world {world} k {k} rank {rank}");
+                assert_eq!(
+                    got_ties, &want_ties,
+                    "ties: world {world} k {k} rank {rank}"
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn top_merge_sums_and_keeps_the_largest_magnitudes() {
     let a = SparseVec::new(vec![(1, 1.0), (3, -5.0), (7, 0.5)]);
