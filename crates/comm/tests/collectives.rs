@@ -1,6 +1,7 @@
 //! Collectives against serial computations, for world sizes 1–8 (powers of two and not),
-//! on loopback. Each rank runs on its own thread with its own sockets; one test runs real
-//! worker processes.
+//! on loopback. Each rank runs on its own thread with its own sockets (the same TCP
+//! connections, frames and failures as processes, in one process, so that a failure
+//! can be traced); `processes.rs` runs every collective in worker processes.
 
 use comm::{
     merge_sum_into, sum_all, top_merge, CommError, Communicator, ReduceOp, SparseVec, TopkSum,
@@ -9,7 +10,7 @@ use std::time::{Duration, Instant};
 use tensor::Rng;
 
 mod common;
-use common::job_configs;
+use common::{data, gtopk_serial_of, job_configs, sparse};
 
 /// Runs `f` on every rank of a loopback job; results in rank order.
 fn job<T: Send>(world: usize, f: impl Fn(&mut Communicator) -> T + Sync) -> Vec<T> {
@@ -38,11 +39,6 @@ fn job_with<T: Send>(
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     })
-}
-
-fn data(rank: usize, n: usize) -> Vec<f32> {
-    let mut r = Rng::new(rank as u64 + 1);
-    (0..n).map(|_| r.normal() as f32).collect()
 }
 
 #[test]
@@ -160,15 +156,6 @@ fn allgather_v_broadcast_barrier_and_point_to_point() {
     }
 }
 
-fn sparse(rank: usize, n: u32, nnz: usize) -> SparseVec {
-    let mut r = Rng::new(100 + rank as u64);
-    SparseVec::new(
-        (0..nnz)
-            .map(|_| (r.below(n as usize) as u32, r.normal() as f32))
-            .collect(),
-    )
-}
-
 #[test]
 fn topk_allreduce_is_the_sum_of_the_sparse_vectors() {
     for world in 1..=8 {
@@ -271,23 +258,6 @@ fn repeated_sparse_collectives_reuse_their_buffers_without_leftovers() {
 /// The serial definition of gTopKAllReduce: ⊤ up the binomial tree to rank 0.
 fn gtopk_serial(world: usize, k: usize) -> SparseVec {
     gtopk_serial_of(world, k, |r| sparse(r, 1000, 40))
-}
-
-/// The same for rank r's vector `local(r)`.
-fn gtopk_serial_of(world: usize, k: usize, local: impl Fn(usize) -> SparseVec) -> SparseVec {
-    let mut cur: Vec<SparseVec> = (0..world)
-        .map(|r| top_merge(&local(r), &SparseVec::default(), k))
-        .collect();
-    let mut mask = 1;
-    while mask < world {
-        for r in (0..world).step_by(2 * mask) {
-            if r + mask < world {
-                cur[r] = top_merge(&cur[r], &cur[r + mask], k);
-            }
-        }
-        mask <<= 1;
-    }
-    cur.swap_remove(0)
 }
 
 #[test]
@@ -1165,50 +1135,4 @@ fn the_frame_decoder_rejects_garbage_without_panicking() {
     assert!(comm::decode_header(&ok, 1 << 50)
         .unwrap_err()
         .contains("unknown frame kind 7"));
-}
-
-/// Real processes: this test re-runs its own executable as three workers.
-#[test]
-fn multi_process_allreduce_on_loopback() {
-    if let Ok(rank) = std::env::var("COMM_TEST_WORKER_RANK") {
-        let cfg = comm::CommConfig::from_env().unwrap();
-        // Rank 0 listens on the socket it inherited, the others on their own.
-        assert_eq!(cfg.master_listener.is_some(), rank == "0", "rank {rank}");
-        let mut c = Communicator::connect(&cfg).unwrap();
-        let mut d = vec![rank.parse::<f32>().unwrap() + 1.0; 100];
-        c.allreduce(&mut d, ReduceOp::Sum).unwrap();
-        assert!(d.iter().all(|&v| v == 6.0), "{d:?}");
-        return;
-    }
-    let master = comm::bind_loopback_master().unwrap();
-    let exe = std::env::current_exe().unwrap();
-    let children: Vec<_> = (0..3)
-        .map(|rank| {
-            let mut command = std::process::Command::new(&exe);
-            // The launcher's way: rank 0 inherits the listener the port came from.
-            comm::prepare_local_worker(&mut command, rank, 3, &master, "process-token").unwrap();
-            command
-                .args([
-                    "--exact",
-                    "multi_process_allreduce_on_loopback",
-                    "--nocapture",
-                ])
-                .env("COMM_TEST_WORKER_RANK", rank.to_string())
-                .env("GRADEX_TIMEOUT_SECS", "20")
-                // Captured, so the workers' own test summaries do not mix into ours.
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped())
-                .spawn()
-                .unwrap()
-        })
-        .collect();
-    for c in children {
-        let out = c.wait_with_output().unwrap();
-        assert!(
-            out.status.success(),
-            "a worker process failed:\n{}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
 }
