@@ -32,6 +32,9 @@
 # 1.16-1.25x the alpha-beta model at 100 Mbit/s against 1.00x with it (RESULTS.md). The model
 # assumes the two directions of a link do not interfere; with --ack-prio they do not.
 #
+# --delay D adds D of one-way delay between any two hosts (netem on each host's upload;
+# a round trip is 2D). It needs the kernel's sch_netem, checked before anything is set up.
+#
 # --pin runs worker i on CPU i × (cores / workers) (taskset): with at least as many
 # cores as workers no two share a core, and the cores between them are left to the
 # kernel's network work; without it the scheduler places and moves them.
@@ -89,16 +92,17 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 cleanup
 
-shape() { # namespace device
+shape() { # namespace device [delay]
   # Rate with a token bucket: tbf, or an htb class (which holds the rate with a shallower
-  # bucket on the kernel we measured); delay, if asked for, with netem above it (not every
-  # kernel has sch_netem: then --delay fails with tc's message). htb's quantum only splits
+  # bucket on the kernel we measured); the delay, where given, with netem above it (only
+  # on a host's upload, so that the one-way delay between two hosts is --delay, not twice
+  # it; not every kernel has sch_netem: that is checked before anything is set up). htb's quantum only splits
   # spare rate between sibling classes (there are none, or --ack-prio's two, which htb
   # serves by prio): it is set to keep tc from warning that rate/r2q is big.
   local parent=root
-  if [ -n "$delay" ]; then
-    tc -n "$1" qdisc add dev "$2" root handle 1: netem delay "$delay" \
-      || { echo "netem.sh: --delay needs the kernel's netem qdisc (sch_netem)" >&2; exit 2; }
+  if [ -n "${3:-}" ]; then
+    tc -n "$1" qdisc add dev "$2" root handle 1: netem delay "$3" \
+      || { echo "netem.sh: tc refused netem delay $3 on $2" >&2; exit 2; }
     parent="parent 1:"
   fi
   case "$shaper" in
@@ -126,6 +130,17 @@ shape() { # namespace device
 
 ip netns add gxhub
 ip -n gxhub link set lo up
+if [ -n "$delay" ]; then
+  # Before any link exists: a kernel without sch_netem, or a delay tc cannot read, is
+  # named here with tc's own message.
+  if ! err=$(tc -n gxhub qdisc add dev lo root netem delay "$delay" 2>&1); then
+    echo "netem.sh: --delay $delay: tc says: $err" >&2
+    zcat /proc/config.gz 2>/dev/null | grep -q '^CONFIG_NET_SCH_NETEM=' ||
+      echo "netem.sh: this kernel has no netem qdisc (sch_netem), which --delay needs" >&2
+    exit 2
+  fi
+  tc -n gxhub qdisc del dev lo root
+fi
 ip -n gxhub link add br0 type bridge
 ip -n gxhub link set br0 up
 for ((i = 0; i < workers; i++)); do
@@ -140,8 +155,8 @@ for ((i = 0; i < workers; i++)); do
     ip -n gxhub link set "port$i" gso_max_segs "$gso_segs"
   fi
   ip -n gxhub link set "port$i" up
-  shape "gx$i" "veth$i"   # the host's upload
-  shape gxhub "port$i"    # its download
+  shape "gx$i" "veth$i" "$delay"   # the host's upload, and the one-way delay
+  shape gxhub "port$i"             # its download
 done
 
 token=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')

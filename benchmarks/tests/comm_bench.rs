@@ -157,3 +157,11 @@ fn an_unknown_time_for_the_topk_sum_is_refused_with_the_choices() {
     let text = common::text(&o);
     assert!(text.contains("auto, arrival or after"), "{text}");
 }
+
+#[test]
+fn a_world_of_one_is_refused_before_any_worker_starts() {
+    let o = common::run(env!("CARGO_BIN_EXE_comm_bench"), &["--world", "1"]);
+    assert!(!o.status.success());
+    let text = common::text(&o);
+    assert!(text.contains("--world 1: comm_bench needs at least 2 workers"), "{text}");
+}

@@ -350,7 +350,8 @@ fn worker(args: &Args) -> Result<()> {
         );
     }
     let m = *args.sizes.iter().max().unwrap_or(&(1 << 20));
-    let k = ((m / 4) as f64 * args.density) as usize;
+    // k as the measured rows take it (rounded, at least 1).
+    let k = (((m / 4).max(1) as f64 * args.density).round() as usize).max(1);
     println!(
         "\nmodel extrapolation for {m} bytes, density {}: ms (dense / TopK / gTopK)",
         args.density
@@ -510,7 +511,12 @@ fn main() -> Result<()> {
     if std::env::var("RANK").is_ok() {
         worker(&args)
     } else {
-        anyhow::ensure!(args.world >= 1, "--world must be at least 1");
+        // Checked here, before any worker starts: a ping-pong for the model needs a pair.
+        anyhow::ensure!(
+            args.world >= 2,
+            "--world {}: comm_bench needs at least 2 workers (the alpha-beta fit is a ping-pong between two)",
+            args.world
+        );
         launch_local(args.world, &std::env::args_os().skip(1).collect::<Vec<_>>())
     }
 }
