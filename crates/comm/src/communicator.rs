@@ -10,6 +10,7 @@ use crate::counters::{ByteCounters, Collective};
 use crate::error::{CommError, Result};
 use crate::frame::{
     decode_header, encode_header, FrameHeader, ABORT_MAX, HEADER_LEN, KIND_ABORT, KIND_DATA,
+    KIND_REFUSED, REFUSED_LEN,
 };
 use crate::rendezvous::connect_mesh;
 use crate::sparse::{sum_encoded_with, top_into, SparseVec, SumScratch, FOLD_MAX_PARTS};
@@ -540,6 +541,24 @@ fn read_header(
         };
         return Err(CommError::Protocol { peer, msg });
     }
+    if h.kind == KIND_REFUSED {
+        // The refusal of the point-to-point message due here (a collective's tags never
+        // carry one): its length and the limit, 16 bytes, then the stream goes on.
+        if h.len != REFUSED_LEN {
+            return Err(CommError::Protocol {
+                peer,
+                msg: format!("a refusal of {} bytes ({REFUSED_LEN} due)", h.len),
+            });
+        }
+        let mut b = [0u8; REFUSED_LEN as usize];
+        r.read_exact(&mut b).map_err(read_failed(peer))?;
+        let word = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or_default());
+        return Err(CommError::Refused {
+            peer,
+            len: word(0),
+            limit: word(8),
+        });
+    }
     if h.len > max {
         return Err(CommError::Protocol {
             peer,
@@ -970,6 +989,28 @@ impl Communicator {
         self.counters.sent(kind, payload.len(), HEADER_LEN);
         Ok(())
     }
+    /// Sends a small frame of another kind than data (a refusal), counted as overhead of
+    /// point-to-point traffic.
+    fn send_kind(&mut self, peer: usize, kind: u8, tag: u32, payload: &[u8]) -> Result<()> {
+        let w = self.writers[peer]
+            .as_mut()
+            .ok_or_else(|| CommError::Config(format!("no connection to rank {peer}")))?;
+        let mut frame = encode_header(&FrameHeader {
+            kind,
+            tag,
+            len: payload.len() as u64,
+        })
+        .to_vec();
+        frame.extend_from_slice(payload);
+        let sent = w.write_all(&frame).map_err(|e| CommError::Peer {
+            peer,
+            op: "send",
+            source: e,
+        });
+        mark_failed_send(&mut self.dirty, peer, sent)?;
+        self.counters.sent(Collective::SendRecv, 0, frame.len());
+        Ok(())
+    }
     fn recv_from(
         &mut self,
         peer: usize,
@@ -1319,9 +1360,9 @@ impl Communicator {
     pub fn send(&mut self, peer: usize, payload: &[u8]) -> Result<()> {
         self.check_alive()?;
         match self.send_unguarded(peer, payload) {
-            // No peer waits inside a collective for a point-to-point message: refusing
-            // it leaves the communicator usable, so it goes past the guard, which gives
-            // up on a collective's message over the limit.
+            // The peer was told (its recv returns the refusal): the communicator stays
+            // usable, so this goes past the guard, which gives up on a collective's
+            // message over the limit.
             Err(e @ CommError::TooLarge { .. }) => Err(e),
             r => self.guard(r),
         }
@@ -1329,9 +1370,18 @@ impl Communicator {
     fn send_unguarded(&mut self, peer: usize, payload: &[u8]) -> Result<()> {
         self.check_peer(peer)?;
         let n = self.p2p_sent[peer].wrapping_add(1);
-        self.send_to(peer, P2P | (n & !P2P), Collective::SendRecv, payload)?;
-        // Counted once sent: a message refused before sending (over max_frame) must not
-        // shift the numbering the receiver matches against.
+        let tag = P2P | (n & !P2P);
+        let sent = self.send_to(peer, tag, Collective::SendRecv, payload);
+        if let Err(CommError::TooLarge { len, limit, .. }) = sent {
+            // Sent in the message's place, under its tag, so the receiver's recv
+            // returns at once and the pair's numbering stays in step.
+            let mut refusal = len.to_le_bytes().to_vec();
+            refusal.extend(limit.to_le_bytes());
+            self.send_kind(peer, KIND_REFUSED, tag, &refusal)?;
+            self.p2p_sent[peer] = n;
+            return sent;
+        }
+        sent?;
         self.p2p_sent[peer] = n;
         Ok(())
     }

@@ -27,10 +27,15 @@ pub enum CommError {
     /// This rank's message to `peer` is over the frame limit the peer accepts, so it was
     /// not sent. Inside a collective the peers wait for it: the communicator tells them
     /// and gives up ([`crate::Communicator`]'s guard). A point-to-point send over the
-    /// limit returns this error too, but there no peer waits, so the communicator stays
-    /// usable.
+    /// limit returns this error too, after telling `peer`, whose `recv` returns
+    /// [`CommError::Refused`]; both communicators stay usable.
     #[error("a message of {len} bytes for rank {peer} exceeds the frame limit of {limit} bytes, which the receiver would refuse (raise GRADEX_MAX_FRAME, or CommConfig::max_frame, on every rank)")]
     TooLarge { peer: usize, len: u64, limit: u64 },
+    /// The point-to-point message this rank waited for from `peer` was not sent: its
+    /// `len` bytes are over the frame limit `limit`. The next `recv` from `peer` waits for
+    /// the message after it; the communicator stays usable.
+    #[error("rank {peer} did not send its point-to-point message: {len} bytes exceed the frame limit of {limit} bytes (raise GRADEX_MAX_FRAME, or CommConfig::max_frame, on every rank)")]
+    Refused { peer: usize, len: u64, limit: u64 },
     /// A collective failed because of rank `failed`; `reporter` is the rank whose notice
     /// (or whose own failure) brought the news.
     #[error("rank {failed} failed: {cause} (reported by rank {reporter})")]

@@ -3,8 +3,9 @@
 //! magic, version and the length bound before anything is allocated.
 
 /// 2 since the allgather's packed block lengths became varints (u64s in 1): a peer of the
-/// other layout is refused by the version check instead of misreading the lengths.
-pub const FRAME_VERSION: u8 = 2;
+/// other layout is refused by the version check instead of misreading the lengths. 3
+/// since [`KIND_REFUSED`].
+pub const FRAME_VERSION: u8 = 3;
 pub const HEADER_LEN: usize = 16;
 /// `kind` of an ordinary frame.
 pub const KIND_DATA: u8 = 0;
@@ -14,6 +15,12 @@ pub const KIND_DATA: u8 = 0;
 /// names the rank that failed, not the neighbour the failure reached it through.
 pub const KIND_ABORT: u8 = 1;
 pub const ABORT_MAX: u64 = 1024;
+/// `kind` of the frame a rank sends instead of a point-to-point message over the frame
+/// limit, under that message's tag: the payload is the message's length and the limit
+/// (two u64, little-endian). The receiver's `recv` returns the refusal at once, where it
+/// would otherwise wait out its timeout for a message that never comes.
+pub const KIND_REFUSED: u8 = 2;
+pub const REFUSED_LEN: u64 = 16;
 const MAGIC: [u8; 2] = *b"GX";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,7 +57,7 @@ pub fn decode_header(b: &[u8], max_len: u64) -> Result<FrameHeader, String> {
             b[2]
         ));
     }
-    if b[3] != KIND_DATA && b[3] != KIND_ABORT {
+    if ![KIND_DATA, KIND_ABORT, KIND_REFUSED].contains(&b[3]) {
         return Err(format!("unknown frame kind {}", b[3]));
     }
     let len = u64::from_le_bytes(b[8..16].try_into().map_err(|_| "header length field")?);

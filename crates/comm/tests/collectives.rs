@@ -880,6 +880,8 @@ fn a_pending_send_met_by_a_collective_is_named_as_such() {
     );
 }
 
+/// A point-to-point message over the frame limit is refused by its sender, which tells
+/// the receiver: its recv returns the refusal at once, and both go on.
 #[test]
 fn a_message_over_max_frame_is_refused_by_its_sender() {
     let configs = job_configs(2, "t", Duration::from_secs(20));
@@ -898,6 +900,27 @@ fn a_message_over_max_frame_is_refused_by_its_sender() {
                         c.send(1, &[7u8; 1000]).unwrap();
                         Some(e)
                     } else {
+                        // Told at once, not after the 20 s timeout; the next message is
+                        // the next recv's.
+                        let start = Instant::now();
+                        let e = c.recv(0).unwrap_err();
+                        assert!(
+                            matches!(
+                                e,
+                                CommError::Refused {
+                                    peer: 0,
+                                    len: 1001,
+                                    limit: 1000
+                                }
+                            ),
+                            "{e}"
+                        );
+                        assert!(
+                            start.elapsed() < Duration::from_secs(5),
+                            "{:?}",
+                            start.elapsed()
+                        );
+                        assert!(e.to_string().contains("GRADEX_MAX_FRAME"), "{e}");
                         assert_eq!(c.recv(0).unwrap(), [7u8; 1000]);
                         None
                     };
@@ -918,7 +941,7 @@ fn a_message_over_max_frame_is_refused_by_its_sender() {
 
 /// Inside a collective, a message over the peers' frame limit ends the job at once with
 /// that cause on every rank, instead of each rank waiting out the timeout for a message
-/// its peer refused to send. Bruck's allgather packs up to ⌈P/2⌉ ranks' blocks in one
+/// its peer refused to send. Bruck's allgather packs up to ⌊P/2⌋ ranks' blocks in one
 /// message, so 120 kB per rank is legal on its own and 240 kB at the second step.
 #[test]
 fn a_collective_message_over_max_frame_fails_every_rank_at_once() {
