@@ -1093,33 +1093,32 @@ fn every_rank_names_a_hung_rank_not_its_neighbour() {
         (4, 1, "broadcast"),
     ] {
         let timeout = Duration::from_secs(1);
-        let errors: Vec<Option<String>> = job_with(world, timeout, |rank, c| {
-            if rank == hung {
+        let errors: Vec<(Option<String>, Duration)> = job_with(world, timeout, |rank, c| {
+            let start = Instant::now();
+            let e = if rank == hung {
                 // Hangs past everyone's timeout and tracing, then leaves.
-                std::thread::sleep(timeout * 2);
-                return None;
-            }
-            if what == "allgather" {
-                return c
-                    .allgather_v(&vec![rank as u8; 30_000])
-                    .err()
-                    .map(|e| e.to_string());
-            }
-            if what == "broadcast" {
-                return c
-                    .broadcast(0, &vec![7u8; 40_000])
-                    .err()
-                    .map(|e| e.to_string());
-            }
-            let mut d = vec![1.0f32; 50_000];
-            c.allreduce(&mut d, ReduceOp::Sum)
-                .err()
-                .map(|e| e.to_string())
+                std::thread::sleep(timeout * 3);
+                None
+            } else if what == "allgather" {
+                c.allgather_v(&vec![rank as u8; 30_000]).err()
+            } else if what == "broadcast" {
+                c.broadcast(0, &vec![7u8; 40_000]).err()
+            } else {
+                let mut d = vec![1.0f32; 50_000];
+                c.allreduce(&mut d, ReduceOp::Sum).err()
+            };
+            (e.map(|e| e.to_string()), start.elapsed())
         });
-        for (rank, e) in errors.iter().enumerate() {
+        for (rank, (e, took)) in errors.iter().enumerate() {
             if rank == hung {
                 continue;
             }
+            // The timeout, then the stall's tracing (STALL_GRACE, 300 ms a round), well
+            // before the hung rank leaves.
+            assert!(
+                *took < timeout * 2,
+                "world {world}, {what}, rank {rank} failed after {took:?} (timeout {timeout:?})"
+            );
             let e = e.as_ref().expect("the others must fail");
             // Either its own timeout on the hung rank, or a notice naming it.
             assert!(
