@@ -41,6 +41,8 @@ fn collectives_pick_the_rows() {
         assert_eq!(r["bytes"], 400000);
         assert!(r["measured_s"].as_f64().is_some_and(|t| t > 0.0), "{r}");
         assert!(r["predicted_s"].as_f64().is_some_and(|t| t > 0.0), "{r}");
+        assert!(r["alpha_s"].as_f64().is_some_and(|a| a > 0.0), "{r}");
+        assert!(r["beta_s_per_byte"].as_f64().is_some_and(|b| b > 0.0), "{r}");
         // Counted from /proc/self/stat on Linux (null elsewhere).
         let faults = r["minor_faults_per_call"].as_f64();
         assert!(

@@ -263,13 +263,19 @@ fn worker(args: &Args) -> Result<()> {
         r["gloo_s"] = json!(g);
         r["ours_over_gloo"] = json!(g.and_then(|g| r["measured_s"].as_f64().map(|m| m / g)));
     }
+    // The model every row's prediction came from, so that a plot of the JSON or CSV
+    // alone can redraw it.
+    for r in rows.iter_mut() {
+        r["alpha_s"] = json!(model.alpha);
+        r["beta_s_per_byte"] = json!(model.beta);
+    }
     if let Some(path) = &args.csv {
         let mut s = String::from(
-            "collective,world,bytes,density,measured_s,predicted_s,gbit_per_s,gloo_s,minor_faults_per_call,topk_arrival_stops,calls\n",
+            "collective,world,bytes,density,measured_s,predicted_s,gbit_per_s,gloo_s,minor_faults_per_call,topk_arrival_stops,calls,alpha_s,beta_s_per_byte\n",
         );
         for r in &rows {
             s += &format!(
-                "{},{},{},{},{},{},{},{},{},{},{}\n",
+                "{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
                 r["collective"].as_str().unwrap_or(""),
                 r["world"],
                 r["bytes"],
@@ -280,7 +286,9 @@ fn worker(args: &Args) -> Result<()> {
                 r.get("gloo_s").unwrap_or(&Value::Null),
                 r.get("minor_faults_per_call").unwrap_or(&Value::Null),
                 r.get("topk_arrival_stops").unwrap_or(&Value::Null),
-                r.get("calls").unwrap_or(&Value::Null)
+                r.get("calls").unwrap_or(&Value::Null),
+                r["alpha_s"],
+                r["beta_s_per_byte"]
             );
         }
         std::fs::write(path, s).with_context(|| format!("writing {}", path.display()))?;
