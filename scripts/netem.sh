@@ -135,8 +135,11 @@ if [ -n "$delay" ]; then
   # named here with tc's own message.
   if ! err=$(tc -n gxhub qdisc add dev lo root netem delay "$delay" 2>&1); then
     echo "netem.sh: --delay $delay: tc says: $err" >&2
-    zcat /proc/config.gz 2>/dev/null | grep -q '^CONFIG_NET_SCH_NETEM=' ||
+    # (grep without -q reads to the end: with pipefail, -q's early exit would kill zcat
+    # and fail the pipe exactly when the option is there.)
+    if [ -r /proc/config.gz ] && ! zcat /proc/config.gz | grep '^CONFIG_NET_SCH_NETEM=' >/dev/null; then
       echo "netem.sh: this kernel has no netem qdisc (sch_netem), which --delay needs" >&2
+    fi
     exit 2
   fi
   tc -n gxhub qdisc del dev lo root

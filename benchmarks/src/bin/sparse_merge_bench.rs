@@ -150,7 +150,7 @@ fn main() -> Result<()> {
             let mut have = 0;
             while have + SEGMENT < last.len() {
                 have += SEGMENT;
-                s.add_partial(order[p - 1], &last[..have]);
+                s.add_partial(order[p - 1], &last[..have], last.len());
             }
             if !all {
                 t = Instant::now();

@@ -14,8 +14,8 @@
 //! ranks (added after it). As the values arrive, each completes its place. The bits
 //! equal `merge_collapse_into` of the run and the whole block (unit test, fed in pieces
 //! of every size; a NaN is only a NaN, as there). The block is checked as it comes, as
-//! [`crate::SparseVec::decode`] checks it: strictly ascending indices, then a count
-//! that its length matches.
+//! [`crate::SparseVec::decode`] checks it: a count its length (known from the gather's
+//! block lengths) matches, then strictly ascending indices.
 
 use crate::arrival_sum::Run;
 use crate::sparse::{arrived_parts, word, wrong_length, SparseVec, NOT_ASCENDING, SHORT_OF_COUNT};
@@ -67,8 +67,9 @@ impl LastBlock {
     }
 
     /// Takes in `prefix`, the block's bytes so far (each call a longer prefix of the
-    /// same block), summing with `run` (the same on every call) what is new in it.
-    pub(crate) fn feed(&mut self, run: &Run, prefix: &[u8]) {
+    /// same block of `len` bytes), summing with `run` (the same on every call) what is
+    /// new in it.
+    pub(crate) fn feed(&mut self, run: &Run, prefix: &[u8], len: usize) {
         if self.error.is_some() {
             return;
         }
@@ -76,6 +77,12 @@ impl LastBlock {
         let Some((n, indices, values)) = arrived_parts(prefix, &mut self.count) else {
             return;
         };
+        if first && n.checked_mul(8).and_then(|b| b.checked_add(4)) != Some(len) {
+            // The length first, as `SparseVec::decode` checks it: the same error
+            // whatever pieces the block came in.
+            self.error = Some(wrong_length(len, n));
+            return;
+        }
         if first {
             // Room for the result at once (growing it as it filled copied it several
             // times over). The count is the peer's word: at most as much again as the
@@ -182,7 +189,7 @@ impl LastBlock {
 
     /// The sum, once `block` is the whole block (fed or not), or what is wrong with it.
     pub(crate) fn finish(&mut self, run: &Run, block: &[u8]) -> Result<SparseVec, String> {
-        self.feed(run, block);
+        self.feed(run, block, block.len());
         if let Some(e) = &self.error {
             return Err(e.clone());
         }

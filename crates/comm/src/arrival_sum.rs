@@ -156,8 +156,8 @@ impl ArrivalSum {
     /// (`arrival_last.rs`), and [`ArrivalSum::add`] of the whole block completes it, so
     /// that little is left for `finish` once its last byte is in. Otherwise (other
     /// blocks missing too) nothing happens: each of those is merged once complete.
-    /// Each call's prefix must extend the one before.
-    pub fn add_partial(&mut self, rank: usize, prefix: &[u8]) {
+    /// Each call's prefix must extend the one before; `len` is the whole block's.
+    pub fn add_partial(&mut self, rank: usize, prefix: &[u8], len: usize) {
         let world = self.added.len();
         if self.error.is_some() || rank >= world || self.added[rank] || self.count + 1 != world {
             return;
@@ -167,7 +167,7 @@ impl ArrivalSum {
             self.last.begin(rank);
             self.streaming = Some(rank);
         }
-        self.last.feed(&self.run, prefix);
+        self.last.feed(&self.run, prefix, len);
     }
 
     /// The sum of every block: indices ascending, each index's values added in rank
@@ -415,11 +415,11 @@ mod tests {
                         let mut have = 0;
                         while have < block.len() {
                             have = (have + 1 + rng.below(block.len() / 3 + 1)).min(block.len());
-                            streamed.add_partial(q, &block[..have]);
+                            streamed.add_partial(q, &block[..have], block.len());
                         }
                     } else {
                         // Earlier blocks' parts are ignored.
-                        streamed.add_partial(q, &block[..block.len() / 2]);
+                        streamed.add_partial(q, &block[..block.len() / 2], block.len());
                     }
                     streamed.add(q, &block);
                 }
@@ -458,7 +458,7 @@ mod tests {
                 s.add(q, &part.encode());
             }
             for cut in [5, 4 + 4 * n, block.len()] {
-                s.add_partial(3, &block[..cut.min(block.len())]);
+                s.add_partial(3, &block[..cut.min(block.len())], block.len());
             }
             s.add(3, block);
             let (rank, msg) = s.finish().unwrap_err();

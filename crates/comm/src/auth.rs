@@ -21,13 +21,16 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::time::Instant;
 
-/// Version 3: the same handshake as version 2, after which a rank reports its listening
+/// Version 4: the same handshake as version 3, for frame version 3 (a point-to-point
+/// refusal) and the frame limits compared at connect (`Communicator::connect`): ranks of
+/// builds before and after refuse each other at the rendezvous instead of at their
+/// first frame. Version 3: the same handshake as version 2, after which a rank reports its listening
 /// address, not only its port, to rank 0 (`rendezvous.rs`); the version is what makes
 /// ranks of builds before and after that change refuse each other at once. Version 2:
 /// role-bound proofs over both nonces and ranks, and a verdict before the server's proof.
 /// (Version 1, without magic or version on the wire, had one proof label for both sides
 /// and MACed only the other side's nonce and the prover's rank.)
-pub(crate) const HANDSHAKE_VERSION: u8 = 3;
+pub(crate) const HANDSHAKE_VERSION: u8 = 4;
 const MAGIC: [u8; 3] = *b"GXH";
 const NONCE: usize = 32;
 const MAC: usize = 32;

@@ -209,10 +209,10 @@ impl BlockWatch {
         self.next - before
     }
 
-    /// The next block not handed out and its bytes in `prefix` so far, if its start has
-    /// arrived (after a [`BlockWatch::poll`] of the same prefix: a complete block is
-    /// handed out there, not here).
-    pub(crate) fn partial<'p>(&self, prefix: &'p [u8]) -> Option<(usize, &'p [u8])> {
+    /// The next block not handed out, its bytes in `prefix` so far and its whole length,
+    /// if its start has arrived (after a [`BlockWatch::poll`] of the same prefix: a
+    /// complete block is handed out there, not here).
+    pub(crate) fn partial<'p>(&self, prefix: &'p [u8]) -> Option<(usize, &'p [u8], usize)> {
         let body = self.body?;
         let i = self.next;
         let end = *self.ends.get(i)?;
@@ -220,7 +220,13 @@ impl BlockWatch {
         // The ends are the peer's word (any usize): compared, never added to.
         let have = prefix.len().checked_sub(body)?;
         let to = have.min(end);
-        (to > start).then(|| (i, &prefix[body + start..body + to]))
+        (to > start).then(|| {
+            (
+                i,
+                &prefix[body + start..body + to],
+                end.saturating_sub(start),
+            )
+        })
     }
 
     /// The bodies' start, if all `count` lengths are in `prefix` (they are read again
@@ -340,8 +346,9 @@ mod tests {
                 got.push((i, b.to_vec()));
             });
             // The next block's bytes so far: a proper, non-empty prefix of it.
-            if let Some((i, part)) = w.partial(&m[..n]) {
+            if let Some((i, part, len)) = w.partial(&m[..n]) {
                 assert_eq!(i, handed, "at byte {n}");
+                assert_eq!(len, bs[i].len(), "at byte {n}");
                 assert!(!part.is_empty() && part.len() < bs[i].len(), "at byte {n}");
                 assert_eq!(part, &bs[i][..part.len()], "at byte {n}");
             }

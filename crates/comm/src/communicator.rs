@@ -392,13 +392,18 @@ pub(crate) const RECEIPT_MIN_BYTES: usize = 16 << 10;
 /// Tags of point-to-point messages live in their own space (high bit set).
 const P2P: u32 = 1 << 31;
 
-/// Writes as much of the frame `header` + `payload` as the kernel takes at once, without
-/// waiting (one `sendmsg`, `MSG_DONTWAIT`, then more while it keeps taking): the bytes
-/// written, the whole frame or a prefix of it.
-fn send_now(w: &TcpStream, peer: usize, header: &[u8], payload: &[u8]) -> Result<usize> {
+/// Writes as much of the frame `header` + `payload`, from its byte `done` on, as the
+/// kernel takes at once, without waiting (one `sendmsg`, `MSG_DONTWAIT`, then more while
+/// it keeps taking): the bytes of the frame written by then, all of it or a prefix.
+fn send_now(
+    w: &TcpStream,
+    peer: usize,
+    header: &[u8],
+    payload: &[u8],
+    mut done: usize,
+) -> Result<usize> {
     use std::os::fd::AsRawFd;
     let total = header.len() + payload.len();
-    let mut done = 0;
     while done < total {
         let (h, p) = if done < header.len() {
             (&header[done..], payload)
@@ -474,7 +479,7 @@ fn send_frame(w: &mut TcpStream, peer: usize, tag: u32, payload: &[u8], limit: u
     // Header and payload in one call where the kernel takes them (one packet for a small
     // frame, where two writes made two: with 4 workers in the emulated network that
     // took 20-70 us off TopKAllReduce at 1 MiB, RESULTS.md), the rest blocking.
-    let done = send_now(w, peer, &h, payload)?;
+    let done = send_now(w, peer, &h, payload, 0)?;
     send_rest(w, peer, &h, payload, done)
 }
 
@@ -540,8 +545,15 @@ fn read_header(
         return Err(CommError::Protocol { peer, msg });
     }
     if h.kind == KIND_REFUSED {
-        // The refusal of the point-to-point message due here (a collective's tags never
-        // carry one): its length and the limit, 16 bytes, then the stream goes on.
+        // The refusal of the point-to-point message due here: its length and the limit,
+        // 16 bytes, then the stream goes on. A collective's frames are never refused
+        // this way (its sender gives up and tells every rank), so one there is malformed.
+        if tag & P2P == 0 {
+            return Err(CommError::Protocol {
+                peer,
+                msg: format!("a point-to-point refusal under collective #{tag}"),
+            });
+        }
         if h.len != REFUSED_LEN {
             return Err(CommError::Protocol {
                 peer,
@@ -734,9 +746,13 @@ enum Received<'b> {
     },
     /// Bytes arrived and completed no block.
     Bytes,
-    /// Bytes arrived and block `j` is not complete yet: `bytes` is what it has so far
-    /// (delivered instead of `Bytes`, and after the blocks a read completed).
-    Part { j: usize, bytes: &'b [u8] },
+    /// Bytes arrived and block `j` is not complete yet: `bytes` is what it has so far, of
+    /// `len` (delivered instead of `Bytes`, and after the blocks a read completed).
+    Part {
+        j: usize,
+        bytes: &'b [u8],
+        len: usize,
+    },
 }
 
 /// Receives `peer`'s frame `tag`: its header checked against `expect` and `max_frame`
@@ -897,7 +913,47 @@ impl Communicator {
                 None => None,
             });
         }
-        Ok(Communicator::assemble(cfg, streams, readers))
+        let mut c = Communicator::assemble(cfg, streams, readers);
+        if cfg.world > 1 {
+            c.agree_on_max_frame()?;
+        }
+        Ok(c)
+    }
+
+    /// Every rank's frame limit, compared once at connect. The ranks size what they send
+    /// by their own limit and check what they receive against theirs, so a rank whose
+    /// limit differs (`GRADEX_MAX_FRAME` set on some nodes only) would fail its first large
+    /// message with a malformed-frame error blaming its peer; here every rank fails at
+    /// once with the same error naming the limits. Not counted in the byte counters.
+    fn agree_on_max_frame(&mut self) -> Result<()> {
+        let all = self.allgather_v(&self.max_frame.to_le_bytes())?;
+        let limits: Vec<Option<u64>> = all
+            .iter()
+            .map(|b| {
+                <[u8; 8]>::try_from(b.as_slice())
+                    .ok()
+                    .map(u64::from_le_bytes)
+            })
+            .collect();
+        self.counters = ByteCounters::default();
+        if let Some(q) = limits.iter().position(|&l| l.is_none()) {
+            return Err(CommError::Protocol {
+                peer: q,
+                msg: format!("a frame limit of {} bytes (8 due)", all[q].len()),
+            });
+        }
+        if limits.iter().any(|&l| l != limits[0]) {
+            let listed: Vec<String> = limits
+                .iter()
+                .enumerate()
+                .map(|(q, l)| format!("rank {q}: {}", l.unwrap_or_default()))
+                .collect();
+            return Err(CommError::Config(format!(
+                "the ranks' frame limits differ ({}): set GRADEX_MAX_FRAME (CommConfig::max_frame) alike on every rank",
+                listed.join(", ")
+            )));
+        }
+        Ok(())
     }
 
     /// A communicator over connected, authenticated sockets: `writers[p]` and
@@ -1323,7 +1379,7 @@ impl Communicator {
         // not take, and a large frame, go from a thread while this one receives.
         let mut done = 0;
         if payload.len() <= SMALL_FRAME {
-            done = match send_now(w, to, &header, payload) {
+            done = match send_now(w, to, &header, payload, 0) {
                 Ok(n) => n,
                 Err(e) => return mark_failed_send(&mut self.dirty, to, Err(e)),
             };
@@ -1335,7 +1391,12 @@ impl Communicator {
             }
         }
         let (sent, received) = std::thread::scope(|s| {
-            let sender = s.spawn(move || send_rest(w, to, &header, payload, done));
+            // What is left, offered whole first (a large frame's header goes with its
+            // payload's start), then written blocking.
+            let sender = s.spawn(move || {
+                send_now(w, to, &header, payload, done)
+                    .and_then(|done| send_rest(w, to, &header, payload, done))
+            });
             let received = recv_frame_into(r, from, tag, max, expect, got, progress);
             let sent = sender
                 .join()
@@ -1390,12 +1451,18 @@ impl Communicator {
         self.check_peer(peer)?;
         self.p2p_received[peer] = self.p2p_received[peer].wrapping_add(1);
         let tag = P2P | (self.p2p_received[peer] & !P2P);
-        self.recv_from(
+        let got = self.recv_from(
             peer,
             tag,
             Collective::SendRecv,
             Expect::AtMost(self.max_frame),
-        )
+        );
+        if let Err(CommError::Refused { .. }) = got {
+            // The refusal's bytes, as its sender counted them.
+            self.counters
+                .received(Collective::SendRecv, 0, HEADER_LEN + REFUSED_LEN as usize);
+        }
+        got
     }
 
     /// Returns when every rank has called it.
@@ -1697,10 +1764,11 @@ impl Communicator {
                         })
                     };
                     let handed = watch.poll(prefix, block);
-                    if let Some((i, bytes)) = watch.partial(prefix) {
+                    if let Some((i, bytes, len)) = watch.partial(prefix) {
                         f(Received::Part {
                             j: first + i,
                             bytes,
+                            len,
                         });
                     } else if handed == 0 {
                         f(Received::Bytes);
@@ -1775,9 +1843,9 @@ impl Communicator {
                 Received::Bytes => arrival.settle(),
                 // The last block's part of the sum is made as it arrives
                 // (arrival_last.rs); an earlier block's waits until it is complete.
-                Received::Part { j, bytes } => {
+                Received::Part { j, bytes, len } => {
                     arrival.settle();
-                    arrival.add_partial((r + j) % p, bytes);
+                    arrival.add_partial((r + j) % p, bytes, len);
                 }
             }
         };
@@ -2012,6 +2080,8 @@ mod tests {
             const MAX: u64 = 1 << 40;
             let got = recv_frame(&mut r, 3, 1, MAX, Expect::AtMost(MAX));
             let largest = LARGEST.with(|l| l.get());
+            // Closed first, so that a writer still blocked on a full socket returns.
+            drop(r);
             writer.join().unwrap();
             let whole = bytes.len() >= HEADER_LEN
                 && decode_header(&bytes, MAX).is_ok_and(|h| {
@@ -2075,7 +2145,7 @@ mod tests {
         let w = TcpStream::connect(l.local_addr().unwrap()).unwrap();
         let (_r, _) = l.accept().unwrap();
         shrink(&w);
-        let took = super::send_now(&w, 1, &[0u8; HEADER_LEN], &[7u8; N]).unwrap();
+        let took = super::send_now(&w, 1, &[0u8; HEADER_LEN], &[7u8; N], 0).unwrap();
         assert!(took < HEADER_LEN + N, "the kernel took all {took} bytes");
 
         // Two ranks, each sending on a connection to the other's shrunk listener and

@@ -885,7 +885,7 @@ fn a_pending_send_met_by_a_collective_is_named_as_such() {
 #[test]
 fn a_message_over_max_frame_is_refused_by_its_sender() {
     let configs = job_configs(2, "t", Duration::from_secs(20));
-    let out: Vec<Option<String>> = std::thread::scope(|s| {
+    let out: Vec<(Option<String>, comm::Traffic)> = std::thread::scope(|s| {
         let hs: Vec<_> = configs
             .into_iter()
             .enumerate()
@@ -929,14 +929,50 @@ fn a_message_over_max_frame_is_refused_by_its_sender() {
                     c.allreduce(&mut d, ReduceOp::Sum).unwrap();
                     assert!(d.iter().all(|&v| v == 2.0));
                     c.barrier().unwrap();
-                    refused
+                    let p2p = c.counters().by_kind[&comm::Collective::SendRecv];
+                    (refused, p2p)
                 })
             })
             .collect();
         hs.into_iter().map(|h| h.join().unwrap()).collect()
     });
-    let e = out[0].as_ref().unwrap();
+    let e = out[0].0.as_ref().unwrap();
     assert!(e.contains("1001 bytes") && e.contains("max_frame"), "{e}");
+    // The refusal's 32 bytes and the message's 1016, counted on both sides alike.
+    let (sent, received) = (out[0].1, out[1].1);
+    assert_eq!((sent.payload_sent, sent.total_sent), (1000, 1000 + 16 + 32));
+    assert_eq!(
+        (received.payload_received, received.total_received),
+        (sent.payload_sent, sent.total_sent)
+    );
+}
+
+/// Ranks whose frame limits differ fail at connect, every one with the same error
+/// naming the limits, not at their first large message with a malformed frame.
+#[test]
+fn ranks_with_different_frame_limits_are_refused_at_connect() {
+    let configs = job_configs(3, "t", Duration::from_secs(20));
+    let errors: Vec<String> = std::thread::scope(|s| {
+        let hs: Vec<_> = configs
+            .into_iter()
+            .map(|mut cfg| {
+                s.spawn(move || {
+                    cfg.max_frame = if cfg.rank == 2 { 5000 } else { 4000 };
+                    Communicator::connect(&cfg)
+                        .err()
+                        .map(|e| e.to_string())
+                        .unwrap_or_default()
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for e in &errors {
+        assert!(
+            e.contains("frame limits differ (rank 0: 4000, rank 1: 4000, rank 2: 5000)"),
+            "{e}"
+        );
+    }
 }
 
 /// Inside a collective, a message over the peers' frame limit ends the job at once with
