@@ -42,7 +42,10 @@ fn collectives_pick_the_rows() {
         assert!(r["measured_s"].as_f64().is_some_and(|t| t > 0.0), "{r}");
         assert!(r["predicted_s"].as_f64().is_some_and(|t| t > 0.0), "{r}");
         assert!(r["alpha_s"].as_f64().is_some_and(|a| a > 0.0), "{r}");
-        assert!(r["beta_s_per_byte"].as_f64().is_some_and(|b| b > 0.0), "{r}");
+        assert!(
+            r["beta_s_per_byte"].as_f64().is_some_and(|b| b > 0.0),
+            "{r}"
+        );
         // Counted from /proc/self/stat on Linux (null elsewhere).
         let faults = r["minor_faults_per_call"].as_f64();
         assert!(
@@ -165,5 +168,8 @@ fn a_world_of_one_is_refused_before_any_worker_starts() {
     let o = common::run(env!("CARGO_BIN_EXE_comm_bench"), &["--world", "1"]);
     assert!(!o.status.success());
     let text = common::text(&o);
-    assert!(text.contains("--world 1: comm_bench needs at least 2 workers"), "{text}");
+    assert!(
+        text.contains("--world 1: comm_bench needs at least 2 workers"),
+        "{text}"
+    );
 }

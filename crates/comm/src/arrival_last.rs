@@ -18,7 +18,7 @@
 //! block lengths) matches, then strictly ascending indices.
 
 use crate::arrival_sum::Run;
-use crate::sparse::{arrived_parts, word, wrong_length, SparseVec, NOT_ASCENDING, SHORT_OF_COUNT};
+use crate::sparse::{arrived_parts, length_error, word, SparseVec, NOT_ASCENDING, SHORT_OF_COUNT};
 
 /// Where a value of the last block goes, and what it is added between.
 #[derive(Clone, Copy, Debug, Default)]
@@ -77,11 +77,13 @@ impl LastBlock {
         let Some((n, indices, values)) = arrived_parts(prefix, &mut self.count) else {
             return;
         };
-        if first && n.checked_mul(8).and_then(|b| b.checked_add(4)) != Some(len) {
+        if first {
             // The length first, as `SparseVec::decode` checks it: the same error
             // whatever pieces the block came in.
-            self.error = Some(wrong_length(len, n));
-            return;
+            self.error = length_error(len, n);
+            if self.error.is_some() {
+                return;
+            }
         }
         if first {
             // Room for the result at once (growing it as it filled copied it several
@@ -193,10 +195,8 @@ impl LastBlock {
         if let Some(e) = &self.error {
             return Err(e.clone());
         }
-        let n = self.count.ok_or(SHORT_OF_COUNT)?;
-        if n.checked_mul(8).and_then(|b| b.checked_add(4)) != Some(block.len()) {
-            return Err(wrong_length(block.len(), n));
-        }
+        // The length was checked when the count came in (`feed`).
+        self.count.ok_or(SHORT_OF_COUNT)?;
         Ok(std::mem::take(&mut self.out))
     }
 }

@@ -173,6 +173,11 @@ pub(crate) const NOT_ASCENDING: &str = "sparse indices are not strictly ascendin
 pub(crate) fn wrong_length(bytes: usize, n: usize) -> String {
     format!("sparse payload of {bytes} bytes cannot hold {n} entries")
 }
+/// The streamed readers' length check: [`wrong_length`] unless `bytes` is exactly a
+/// count and `n` entries.
+pub(crate) fn length_error(bytes: usize, n: usize) -> Option<String> {
+    (n.checked_mul(8).and_then(|b| b.checked_add(4)) != Some(bytes)).then(|| wrong_length(bytes, n))
+}
 
 /// The whole words of a sparse message's first `prefix` bytes, for readers that take it
 /// in as it arrives (`stream_merge.rs`, `arrival_last.rs`): the entry count (read once

@@ -20,7 +20,7 @@
 //! [`crate::SparseVec::decode`] checks: a count that the length matches, indices
 //! strictly ascending; nothing is allocated from the count alone.
 
-use crate::sparse::{arrived_parts, word, wrong_length, SparseVec, NOT_ASCENDING, SHORT_OF_COUNT};
+use crate::sparse::{arrived_parts, length_error, word, SparseVec, NOT_ASCENDING, SHORT_OF_COUNT};
 
 /// Marks a place whose value adds the child's to ours: the high bit of a place, free
 /// since every place is below ours' length plus the child's count, which
@@ -162,10 +162,7 @@ impl StreamMerge {
             return Err(e.clone());
         }
         let n = self.count.ok_or(SHORT_OF_COUNT)?;
-        if n.checked_mul(8).and_then(|b| b.checked_add(4)) != Some(payload.len()) {
-            return Err(wrong_length(payload.len(), n));
-        }
-        Ok(&self.merged)
+        length_error(payload.len(), n).map_or(Ok(&self.merged), Err)
     }
 }
 
