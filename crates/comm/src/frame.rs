@@ -4,7 +4,7 @@
 
 /// 2 since the allgather's packed block lengths became varints (u64s in 1): a peer of the
 /// other layout is refused by the version check instead of misreading the lengths. 3
-/// since [`KIND_REFUSED`].
+/// since the kind `KIND_REFUSED` (a point-to-point message refused over the frame limit).
 pub const FRAME_VERSION: u8 = 3;
 pub const HEADER_LEN: usize = 16;
 /// `kind` of an ordinary frame.

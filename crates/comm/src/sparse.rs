@@ -67,7 +67,7 @@ impl SparseVec {
         b.clear();
         b.reserve(4 + 8 * self.len());
         b.extend((self.len() as u32).to_le_bytes());
-        // The wire is little-endian, as this target is (communicator.rs refuses others):
+        // The wire is little-endian, as this target is (communicator/wire.rs refuses others):
         // the slices' own bytes, copied whole (an element at a time, the encoding of
         // gTopK's 134 kB message took a median of 58 µs in a trace, on its critical path
         // at every tree level; whole, 11 µs).

@@ -1,0 +1,143 @@
+//! TopKAllReduce: every rank's sparse vector gathered and summed, identically everywhere;
+//! [`TopkSum`] chooses when the sum is made (as blocks arrive, or after the gather).
+
+use super::gather::Received;
+use super::{check_local, Communicator, Scratch};
+use crate::arrival_sum::ARRIVAL_MAX_PARTS;
+use crate::counters::Collective;
+use crate::error::{CommError, Result};
+use crate::sparse::{sum_encoded_with, SparseVec, FOLD_MAX_PARTS};
+
+/// When [`Communicator::topk_allreduce`] sums the blocks it gathers. Every choice gives
+/// the same bits; they differ in time only.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TopkSum {
+    /// The default. Up to 4 ranks, as the blocks arrive (as much work as the fold after
+    /// the gather: 0.69-0.71 against 0.70 ms for 4 × 16,777 entries, `sparse_merge_bench`,
+    /// now done while waiting); up to [`ARRIVAL_MAX_PARTS`], as they arrive until a block
+    /// finds another complete behind it (the merges do not keep up with the bytes, and
+    /// their O(P² k) work is more than the radix sort's O(P k)), then after the gather;
+    /// beyond, after the gather.
+    #[default]
+    Auto,
+    /// Always as the blocks arrive, at any world size and however fast they come.
+    OnArrival,
+    /// Always after the gather (the radix sort, or the fold of up to 4 parts).
+    AfterGather,
+}
+
+impl TopkSum {
+    /// At `world` ranks: whether a call starts summing as the blocks arrive, and whether
+    /// it may then stop and sum after the gather (only such calls can count in
+    /// [`Communicator::topk_arrival_stops`]).
+    pub fn plan(self, world: usize) -> (bool, bool) {
+        match self {
+            // Up to 4 ranks the merges are the fold the sum after the gather does anyway.
+            TopkSum::Auto if world <= FOLD_MAX_PARTS => (true, false),
+            TopkSum::Auto => (world <= ARRIVAL_MAX_PARTS, world <= ARRIVAL_MAX_PARTS),
+            TopkSum::OnArrival => (true, false),
+            TopkSum::AfterGather => (false, false),
+        }
+    }
+}
+
+impl std::str::FromStr for TopkSum {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "auto" => Ok(TopkSum::Auto),
+            "arrival" => Ok(TopkSum::OnArrival),
+            "after" => Ok(TopkSum::AfterGather),
+            _ => Err(format!(
+                "{s:?} is not a time for TopKAllReduce's sum: auto, arrival or after"
+            )),
+        }
+    }
+}
+
+impl Communicator {
+    /// TopKAllReduce: every rank's sparse vector gathered and summed (ranks' values added
+    /// in rank order, so the result is identical everywhere). O(kP) traffic per rank.
+    /// The sum is made as the blocks arrive or after the gather ([`TopkSum`],
+    /// [`Communicator::set_topk_sum`]). A malformed `local` (see [`SparseVec::check`]) is
+    /// an error before any communication; a peer's malformed block is an error naming
+    /// that peer.
+    pub fn topk_allreduce(&mut self, local: &SparseVec) -> Result<SparseVec> {
+        self.guarded(|c| c.topk_allreduce_unguarded(local))
+    }
+    fn topk_allreduce_unguarded(&mut self, local: &SparseVec) -> Result<SparseVec> {
+        check_local("topk_allreduce", local)?;
+        self.trace.mark("begin", self.rank, 0);
+        let tag = self.next_tag();
+        let mut s = std::mem::take(&mut self.scratch);
+        local.encode_into(&mut s.local);
+        let (p, r) = (self.world, self.rank);
+        // Whether this call sums as the blocks arrive (arrival_sum.rs), and whether it
+        // stops doing so once blocks come faster than it merges (see TopkSum). Either
+        // way the result has the same bits.
+        let (mut arriving, may_stop) = self.topk_sum.plan(p);
+        let Scratch {
+            local,
+            gather,
+            sum,
+            arrival,
+        } = &mut s;
+        if arriving {
+            arrival.begin(p);
+        }
+        let watching = arriving;
+        // This rank's own block joins at the first read, so that decoding it is not in
+        // front of the first send. A block is merged at the next read (see ArrivalSum::
+        // settle), or at once where that read brought bytes of the next block of the
+        // same message: the last block of a message then waits for bytes of the next
+        // step's, after this rank's next send has left. The last block of all is summed
+        // as it arrives (ArrivalSum::add_partial, arrival_last.rs).
+        let mut own_added = false;
+        let mut on_block = |event: Received| {
+            // A block with another complete behind it: the bytes come faster than this
+            // rank merges them (see TopkSum::Auto).
+            if let Received::Block { more: true, .. } = event {
+                arriving &= !may_stop;
+            }
+            if !arriving {
+                return;
+            }
+            if !own_added {
+                arrival.add(r, local);
+                own_added = true;
+            }
+            match event {
+                Received::Block { j, bytes, .. } => arrival.add((r + j) % p, bytes),
+                Received::Bytes => arrival.settle(),
+                // The last block's part of the sum is made as it arrives
+                // (arrival_last.rs); an earlier block's waits until it is complete.
+                Received::Part { j, bytes, len } => {
+                    arrival.settle();
+                    arrival.add_partial((r + j) % p, bytes, len);
+                }
+            }
+        };
+        let on_block = watching.then_some(&mut on_block as &mut dyn FnMut(Received));
+        let gathered = self.allgather_into(local, tag, Collective::TopkAllreduce, gather, on_block);
+        if watching && !arriving && gathered.is_ok() {
+            self.topk_arrival_stops += 1;
+        }
+        let out = gathered.and_then(|()| {
+            let summed = if arriving {
+                if !own_added {
+                    // No read came (a world of one): the sum is this rank's block.
+                    arrival.add(r, local);
+                }
+                arrival.finish()
+            } else {
+                // Checked and summed in rank order (the same on every rank), read in place.
+                let have = &gather.have;
+                sum_encoded_with((0..p).map(|q| have.block((q + p - r) % p)), sum)
+            };
+            summed.map_err(|(peer, msg)| CommError::Protocol { peer, msg })
+        });
+        self.scratch = s;
+        self.trace.mark("end", self.rank, 0);
+        out
+    }
+}
