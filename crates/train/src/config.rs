@@ -359,22 +359,10 @@ pub struct Args {
 const METHOD_HELP: &str = "Methods and their options (--method NAME --method-opt key=value):
 (run with --help to see them all; the table is compress::help_text)";
 
-/// This worker's index among the workers of its node: `LOCAL_RANK` when set (a
-/// multi-node launcher's), else the job rank (one node: the same thing). GPUs are chosen
-/// by it, so that ranks placed round-robin over nodes do not pile onto one GPU.
-pub fn local_rank(rank: usize) -> Result<usize> {
-    match std::env::var("LOCAL_RANK") {
-        Ok(v) => v
-            .trim()
-            .parse()
-            .with_context(|| format!("LOCAL_RANK={v:?} is not a whole number")),
-        Err(_) => Ok(rank),
-    }
-}
-
 impl Config {
-    /// The device the worker of local rank `rank` trains on (see [`local_rank`]): `cpu`;
-    /// `cuda`, GPU `rank mod count`; `auto`, the GPU when one is usable, else the CPU.
+    /// The device the worker of local rank `rank` (its index among its node's workers)
+    /// trains on: `cpu`; `cuda`, GPU `rank mod count`; `auto`, the GPU when one is
+    /// usable, else the CPU.
     pub fn device_for(&self, rank: usize) -> Result<tensor::Device> {
         let count = tensor::cuda::device_count();
         let gpu = || -> Option<tensor::Device> {

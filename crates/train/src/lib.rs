@@ -84,7 +84,11 @@ pub fn run(cfg: &Config, resume: bool, raw_args: &[std::ffi::OsString]) -> Resul
         })?
     };
     let (rank, world) = (comm.rank(), comm.world_size());
-    let mut w = worker::Worker::new(cfg, rank, world, comm)
+    // GPUs are chosen by the index among the node's workers: `LOCAL_RANK` (a multi-node
+    // launcher's, checked by comm's parser), else the job rank (one node: the same thing),
+    // so that ranks placed round-robin over nodes do not pile onto one GPU.
+    let local_rank = job.as_ref().and_then(|j| j.local_rank).unwrap_or(rank);
+    let mut w = worker::Worker::new(cfg, rank, local_rank, world, comm)
         .with_context(|| format!("rank {rank}: setting up"))?;
     let summary = w.run(resume).with_context(|| format!("rank {rank}"))?;
     Ok(if rank == 0 { Some(summary) } else { None })

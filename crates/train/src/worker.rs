@@ -187,8 +187,16 @@ fn tensor_f32(t: &Tensor) -> Vec<f32> {
 }
 
 impl Worker {
-    pub fn new(cfg: &Config, rank: usize, world: usize, comm: Communicator) -> Result<Worker> {
-        let device = cfg.device_for(crate::config::local_rank(rank)?)?;
+    /// The worker of job rank `rank` of `world`, on the device its `local_rank` (its index
+    /// among its node's workers) picks.
+    pub fn new(
+        cfg: &Config,
+        rank: usize,
+        local_rank: usize,
+        world: usize,
+        comm: Communicator,
+    ) -> Result<Worker> {
+        let device = cfg.device_for(local_rank)?;
         let task = Task::new(cfg, device)?;
         let params = task.model.module().named_params();
         let buffers = task.model.module().named_buffers();
@@ -533,10 +541,9 @@ impl Worker {
         Ok(())
     }
 
-    /// An error when `cfg.out` holds an earlier run that a fresh one would replace, one
-    /// that can be resumed (this rank's checkpoints) or that finished (rank 0: its
-    /// summary), unless `--overwrite` allows it. A run that died before either left
-    /// nothing to keep but its log, which the fresh run's replaces.
+    /// Restores this rank from the checkpoint `file`: parameters and buffers, the
+    /// optimizer's state, the method's state, the carried language-model state and the
+    /// position (with the bytes the run had moved before it).
     fn load_checkpoint(&mut self, file: &std::path::Path) -> Result<()> {
         let saved = checkpoint::load(file)?;
         no_grad(|| -> Result<()> {
