@@ -128,7 +128,7 @@ fn main() -> Result<()> {
             ms(t_copy)
         );
         // TopKAllReduce's sum as its blocks arrive (Bruck's order on rank r: r, r+1, …,
-        // wrapping; rank P/2's here, which wraps), against the radix sum of the received
+        // wrapping; rank P/2's here, which wraps), against the sum after the gather of the received
         // messages: all of its work, and the part left once the last block's last read is
         // in (its last 1,448 bytes, a TCP segment: the rest of the sum, made as the
         // block's earlier bytes came, and the others merged as they came before it), which
@@ -171,7 +171,7 @@ fn main() -> Result<()> {
             t_last = t_last.min(std::hint::black_box(arrival(false)?).0);
         }
         println!(
-            "| sum of {p} received messages as they arrive: all of it / after the last (radix after the gather / this) | {total} | {:.3} | {:.3} / {:.3} | {:.2} / {:.2} | {:.3} |",
+            "| sum of {p} received messages as they arrive: all of it / after the last (the sum after the gather / this) | {total} | {:.3} | {:.3} / {:.3} | {:.2} / {:.2} | {:.3} |",
             ms(t_wire),
             ms(t_all),
             ms(t_last),

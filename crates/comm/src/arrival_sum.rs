@@ -1,10 +1,10 @@
 //! TopKAllReduce's sum done while its allgather is still receiving: each rank's block is
 //! merged in as soon as its last byte has arrived, so that what is left once the gather
 //! ends is one pass over the result (with the last block merged in it), instead of
-//! summing all P blocks then. The sum after the gather (the radix sort of
-//! [`crate::sparse`], 1.6-1.9 ms for 8 × 16,777 entries) made the collective 1.2-1.45×
-//! its α-β model on a core-per-host 1 Gbit/s network while its gather alone was
-//! 0.93-1.16× (RESULTS.md).
+//! summing all P blocks then. The sum after the gather (then the radix sort of
+//! [`crate::sparse`], 1.6-1.9 ms for 8 × 16,777 entries; since the windowed sum,
+//! `window_sum.rs`, 1.0-1.5 ms) made the collective 1.2-1.45× its α-β model on a
+//! core-per-host 1 Gbit/s network while its gather alone was 0.93-1.16× (RESULTS.md).
 //!
 //! The result must equal, bit for bit on every rank, the left fold `((p0 + p1) + p2) + …`
 //! in rank order (a NaN aside: Rust does not specify the sign and payload of a NaN that
@@ -18,8 +18,9 @@
 //! (`arrival_last.rs`, through [`ArrivalSum::add_partial`]), or by
 //! [`ArrivalSum::finish`] in one pass when its bytes were not fed.
 //!
-//! Each block merged costs a pass over the run, O(P² k) in all against the radix sort's
-//! O(P k) (`sparse_merge_bench`: 2.6-2.7 against 1.6 ms at 8 × 16,777 entries;
+//! Each block merged costs a pass over the run, O(P² k) in all against the sum after the
+//! gather's O(P k) (`sparse_merge_bench`: 2.6-2.7 against the radix sort's 1.6 ms at
+//! 8 × 16,777 entries;
 //! 0.57-0.59 ms left after the last block). That is hidden behind the wire while a merge
 //! (about 5 ns an entry of the run here) is shorter than the next block's transfer (64 ns
 //! an entry at 1 Gbit/s), to about a dozen ranks; on a faster network it is extra work.
@@ -36,7 +37,7 @@ use crate::sparse::{SparseBytes, SparseVec};
 use std::hint::select_unpredictable;
 
 /// Up to this world size TopKAllReduce sums as the blocks arrive; beyond it, after the
-/// gather, by the radix sort (see the module's comment for why).
+/// gather (`sparse::sum_entries`; see the module's comment for why).
 pub const ARRIVAL_MAX_PARTS: usize = 8;
 
 /// Entries sorted by (index, rank): `keys` hold `index << 32 | rank`, `values` the

@@ -37,6 +37,7 @@ mod rendezvous;
 mod sparse;
 mod stream_merge;
 mod trace;
+mod window_sum;
 
 pub use arrival_sum::{ArrivalSum, ARRIVAL_MAX_PARTS};
 pub use communicator::{CommConfig, Communicator, ReduceOp, TopkSum, MAX_WORLD};

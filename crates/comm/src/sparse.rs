@@ -2,6 +2,7 @@
 //! the union of two sparse vectors with values summed per index, truncated to its k
 //! entries of largest magnitude.
 
+use crate::window_sum::{add_run, window_sum, WindowScratch};
 use std::hint::select_unpredictable;
 
 /// Indices ascending, one value each.
@@ -133,6 +134,13 @@ pub(crate) trait Entries {
     /// The part as a well-formed vector (one value per index, indices strictly
     /// ascending), borrowed where it is one already; None if it is not.
     fn as_sorted(&self) -> Option<std::borrow::Cow<'_, SparseVec>>;
+    /// Whether the part is well-formed (one value per index, indices strictly
+    /// ascending), which the windowed sum needs.
+    fn is_sorted(&self) -> bool;
+    /// Entry `j`'s index, if there is an entry `j`.
+    fn index_at(&self, j: usize) -> Option<u32>;
+    /// The windowed sum's step for this part (see [`crate::window_sum::add_run`]).
+    fn add_window(&self, from: usize, base: u32, w: &mut WindowScratch) -> usize;
 }
 
 fn pack(i: u32, v: u32) -> u64 {
@@ -153,9 +161,16 @@ impl Entries for SparseVec {
         self.indices.iter().copied().max().unwrap_or(0)
     }
     fn as_sorted(&self) -> Option<std::borrow::Cow<'_, SparseVec>> {
-        self.check()
-            .is_ok()
-            .then_some(std::borrow::Cow::Borrowed(self))
+        self.is_sorted().then_some(std::borrow::Cow::Borrowed(self))
+    }
+    fn is_sorted(&self) -> bool {
+        self.check().is_ok()
+    }
+    fn index_at(&self, j: usize) -> Option<u32> {
+        self.indices.get(j).copied()
+    }
+    fn add_window(&self, from: usize, base: u32, w: &mut WindowScratch) -> usize {
+        add_run(&self.indices, &self.values, from, base, w, |i| i, |v| v)
     }
 }
 
@@ -261,6 +276,23 @@ impl Entries for SparseBytes<'_> {
         // Checked by `parse`; decoded, since the merge reads whole words.
         Some(std::borrow::Cow::Owned(self.to_vec()))
     }
+    fn is_sorted(&self) -> bool {
+        true // checked by `parse`
+    }
+    fn index_at(&self, j: usize) -> Option<u32> {
+        self.indices.get(j).map(|&w| u32::from_le_bytes(w))
+    }
+    fn add_window(&self, from: usize, base: u32, w: &mut WindowScratch) -> usize {
+        add_run(
+            self.indices,
+            self.values,
+            from,
+            base,
+            w,
+            u32::from_le_bytes,
+            f32::from_le_bytes,
+        )
+    }
 }
 
 /// The sum of many sparse vectors (TopKAllReduce's reduction), equal bit for bit to the
@@ -300,26 +332,35 @@ pub(crate) fn sum_encoded_with<'a>(
 pub(crate) struct SumScratch {
     keys: Vec<u64>,
     tmp: Vec<u64>,
+    window: WindowScratch,
 }
 
-/// The sum behind [`sum_all`]: up to [`FOLD_MAX_PARTS`] sorted parts are folded by
-/// two-way merges ([`fold_sorted`]); otherwise the parts' entries are packed in part order into one array
-/// of words (index in the high half, the value's bits in the low half, so a pass moves
-/// one array, not two), stably LSD-radix-sorted by index with 12-bit digits (two passes
-/// for the 24-bit indices of a 16 M-value gradient), and each run of one index is added
-/// left to right, so every index's values are summed in part order. Parts need not be
-/// sorted. 12-bit digits rather than 8 (three passes): sparse_merge_bench, 32 × 16,777
-/// pairs, 4.0-4.4 ms against 6.3-6.9 ms when compared in one session (RESULTS.md records
-/// a 9.9 ms and a 4.4 ms run, taken apart). Tried and dropped, each timed
-/// in one process against this form: scattering by the high bits into L1-sized buckets
-/// then insertion-sorting each (one read of the input less, but a misprediction per
+/// The sum behind [`sum_all`], in one of three forms, each equal to the left fold bit
+/// for bit:
+/// - up to [`FOLD_MAX_PARTS`] sorted parts: the fold itself, two-way merges
+///   ([`fold_sorted`]);
+/// - more parts, all sorted (every received message is: `SparseBytes::parse` checks):
+///   the windowed sum (`window_sum.rs`: each window of 8,192 indices summed in a
+///   cache-resident accumulator, part by part, and read out through a bitmap);
+/// - otherwise (a `SparseVec` built by hand need not be sorted) the radix sort
+///   ([`sum_by_radix`]): the parts' entries packed in part order into one array of words
+///   (index in the high half, the value's bits in the low half, so a pass moves one
+///   array, not two), stably LSD-radix-sorted by index with 12-bit digits (two passes
+///   for the 24-bit indices of a 16 M-value gradient), and each run of one index added
+///   left to right.
+///
+/// The windowed sum replaced the radix sort for sorted parts: sparse_merge_bench on a
+/// 2-core Xeon, the two builds alternated, 8 × 16,777 entries 1.02-1.39 ms against
+/// 1.66-1.90, 32 × 16,777 4.4-5.2 against 7.5-8.7 (RESULTS.md, "TopKAllReduce's sum in a
+/// window"). Tried and dropped earlier, each against the radix sort: scattering by the
+/// high bits into L1-sized buckets then insertion-sorting each (a misprediction per
 /// entry: 2× slower at 8 × 16,777 entries), and counting every digit's histogram while
 /// packing (no faster at 8 parts, 1.1-1.3× slower at 32).
 pub(crate) fn sum_entries<E: Entries>(parts: &[E]) -> SparseVec {
     sum_entries_with(parts, &mut SumScratch::default())
 }
 
-/// [`sum_entries`], sorting (where it sorts) in `scratch`'s arrays.
+/// [`sum_entries`], in `scratch`'s buffers.
 pub(crate) fn sum_entries_with<E: Entries>(parts: &[E], scratch: &mut SumScratch) -> SparseVec {
     if parts.len() <= FOLD_MAX_PARTS {
         if let Some(sorted) = parts
@@ -330,16 +371,17 @@ pub(crate) fn sum_entries_with<E: Entries>(parts: &[E], scratch: &mut SumScratch
             return fold_sorted(sorted);
         }
     }
+    if parts.iter().all(Entries::is_sorted) {
+        return window_sum(parts, &mut scratch.window);
+    }
     sum_by_radix(parts, scratch)
 }
 
-/// Up to this many parts, when they are sorted, the sum is the left fold itself: its
-/// O(P² k) merge steps, branch-free, beat the radix sort's scatters at 2 parts (0.15-0.17
-/// against 0.42-0.44 ms for 2 × 16,777 entries) and at 4 (0.68-0.76 against 0.88-0.95
-/// ms), not at 8 (2.96-3.11 against 1.90-2.20 ms; sparse_merge_bench, RESULTS.md).
-/// TopKAllReduce's default sums as the blocks arrive up to as many ranks, the same
-/// amount of work (`TopkSum::Auto`).
-pub(crate) const FOLD_MAX_PARTS: usize = 4;
+/// Up to this many sorted parts the sum is the left fold itself: one branch-free two-way
+/// merge beats the windowed sum at 2 parts (0.16-0.17 against 0.21-0.37 ms for 2 × 16,777
+/// entries), not at 4 (0.67-0.70 against 0.46-0.71 ms; sparse_merge_bench, this 2-core
+/// machine, 2026-11-27).
+pub(crate) const FOLD_MAX_PARTS: usize = 2;
 
 /// `((p0 + p1) + p2) + …` by [`merge_sum_into`], for parts with one value per index
 /// and strictly ascending indices.
@@ -361,7 +403,7 @@ fn fold_sorted(parts: Vec<std::borrow::Cow<'_, SparseVec>>) -> SparseVec {
 fn sum_by_radix<E: Entries>(parts: &[E], scratch: &mut SumScratch) -> SparseVec {
     const BITS: u32 = 12;
     let total: usize = parts.iter().map(Entries::count).sum();
-    let SumScratch { keys, tmp } = scratch;
+    let SumScratch { keys, tmp, .. } = scratch;
     keys.clear();
     keys.reserve(total);
     // Over every index, not each part's last: a SparseVec part need not be sorted.

@@ -6,25 +6,32 @@ use super::{check_local, Communicator, Scratch};
 use crate::arrival_sum::ARRIVAL_MAX_PARTS;
 use crate::counters::Collective;
 use crate::error::{CommError, Result};
-use crate::sparse::{sum_encoded_with, SparseVec, FOLD_MAX_PARTS};
+use crate::sparse::{sum_encoded_with, SparseVec};
 
 /// When [`Communicator::topk_allreduce`] sums the blocks it gathers. Every choice gives
 /// the same bits; they differ in time only.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum TopkSum {
-    /// The default. Up to 4 ranks, as the blocks arrive (as much work as the fold after
-    /// the gather: 0.69-0.71 against 0.70 ms for 4 × 16,777 entries, `sparse_merge_bench`,
-    /// now done while waiting); up to [`ARRIVAL_MAX_PARTS`], as they arrive until a block
-    /// finds another complete behind it (the merges do not keep up with the bytes, and
-    /// their O(P² k) work is more than the radix sort's O(P k)), then after the gather;
-    /// beyond, after the gather.
+    /// The default. Up to 4 ranks, as the blocks arrive (see [`ARRIVAL_ALWAYS_MAX`]); up
+    /// to [`ARRIVAL_MAX_PARTS`], as they arrive until a block finds another complete
+    /// behind it (the merges do not keep up with the bytes, and their O(P² k) work is
+    /// more than the sum after the gather's O(P k)), then after the gather; beyond,
+    /// after the gather.
     #[default]
     Auto,
     /// Always as the blocks arrive, at any world size and however fast they come.
     OnArrival,
-    /// Always after the gather (the radix sort, or the fold of up to 4 parts).
+    /// Always after the gather (`sparse::sum_entries`: the windowed sum, or the fold of
+    /// 2 parts).
     AfterGather,
 }
+
+/// Up to this many ranks [`TopkSum::Auto`] always sums as the blocks arrive: the merges'
+/// work is then at most about twice the sum after the gather (0.89-1.1 against 0.46-0.71
+/// ms for 4 × 16,777 entries, `sparse_merge_bench`, 2026-11-27), and all but about 1 µs
+/// of it is done while the bytes still arrive, where the sum after the gather lies on the
+/// collective's critical path.
+const ARRIVAL_ALWAYS_MAX: usize = 4;
 
 impl TopkSum {
     /// At `world` ranks: whether a call starts summing as the blocks arrive, and whether
@@ -32,8 +39,7 @@ impl TopkSum {
     /// [`Communicator::topk_arrival_stops`]).
     pub fn plan(self, world: usize) -> (bool, bool) {
         match self {
-            // Up to 4 ranks the merges are the fold the sum after the gather does anyway.
-            TopkSum::Auto if world <= FOLD_MAX_PARTS => (true, false),
+            TopkSum::Auto if world <= ARRIVAL_ALWAYS_MAX => (true, false),
             TopkSum::Auto => (world <= ARRIVAL_MAX_PARTS, world <= ARRIVAL_MAX_PARTS),
             TopkSum::OnArrival => (true, false),
             TopkSum::AfterGather => (false, false),
