@@ -108,7 +108,7 @@ echo "--- measured / α-β model (fitted in the same run) ---"
 python3 - "$out" $configs <<'EOF' | tee "$final/netem-table.txt"
 import csv, sys, os
 out, configs = sys.argv[1], sys.argv[2:]
-print(f"{'config':<16} {'collective':<16} {'MiB':>6} {'measured ms':>12} {'model ms':>10} {'ratio':>6} {'faults':>7} {'stops':>5}")
+print(f"{'config':<16} {'collective':<16} {'MiB':>6} {'measured ms':>12} {'model ms':>10} {'ratio':>6} {'faults':>7} {'stops':>5} {'skips':>5}")
 for cfg in configs:
     path = os.path.join(out, cfg + ".csv")
     if not os.path.exists(path):
@@ -125,7 +125,10 @@ for cfg in configs:
         # TopK's sums that stopped merging as the blocks arrived (all ranks' calls).
         st = r.get("topk_arrival_stops") or ""
         stops = f"{st:>5}" if st not in ("", "null") else "    -"
-        print(f"{cfg:<16} {r['collective']:<16} {int(r['bytes']) / 2**20:>6.4g} {m * 1e3:12.3f} {model} {ratio} {faults} {stops}")
+        # And those that did not try, after stops (builds before the backoff had none).
+        sk = r.get("topk_arrival_skips") or ""
+        skips = f"{sk:>5}" if sk not in ("", "null") else "    -"
+        print(f"{cfg:<16} {r['collective']:<16} {int(r['bytes']) / 2**20:>6.4g} {m * 1e3:12.3f} {model} {ratio} {faults} {stops} {skips}")
 EOF
 # The table's own failure (a traceback on a CSV it cannot read) fails the script too.
 [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "device-netem.sh: the table could not be made" >&2; status=1; }

@@ -30,7 +30,7 @@ def main():
         with open(path) as f:
             for line in f:
                 cols = line.split()
-                # config collective MiB measured model ratio [faults stops]
+                # config collective MiB measured model ratio [faults stops skips]
                 if len(cols) < 6 or cols[0] == "config":
                     continue
                 try:

@@ -51,6 +51,9 @@ pub struct Timed {
     /// began summing as the blocks arrived and summed after the gather
     /// ([`Communicator::topk_arrival_stops`]; 0 for the other collectives).
     pub topk_arrival_stops: u64,
+    /// TopKAllReduce calls, counted the same way, that summed after the gather without
+    /// trying on arrival, after stops ([`Communicator::topk_arrival_skips`]).
+    pub topk_arrival_skips: u64,
 }
 
 /// [`slowest_best`], also counting each rank's minor page faults in the timed calls and
@@ -62,13 +65,14 @@ pub fn slowest_best_counted<F: FnMut(&mut Communicator) -> comm::Result<()>>(
     mut f: F,
 ) -> Result<Timed> {
     let stops_before = c.topk_arrival_stops();
+    let skips_before = c.topk_arrival_skips();
     for _ in 0..warmup {
         f(c)?;
     }
     let mut best = f64::INFINITY;
     // NaN once any call has no count (NaN survives the sum).
     let mut faults = 0.0;
-    let mut stops = 0;
+    let (mut stops, mut skips) = (0, 0);
     let reps = reps.max(1);
     for _ in 0..reps {
         c.barrier()?;
@@ -83,19 +87,22 @@ pub fn slowest_best_counted<F: FnMut(&mut Communicator) -> comm::Result<()>>(
         };
         // This rank's stops so far: the last call's exchange carries them all.
         let my_stops = c.topk_arrival_stops() - stops_before;
+        let my_skips = c.topk_arrival_skips() - skips_before;
         let mut msg = mine.to_le_bytes().to_vec();
         msg.extend(my_faults.to_le_bytes());
         msg.extend(my_stops.to_le_bytes());
+        msg.extend(my_skips.to_le_bytes());
         let (mut slowest, mut most) = (0f64, 0f64);
-        stops = 0u64;
+        (stops, skips) = (0u64, 0u64);
         for (rank, b) in c.allgather_v(&msg)?.iter().enumerate() {
-            let bytes: [u8; 24] = b
+            let bytes: [u8; 32] = b
                 .as_slice()
                 .try_into()
                 .map_err(|_| anyhow::anyhow!("rank {rank} sent a {}-byte time", b.len()))?;
             let (words, _) = bytes.as_chunks::<8>();
             slowest = slowest.max(f64::from_le_bytes(words[0]));
             stops = stops.saturating_add(u64::from_le_bytes(words[2]));
+            skips = skips.saturating_add(u64::from_le_bytes(words[3]));
             let theirs = f64::from_le_bytes(words[1]);
             // Once a rank could not count, the call has no count (f64::max would
             // drop the NaN).
@@ -112,6 +119,7 @@ pub fn slowest_best_counted<F: FnMut(&mut Communicator) -> comm::Result<()>>(
         seconds: best,
         minor_faults: (!faults.is_nan()).then(|| faults / reps as f64),
         topk_arrival_stops: stops,
+        topk_arrival_skips: skips,
     })
 }
 

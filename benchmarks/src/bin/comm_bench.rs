@@ -26,8 +26,10 @@
 //! to the system between calls and the collective touched again, a cost the α-β model
 //! leaves out. TopKAllReduce's rows also give how many of the sums (every rank's calls,
 //! warm-up included: `calls` a rank) began as the blocks arrived and finished after the
-//! gather, the bytes having come faster than the merges (`sum stops`,
-//! `topk_arrival_stops`; only under `--topk-sum auto` at 5-8 ranks, `comm::TopkSum::plan`).
+//! gather, the bytes having come faster than the merges (`topk_arrival_stops`), and how
+//! many summed after the gather without trying, after such stops (`topk_arrival_skips`;
+//! both in the table's `stops/skips/sums`; only under `--topk-sum auto` at 5-8 ranks,
+//! `comm::TopkSum::plan`).
 //!
 //! `comm_bench --world 4` launches 4 workers of itself on this machine; with RANK,
 //! WORLD_SIZE, MASTER_ADDR, MASTER_PORT and GRADEX_TOKEN already set (e.g. inside the
@@ -214,12 +216,16 @@ fn worker(args: &Args) -> Result<()> {
             let t = timed.seconds;
             // Of the p × calls sums, how many gave up summing as the blocks arrived.
             // Null where no sum could stop (see TopkSum::plan).
-            let stops = if row == Row::TopkAllreduce && args.topk_sum.plan(p).1 {
-                json!(timed.topk_arrival_stops)
+            // And how many did not try, after stops (TopkSum::Auto's backoff).
+            let (stops, skips) = if row == Row::TopkAllreduce && args.topk_sum.plan(p).1 {
+                (
+                    json!(timed.topk_arrival_stops),
+                    json!(timed.topk_arrival_skips),
+                )
             } else {
-                Value::Null
+                (Value::Null, Value::Null)
             };
-            rows.push(json!({"collective": name, "world": p, "bytes": bytes, "density": args.density, "measured_s": t, "predicted_s": predicted, "gbit_per_s": sent * 8.0 / t / 1e9, "minor_faults_per_call": timed.minor_faults, "topk_arrival_stops": stops, "calls": calls as u64}));
+            rows.push(json!({"collective": name, "world": p, "bytes": bytes, "density": args.density, "measured_s": t, "predicted_s": predicted, "gbit_per_s": sent * 8.0 / t / 1e9, "minor_faults_per_call": timed.minor_faults, "topk_arrival_stops": stops, "topk_arrival_skips": skips, "calls": calls as u64}));
         }
     }
     c.barrier()?;
@@ -271,11 +277,11 @@ fn worker(args: &Args) -> Result<()> {
     }
     if let Some(path) = &args.csv {
         let mut s = String::from(
-            "collective,world,bytes,density,measured_s,predicted_s,gbit_per_s,gloo_s,minor_faults_per_call,topk_arrival_stops,calls,alpha_s,beta_s_per_byte\n",
+            "collective,world,bytes,density,measured_s,predicted_s,gbit_per_s,gloo_s,minor_faults_per_call,topk_arrival_stops,topk_arrival_skips,calls,alpha_s,beta_s_per_byte\n",
         );
         for r in &rows {
             s += &format!(
-                "{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+                "{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
                 r["collective"].as_str().unwrap_or(""),
                 r["world"],
                 r["bytes"],
@@ -286,6 +292,7 @@ fn worker(args: &Args) -> Result<()> {
                 r.get("gloo_s").unwrap_or(&Value::Null),
                 r.get("minor_faults_per_call").unwrap_or(&Value::Null),
                 r.get("topk_arrival_stops").unwrap_or(&Value::Null),
+                r.get("topk_arrival_skips").unwrap_or(&Value::Null),
                 r.get("calls").unwrap_or(&Value::Null),
                 r["alpha_s"],
                 r["beta_s_per_byte"]
@@ -318,7 +325,7 @@ fn worker(args: &Args) -> Result<()> {
         pp.join(", ")
     );
     println!(
-        "{:<16} {:>11} {:>12} {:>12} {:>8} {:>10} {:>10} {:>12} {:>12}",
+        "{:<16} {:>11} {:>12} {:>12} {:>8} {:>10} {:>10} {:>12} {:>16}",
         "collective",
         "bytes",
         "measured ms",
@@ -327,23 +334,25 @@ fn worker(args: &Args) -> Result<()> {
         "gloo ms",
         "ours/gloo",
         "faults/call",
-        "sum stops"
+        "stops/skips/sums"
     );
     let f = |v: &Value, scale: f64| {
         v.as_f64()
             .map_or("-".into(), |x| format!("{:.3}", x * scale))
     };
     for r in &rows {
-        // TopK's stops as "stopped/sums" (every rank's calls, warm-up included).
+        // TopK's stops and skips as "stopped/skipped/sums" (every rank's calls, warm-up
+        // included).
         let stops = match (
             r.get("topk_arrival_stops").and_then(Value::as_u64),
+            r.get("topk_arrival_skips").and_then(Value::as_u64),
             r["calls"].as_f64(),
         ) {
-            (Some(n), Some(calls)) => format!("{n}/{}", calls as usize * p),
+            (Some(n), Some(k), Some(calls)) => format!("{n}/{k}/{}", calls as usize * p),
             _ => "-".into(),
         };
         println!(
-            "{:<16} {:>11} {:>12} {:>12} {:>8} {:>10} {:>10} {:>12} {:>12}",
+            "{:<16} {:>11} {:>12} {:>12} {:>8} {:>10} {:>10} {:>12} {:>16}",
             r["collective"].as_str().unwrap_or(""),
             r["bytes"],
             f(&r["measured_s"], 1e3),

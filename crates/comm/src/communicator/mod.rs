@@ -42,6 +42,7 @@ use crate::trace::{Trace, TraceEvent};
 use gtopk::GtopkScratch;
 use std::net::TcpStream;
 use std::time::Duration;
+use topk::ArrivalBackoff;
 use wire::{
     check_size, mark_failed_send, recv_frame_into, send_frame, send_now, send_rest, write_frame,
     Expect, Progress,
@@ -82,6 +83,11 @@ pub struct Communicator {
     /// TopKAllReduce calls that stopped summing as the blocks arrived (`TopkSum::Auto`
     /// found the merges behind the bytes) and summed after the gather.
     topk_arrival_stops: u64,
+    /// TopKAllReduce calls that summed after the gather without trying on arrival,
+    /// after stops (`topk.rs`, `ArrivalBackoff`).
+    topk_arrival_skips: u64,
+    /// When Auto next tries summing on arrival.
+    topk_backoff: ArrivalBackoff,
     /// The sparse collectives' steps, when asked for (`trace.rs`).
     trace: Trace,
 }
@@ -217,6 +223,8 @@ impl Communicator {
             gtopk: GtopkScratch::default(),
             topk_sum: TopkSum::Auto,
             topk_arrival_stops: 0,
+            topk_arrival_skips: 0,
+            topk_backoff: ArrivalBackoff::default(),
             trace: Trace::default(),
         }
     }
@@ -242,6 +250,12 @@ impl Communicator {
     /// ([`TopkSum::Auto`]); benchmarks report it beside the times.
     pub fn topk_arrival_stops(&self) -> u64 {
         self.topk_arrival_stops
+    }
+    /// How many TopKAllReduce calls of this rank so far summed after the gather without
+    /// trying to sum as the blocks arrived, because earlier calls had stopped
+    /// ([`TopkSum::Auto`]'s backoff); benchmarks report it beside the stops.
+    pub fn topk_arrival_skips(&self) -> u64 {
+        self.topk_arrival_skips
     }
     /// Turns the timeline of the sparse collectives' steps on or off (`trace.rs`: TopK
     /// and gTopK, their allgather and broadcast, also when called alone); off, nothing
