@@ -179,7 +179,9 @@ fn worker(args: &Args) -> Result<()> {
                     model.broadcast(p, msg.len()),
                 ),
             };
-            let before = sent_total(&c, kind);
+            // The bytes of the timed and warm-up calls alone: the timing's own exchange
+            // between calls is an allgather, which would count in allgather_v's row.
+            let mut sent_in_calls = 0u64;
             let tracing = args.trace.is_some();
             // (call, step) of this rank. The trace is emptied before each call and taken
             // after it, so that calls stay apart and the timing's own exchange between
@@ -189,19 +191,20 @@ fn worker(args: &Args) -> Result<()> {
             let timed = slowest_best_counted(&mut c, args.warmup, args.repeats, |c| {
                 c.set_trace(tracing);
                 c.take_trace();
+                let before = sent_total(c, kind);
                 match row {
                     Row::TopkAllreduce => c.topk_allreduce(&local).map(|_| ()),
                     Row::GtopkAllreduce => c.gtopk_allreduce(&local, k).map(|_| ()),
                     Row::AllgatherV => c.allgather_v(&msg).map(|_| ()),
                     _ => c.broadcast(0, &msg).map(|_| ()),
                 }?;
+                sent_in_calls += sent_total(c, kind) - before;
                 c.set_trace(false);
                 steps.extend(c.take_trace().into_iter().map(|e| (call, e)));
                 call += 1;
                 Ok(())
             })?;
-            // Before the trace's own exchange (an allgather, counted as allgather_v's).
-            let sent = (sent_total(&c, kind) - before) as f64 / calls;
+            let sent = sent_in_calls as f64 / calls;
             if tracing {
                 let first = traced_calls.entry((name, bytes)).or_default();
                 let row = TracedRow {
