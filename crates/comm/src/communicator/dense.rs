@@ -2,7 +2,7 @@
 //! or as IEEE half precision, with every rank ending with the same bits.
 
 use super::wire::{read_failed, read_header, send_frame, Expect};
-use super::Communicator;
+use super::{stream, Communicator};
 use crate::counters::Collective;
 use crate::error::{CommError, Result};
 use crate::frame::HEADER_LEN;
@@ -82,12 +82,8 @@ impl Communicator {
         recv: &mut [f32],
         add_scratch: Option<&mut [f32]>,
     ) -> Result<()> {
-        let w = self.writers[to]
-            .as_mut()
-            .ok_or_else(|| CommError::Config(format!("no connection to rank {to}")))?;
-        let r = self.readers[from]
-            .as_mut()
-            .ok_or_else(|| CommError::Config(format!("no connection to rank {from}")))?;
+        let w = stream(&mut self.writers, to)?;
+        let r = stream(&mut self.readers, from)?;
         let (sent, got) = std::thread::scope(|s| {
             // The receiver expects exactly this segment's length: no max_frame limit.
             let sender =

@@ -120,6 +120,14 @@ pub const MAX_WORLD: usize = 65_536;
 /// Tags of point-to-point messages live in their own space (high bit set).
 const P2P: u32 = 1 << 31;
 
+/// The connection to or from `peer` in `streams` (a communicator's writers or readers).
+fn stream(streams: &mut [Option<TcpStream>], peer: usize) -> Result<&mut TcpStream> {
+    streams
+        .get_mut(peer)
+        .and_then(Option::as_mut)
+        .ok_or_else(|| CommError::Config(format!("no connection to rank {peer}")))
+}
+
 impl Communicator {
     /// Joins the job described by `cfg` (blocks until every rank has connected).
     pub fn connect(cfg: &CommConfig) -> Result<Self> {
@@ -285,9 +293,7 @@ impl Communicator {
         Ok(())
     }
     fn send_to(&mut self, peer: usize, tag: u32, kind: Collective, payload: &[u8]) -> Result<()> {
-        let w = self.writers[peer]
-            .as_mut()
-            .ok_or_else(|| CommError::Config(format!("no connection to rank {peer}")))?;
+        let w = stream(&mut self.writers, peer)?;
         let sent = send_frame(w, peer, tag, payload, self.max_frame);
         mark_failed_send(&mut self.dirty, peer, sent)?;
         self.counters.sent(kind, payload.len(), HEADER_LEN);
@@ -296,9 +302,7 @@ impl Communicator {
     /// Sends a small frame of another kind than data (a refusal), counted as overhead of
     /// point-to-point traffic.
     fn send_kind(&mut self, peer: usize, kind: u8, tag: u32, payload: &[u8]) -> Result<()> {
-        let w = self.writers[peer]
-            .as_mut()
-            .ok_or_else(|| CommError::Config(format!("no connection to rank {peer}")))?;
+        let w = stream(&mut self.writers, peer)?;
         let sent = write_frame(w, peer, kind, tag, payload);
         mark_failed_send(&mut self.dirty, peer, sent)?;
         self.counters
@@ -327,9 +331,7 @@ impl Communicator {
         payload: &mut Vec<u8>,
         progress: Progress,
     ) -> Result<()> {
-        let r = self.readers[peer]
-            .as_mut()
-            .ok_or_else(|| CommError::Config(format!("no connection to rank {peer}")))?;
+        let r = stream(&mut self.readers, peer)?;
         recv_frame_into(r, peer, tag, self.max_frame, expect, payload, progress)?;
         self.counters.received(kind, payload.len(), HEADER_LEN);
         Ok(())
@@ -365,12 +367,8 @@ impl Communicator {
         let max = self.max_frame;
         // Every rank runs the same step, so what this rank expects is what `to` expects.
         let limit = expect.send_limit(max);
-        let w = self.writers[to]
-            .as_mut()
-            .ok_or_else(|| CommError::Config(format!("no connection to rank {to}")))?;
-        let r = self.readers[from]
-            .as_mut()
-            .ok_or_else(|| CommError::Config(format!("no connection to rank {from}")))?;
+        let w = stream(&mut self.writers, to)?;
+        let r = stream(&mut self.readers, from)?;
         // Refused before the receive starts: waiting for `from` while `to` waits in vain
         // for this message would end in a timeout that hides the cause.
         check_size(to, payload, limit)?;
