@@ -188,6 +188,9 @@ fn worker(args: &Args) -> Result<()> {
             // calls (an allgather) is left out.
             let mut steps: Vec<(usize, comm::TraceEvent)> = Vec::new();
             let mut call = 0;
+            // Each row starts with no earlier stops (TopkSum::Auto's backoff), so that its
+            // time and counts are its size's alone.
+            c.set_topk_sum(args.topk_sum);
             let timed = slowest_best_counted(&mut c, args.warmup, args.repeats, |c| {
                 c.set_trace(tracing);
                 c.take_trace();

@@ -2,7 +2,7 @@
 //! the union of two sparse vectors with values summed per index, truncated to its k
 //! entries of largest magnitude.
 
-use crate::window_sum::{add_run, window_sum, WindowScratch};
+use crate::window_sum::{add_run, window_sum, worthwhile, WindowScratch};
 use std::hint::select_unpredictable;
 
 /// Indices ascending, one value each.
@@ -339,9 +339,10 @@ pub(crate) struct SumScratch {
 /// for bit:
 /// - up to [`FOLD_MAX_PARTS`] sorted parts: the fold itself, two-way merges
 ///   ([`fold_sorted`]);
-/// - more parts, all sorted (every received message is: `SparseBytes::parse` checks):
-///   the windowed sum (`window_sum.rs`: each window of 8,192 indices summed in a
-///   cache-resident accumulator, part by part, and read out through a bitmap);
+/// - more parts, all sorted (every received message is: `SparseBytes::parse` checks),
+///   with entries enough to share windows (`window_sum::worthwhile`): the windowed sum
+///   (`window_sum.rs`: each window of 8,192 indices summed in a cache-resident
+///   accumulator, part by part, and read out through a bitmap);
 /// - otherwise (a `SparseVec` built by hand need not be sorted) the radix sort
 ///   ([`sum_by_radix`]): the parts' entries packed in part order into one array of words
 ///   (index in the high half, the value's bits in the low half, so a pass moves one
@@ -371,7 +372,7 @@ pub(crate) fn sum_entries_with<E: Entries>(parts: &[E], scratch: &mut SumScratch
             return fold_sorted(sorted);
         }
     }
-    if parts.iter().all(Entries::is_sorted) {
+    if parts.iter().all(Entries::is_sorted) && worthwhile(parts) {
         return window_sum(parts, &mut scratch.window);
     }
     sum_by_radix(parts, scratch)

@@ -249,9 +249,12 @@ impl Communicator {
     pub fn counters(&self) -> &ByteCounters {
         &self.counters
     }
-    /// Chooses when TopKAllReduce sums (benchmarks and tests compare the choices).
+    /// Chooses when TopKAllReduce sums (benchmarks and tests compare the choices), and
+    /// forgets [`TopkSum::Auto`]'s earlier stops (a benchmark sets it before each size,
+    /// so that one size's stops do not decide how the next one's calls sum).
     pub fn set_topk_sum(&mut self, when: TopkSum) {
         self.topk_sum = when;
+        self.topk_backoff = ArrivalBackoff::default();
     }
     /// How many TopKAllReduce calls of this rank so far began summing as the blocks
     /// arrived and then, the merges behind the bytes, summed after the gather
