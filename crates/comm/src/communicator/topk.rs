@@ -59,9 +59,9 @@ const BACKOFF_MAX: u32 = 64;
 /// 72 calls), a stop costs one call; where they are the rule (2 kB blocks that come in
 /// one read, which arrive faster than they merge; ranks sharing cores, where merges that
 /// are abandoned took CPU the others wanted), Auto no longer starts merges it will give
-/// up. With 8 workers 4 to a core in the emulated network, TopK at 64 MiB took 15.7-18.5
-/// ms with Auto before this against 13.5-14.7 summing after the gather (RESULTS.md,
-/// "TopKAllReduce's sum in a window").
+/// up. With 8 workers 4 to a core in the emulated network, TopK at 64 MiB took 18.0-20.5
+/// ms with Auto before this and 14.9-17.2 with it, six alternated pairs, faster in each;
+/// 16 MiB likewise; 1 MiB even (RESULTS.md, "Auto's stops remembered").
 #[derive(Debug, Default)]
 pub(super) struct ArrivalBackoff {
     /// Calls left to sum after the gather without trying.
