@@ -387,7 +387,7 @@ pub(crate) const FOLD_MAX_PARTS: usize = 2;
 /// `((p0 + p1) + p2) + …` by [`merge_sum_into`], for parts with one value per index
 /// and strictly ascending indices.
 /// The first part starts the sum as it is (copied only if borrowed).
-fn fold_sorted(parts: Vec<std::borrow::Cow<'_, SparseVec>>) -> SparseVec {
+pub(crate) fn fold_sorted(parts: Vec<std::borrow::Cow<'_, SparseVec>>) -> SparseVec {
     let mut parts = parts.into_iter();
     let Some(first) = parts.next() else {
         return SparseVec::default();

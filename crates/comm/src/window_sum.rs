@@ -160,15 +160,12 @@ fn drain(
 #[cfg(test)]
 mod tests {
     use super::{window_sum, worthwhile, WindowScratch, WINDOW};
-    use crate::sparse::{merge_sum_into, SparseVec};
+    use crate::sparse::{fold_sorted, SparseVec};
+    use std::borrow::Cow;
 
+    /// The reference: the left fold of two-way merges.
     fn fold(parts: &[SparseVec]) -> SparseVec {
-        let (mut acc, mut next) = (SparseVec::default(), SparseVec::default());
-        for p in parts {
-            merge_sum_into(&acc, p, &mut next);
-            std::mem::swap(&mut acc, &mut next);
-        }
-        acc
+        fold_sorted(parts.iter().map(Cow::Borrowed).collect())
     }
 
     fn bits(v: &SparseVec) -> Vec<u32> {
