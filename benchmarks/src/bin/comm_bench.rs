@@ -109,7 +109,6 @@ struct Args {
 
 fn worker(args: &Args) -> Result<()> {
     let mut c = Communicator::from_env()?;
-    c.set_topk_sum(args.topk_sum);
     let (rank, p) = (c.rank(), c.world_size());
     if p < 2 {
         bail!("comm_bench needs at least 2 workers");

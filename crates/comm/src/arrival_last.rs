@@ -84,8 +84,6 @@ impl LastBlock {
             if self.error.is_some() {
                 return;
             }
-        }
-        if first {
             // Room for the result at once (growing it as it filled copied it several
             // times over). The count is the peer's word: at most as much again as the
             // run is taken on it.

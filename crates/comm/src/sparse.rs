@@ -351,9 +351,9 @@ pub(crate) struct SumScratch {
 ///   left to right.
 ///
 /// The windowed sum replaced the radix sort for sorted parts: sparse_merge_bench on a
-/// 2-core Xeon, the two builds alternated, 8 × 16,777 entries 1.02-1.39 ms against
-/// 1.66-1.90, 32 × 16,777 4.4-5.2 against 7.5-8.7 (RESULTS.md, "TopKAllReduce's sum in a
-/// window"). Tried and dropped earlier, each against the radix sort: scattering by the
+/// 2-core Xeon, the two builds alternated, the in-place sum of 8 × 16,777 entries
+/// 0.96-1.48 ms against 1.71-1.86, 32 × 16,777 4.7-5.6 against 8.2-8.5 (RESULTS.md,
+/// "TopKAllReduce's sum in a window"). Tried and dropped earlier, each against the radix sort: scattering by the
 /// high bits into L1-sized buckets then insertion-sorting each (a misprediction per
 /// entry: 2× slower at 8 × 16,777 entries), and counting every digit's histogram while
 /// packing (no faster at 8 parts, 1.1-1.3× slower at 32).

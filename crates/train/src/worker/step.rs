@@ -20,6 +20,10 @@ enum Grad {
     Device(Tensor),
 }
 
+/// Each parameter's exchanged gradient and how to apply it, by parameter index (None
+/// until its bucket's update has come).
+type Updates = Vec<Option<(Grad, UpdateKind)>>;
+
 impl Worker {
     /// Trains on `batch` at `step` (epoch `epoch`, fractional) with learning rate `lr`,
     /// adding the step's loss and timings to `window`.
@@ -115,13 +119,8 @@ impl Worker {
 
     /// Waits for every bucket's update from the compression thread (the step's idle
     /// time): the update of each parameter, and when the first exchange began.
-    #[allow(clippy::type_complexity)]
-    fn collect_updates(
-        &mut self,
-        wire: &mut WireStats,
-    ) -> Result<(Vec<Option<(Grad, UpdateKind)>>, Option<Instant>)> {
-        let mut updates: Vec<Option<(Grad, UpdateKind)>> =
-            (0..self.params.len()).map(|_| None).collect();
+    fn collect_updates(&mut self, wire: &mut WireStats) -> Result<(Updates, Option<Instant>)> {
+        let mut updates: Updates = (0..self.params.len()).map(|_| None).collect();
         let mut first_start: Option<Instant> = None;
         for _ in 0..self.collector.buckets().len() {
             let (started, stats) = match self.ex.recv()? {
@@ -155,7 +154,7 @@ impl Worker {
         Ok((updates, first_start))
     }
 
-    fn apply(&mut self, updates: Vec<Option<(Grad, UpdateKind)>>, lr: f64) -> Result<()> {
+    fn apply(&mut self, updates: Updates, lr: f64) -> Result<()> {
         let mut grads: Vec<(usize, Tensor, UpdateKind)> = Vec::with_capacity(updates.len());
         for (i, u) in updates.into_iter().enumerate() {
             let (grad, kind) = u.with_context(|| format!("no update arrived for parameter {i}"))?;
