@@ -756,8 +756,9 @@ fn one_ranks_malformed_sparse_vector_fails_every_rank_at_once() {
 
 /// A peer whose block is not a sparse vector (here rank 1 gathers raw bytes where the
 /// others run TopKAllReduce: the two share the allgather and its sequence of tags) is
-/// named by every rank that sums its block, whether the sum is made as blocks arrive or
-/// after the gather, and large blocks (read as they come) or small.
+/// named by every rank that sums its block (with the rank that relayed it), whether the
+/// sum is made as blocks arrive or after the gather, and large blocks (read as they come)
+/// or small.
 #[test]
 fn a_peers_malformed_block_is_named_by_every_summing_rank() {
     // A count of 2,000 entries and 3 bytes short of them.
@@ -779,9 +780,15 @@ fn a_peers_malformed_block_is_named_by_every_summing_rank() {
             });
             for (rank, e) in out.iter().enumerate().filter(|&(r, _)| r != 1) {
                 assert!(
-                    e.contains("rank 1") && e.contains("cannot hold"),
+                    e.starts_with("rank 1: malformed frame") && e.contains("cannot hold"),
                     "world {world}, {nnz} entries, {when:?}, rank {rank}: {e}"
                 );
+                // Bruck's allgather brings rank 1's block to rank r from rank r + d,
+                // d the largest power of two not over (1 − r) mod P.
+                let j = (1 + world - rank) % world;
+                let relay = (rank + (1 << j.ilog2())) % world;
+                let named = e.contains(&format!("relayed by rank {relay}"));
+                assert_eq!(named, relay != 1, "world {world}, rank {rank}: {e}");
             }
         }
     }

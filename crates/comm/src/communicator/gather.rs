@@ -30,6 +30,19 @@ pub(super) enum Received<'b> {
     },
 }
 
+/// The rank from which rank `r`'s Bruck allgather over `p` ranks received rank `q`'s
+/// block: the rank at distance d, the largest power of two not over (q − r) mod P (the
+/// step at distance d brings blocks d to 2d − 1); `r` for its own block. A malformed
+/// block is blamed on its origin, whose bytes the relays only copy, and names its relay.
+pub(super) fn bruck_relay(p: usize, r: usize, q: usize) -> usize {
+    let j = (q + p - r) % p;
+    if j == 0 {
+        return r;
+    }
+    let d = 1usize << (usize::BITS - 1 - j.leading_zeros());
+    (r + d) % p
+}
+
 impl Communicator {
     /// Every rank's buffer (of any length) on every rank. Bruck's algorithm packs up to
     /// ⌊P/2⌋ ranks' buffers into one message (min(d, P−d) at distance d), and each
@@ -119,5 +132,33 @@ impl Communicator {
         }
         debug_assert_eq!(g.have.len(), p, "Bruck's steps bring every rank's block");
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bruck_relay;
+
+    /// Bruck's steps played out on paper: who hands each rank each block.
+    #[test]
+    fn the_relay_is_the_rank_each_block_came_from() {
+        for p in 1..=17 {
+            for r in 0..p {
+                // At the step at distance d, rank r receives from r + d the blocks that
+                // rank holds at its positions 0..min(d, p − d): ranks r + d + i.
+                let mut from = vec![None; p];
+                from[r] = Some(r);
+                let mut d = 1;
+                while d < p {
+                    for i in 0..d.min(p - d) {
+                        from[(r + d + i) % p] = Some((r + d) % p);
+                    }
+                    d *= 2;
+                }
+                for q in 0..p {
+                    assert_eq!(Some(bruck_relay(p, r, q)), from[q], "p {p}, r {r}, q {q}");
+                }
+            }
+        }
     }
 }

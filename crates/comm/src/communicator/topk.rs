@@ -1,7 +1,7 @@
 //! TopKAllReduce: every rank's sparse vector gathered and summed, identically everywhere;
 //! [`TopkSum`] chooses when the sum is made (as blocks arrive, or after the gather).
 
-use super::gather::Received;
+use super::gather::{bruck_relay, Received};
 use super::{check_local, Communicator, Scratch};
 use crate::arrival_sum::ARRIVAL_MAX_PARTS;
 use crate::counters::Collective;
@@ -106,7 +106,7 @@ impl Communicator {
     /// The sum is made as the blocks arrive or after the gather ([`TopkSum`],
     /// [`Communicator::set_topk_sum`]). A malformed `local` (see [`SparseVec::check`]) is
     /// an error before any communication; a peer's malformed block is an error naming
-    /// that peer.
+    /// that peer, and the rank that relayed it where another did.
     pub fn topk_allreduce(&mut self, local: &SparseVec) -> Result<SparseVec> {
         self.guarded(|c| c.topk_allreduce_unguarded(local))
     }
@@ -188,7 +188,15 @@ impl Communicator {
                 let have = &gather.have;
                 sum_encoded_with((0..p).map(|q| have.block((q + p - r) % p)), sum)
             };
-            summed.map_err(|(peer, msg)| CommError::Protocol { peer, msg })
+            summed.map_err(|(peer, msg)| {
+                let via = bruck_relay(p, r, peer);
+                let msg = if via == peer {
+                    msg
+                } else {
+                    format!("{msg} (its block, relayed by rank {via})")
+                };
+                CommError::Protocol { peer, msg }
+            })
         });
         self.scratch = s;
         self.trace.mark("end", self.rank, 0);
