@@ -116,7 +116,12 @@ pub fn build(spec: &MethodSpec, ctx: &Context) -> Result<Box<dyn Method>> {
                     "qsgd preset '{name}': expected 2bit, 4bit, 8bit or 8bit-8192"
                 ))
             })?;
-            let bits = o.usize("bits")?.map(|b| b as u32).unwrap_or(bits);
+            let bits = match o.usize("bits")? {
+                Some(b) => u32::try_from(b).map_err(|_| {
+                    CompressError::Config(format!("qsgd option bits={b}: must be in 1..=16"))
+                })?,
+                None => bits,
+            };
             let bucket = o.usize("bucket")?.unwrap_or(bucket);
             let coding = match o.choice("coding", &["elias", "fixed"])?.as_str() {
                 "fixed" => Coding::Fixed,

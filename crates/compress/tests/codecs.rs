@@ -52,7 +52,7 @@ proptest! {
         let mut r = Rng::new(seed);
         let mut entries = Vec::new();
         for i in 0..d { if r.below(4) == 0 { entries.push((i as u32, r.below(2) == 1, 1 + r.below(s as usize) as u32)); } }
-        let bucket = elias::QuantizedBucket { norm: r.normal() as f32, entries };
+        let bucket = elias::QuantizedBucket { norm: r.normal().abs() as f32, entries };
         let mut w = BitWriter::new();
         elias::encode_qsgd(&mut w, &bucket, d).unwrap();
         let bytes = w.finish();
@@ -157,6 +157,26 @@ fn dgc_format_reaches_about_667x_at_density_one_in_a_thousand() {
 
 #[test]
 fn qsgd_buckets_with_gaps_past_the_index_range_are_errors() {
+    // A peer controls the norm too: one that is not a finite value ≥ 0 is refused by
+    // both decoders (a NaN would spread through the whole bucket).
+    let empty_bucket = |norm: f32| {
+        let mut w = BitWriter::new();
+        w.bits(norm.to_bits() as u64, 32);
+        elias::write(&mut w, 513).unwrap();
+        w.finish()
+    };
+    for norm in [0.0, -0.0, 1.0, f32::MAX] {
+        let bytes = empty_bucket(norm);
+        assert!(elias::decode_qsgd(&mut BitReader::new(&bytes), 512, 15).is_ok());
+    }
+    for norm in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -1.0, -0.5e-40] {
+        let bytes = empty_bucket(norm);
+        let err = elias::decode_qsgd(&mut BitReader::new(&bytes), 512, 15);
+        assert!(err.is_err(), "norm {norm}: {err:?}");
+        let mut out = vec![0f32; 512];
+        let err = elias::decode_qsgd_add(&mut BitReader::new(&bytes), 15, &mut out);
+        assert!(err.is_err(), "norm {norm}: {err:?}");
+    }
     // A peer controls the gaps: one near 2^64 must be refused, not wrap or overflow.
     // (514 from −1 is index 513, one past the closing index 512 of a bucket of 512.)
     for gap in [514u64, u64::MAX / 2 + 7, u64::MAX] {

@@ -300,6 +300,14 @@ fn options_are_checked_against_the_method_table() {
         .unwrap()
         .to_string();
     assert!(e.contains("2bit"), "{e}");
+    // 2³² + 4 bits is out of range, not 4 bits.
+    for bits in ["17", "4294967300"] {
+        let e = build(&parse("qsgd", &[&format!("bits={bits}")]).unwrap(), &ctx)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("1..=16"), "bits={bits}: {e}");
+    }
     let m = build(&parse("sbc", &["preset=3"]).unwrap(), &ctx).unwrap();
     assert_eq!(m.describe(), "sbc(delay=100, density=0.01, masking=true)");
     let m = build(&parse("qsgd", &["preset=8bit-8192"]).unwrap(), &ctx).unwrap();

@@ -172,10 +172,7 @@ fn read_entries(
 /// dequantization, without the list of entries between them. On an error part of the
 /// bucket may have been added.
 pub fn decode_qsgd_add(r: &mut BitReader, s: u32, out: &mut [f32]) -> Result<()> {
-    let norm = f32::from_bits(r.bits(32)? as u32);
-    if !norm.is_finite() || norm < 0.0 {
-        return Err(CodecError::Invalid(format!("bucket norm {norm}")));
-    }
+    let norm = read_norm(r)?;
     let unit = norm / s as f32;
     read_entries(r, out.len(), s, |index, neg, level| {
         let v = unit * level as f32;
@@ -183,9 +180,19 @@ pub fn decode_qsgd_add(r: &mut BitReader, s: u32, out: &mut [f32]) -> Result<()>
     })
 }
 
+/// A bucket's norm: a finite value ≥ 0, or the message is invalid (a peer's NaN or
+/// infinity would otherwise spread through every value of the bucket).
+fn read_norm(r: &mut BitReader) -> Result<f32> {
+    let norm = f32::from_bits(r.bits(32)? as u32);
+    if !norm.is_finite() || norm < 0.0 {
+        return Err(CodecError::Invalid(format!("bucket norm {norm}")));
+    }
+    Ok(norm)
+}
+
 /// Reads one bucket of `d` coordinates with levels at most `s`.
 pub fn decode_qsgd(r: &mut BitReader, d: usize, s: u32) -> Result<QuantizedBucket> {
-    let norm = f32::from_bits(r.bits(32)? as u32);
+    let norm = read_norm(r)?;
     let mut entries = Vec::new();
     read_entries(r, d, s, |index, neg, level| {
         entries.push((index as u32, neg, level))
