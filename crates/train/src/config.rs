@@ -207,7 +207,8 @@ impl Default for Config {
 /// WORLD_SIZE, MASTER_ADDR, MASTER_PORT and GRADEX_TOKEN set, it runs as one worker of a
 /// multi-node job instead (see the README).
 #[derive(Parser, Debug, Default)]
-#[command(name = "train", version, after_help = METHOD_HELP)]
+// Negative numbers are values (`--lr -0.1` is then refused as a rate, not read as a flag).
+#[command(name = "train", version, after_help = METHOD_HELP, allow_negative_numbers = true)]
 pub struct Args {
     /// TOML file with any of the keys below (flag names with '_' for '-').
     #[arg(long)]
@@ -494,6 +495,38 @@ impl Config {
         }
         if self.steps == Some(0) || self.epochs == Some(0) {
             bail!("--steps and --epochs must be at least 1");
+        }
+        // The launcher would start every worker before each found the job too large.
+        if self.workers > comm::MAX_WORLD {
+            bail!(
+                "--workers {} is over the {} ranks a job supports",
+                self.workers,
+                comm::MAX_WORLD
+            );
+        }
+        if self.log_every == 0 {
+            bail!("--log-every must be at least 1 (steps between metrics lines)");
+        }
+        for (flag, v) in [
+            ("--weight-decay", self.weight_decay),
+            ("--clip", self.clip),
+            ("--warmup-epochs", self.warmup_epochs),
+        ] {
+            if !(v >= 0.0 && v.is_finite()) {
+                bail!("{flag} must be a finite value ≥ 0 (got {v})");
+            }
+        }
+        if !(self.gamma > 0.0 && self.gamma.is_finite()) {
+            bail!("--gamma must be positive (got {})", self.gamma);
+        }
+        if self.schedule == Schedule::Multistep
+            && (self.milestones.iter().any(|&m| !(m > 0.0 && m.is_finite()))
+                || self.milestones.windows(2).any(|w| w[0] >= w[1]))
+        {
+            bail!(
+                "--milestones {:?}: multistep's epochs must be positive and increasing",
+                self.milestones
+            );
         }
         if self.eval_samples == Some(0) {
             bail!("--eval-samples must be at least 1 (it limits the test set; leave it out for the whole set)");
@@ -820,6 +853,89 @@ mod tests {
         };
         let e = format!("{:#}", char_dropout.validate().unwrap_err());
         assert!(e.contains("--dropout: char_lstm"), "{e}");
+    }
+
+    /// Values no run can mean are refused before a worker starts (each used to run).
+    #[test]
+    fn nonsense_values_are_errors() {
+        let synthetic = || Config {
+            dataset: "synthetic".into(),
+            ..Config::default()
+        };
+        assert!(synthetic().validate().is_ok());
+        let multistep = |m: Vec<f64>| Config {
+            schedule: Schedule::Multistep,
+            milestones: m,
+            ..synthetic()
+        };
+        for (c, want) in [
+            (
+                Config {
+                    workers: comm::MAX_WORLD + 1,
+                    batch_size: 1,
+                    synthetic_samples: comm::MAX_WORLD + 1,
+                    ..synthetic()
+                },
+                "ranks a job supports",
+            ),
+            (
+                Config {
+                    log_every: 0,
+                    ..synthetic()
+                },
+                "--log-every must be at least 1",
+            ),
+            (
+                Config {
+                    weight_decay: -1.0,
+                    ..synthetic()
+                },
+                "--weight-decay must be",
+            ),
+            (
+                Config {
+                    clip: -1.0,
+                    ..synthetic()
+                },
+                "--clip must be",
+            ),
+            (
+                Config {
+                    warmup_epochs: f64::NAN,
+                    ..synthetic()
+                },
+                "--warmup-epochs must be",
+            ),
+            (
+                Config {
+                    gamma: 0.0,
+                    ..multistep(vec![1.0])
+                },
+                "--gamma must be positive",
+            ),
+            (multistep(vec![3.0, 1.0]), "positive and increasing"),
+            (multistep(vec![-1.0, 2.0]), "positive and increasing"),
+            (
+                Config {
+                    model: "lenet5".into(),
+                    bptt: 10,
+                    ..synthetic()
+                },
+                "--bptt is for the language models",
+            ),
+        ] {
+            let e = format!("{:#}", c.validate().unwrap_err());
+            assert!(e.contains(want), "want {want:?}: {e}");
+        }
+        assert!(multistep(vec![1.0, 2.5]).validate().is_ok());
+    }
+
+    /// `--lr -0.1` is a negative rate (refused as one), not an unknown flag `-0`.
+    #[test]
+    fn negative_numbers_are_values() {
+        use clap::Parser;
+        let a = Args::try_parse_from(["train", "--lr", "-0.1"]).unwrap();
+        assert_eq!(a.lr, Some(-0.1));
     }
 
     #[test]

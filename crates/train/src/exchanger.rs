@@ -15,6 +15,7 @@
 //! as a reply naming the rank and ends the thread; the training thread turns it into
 //! the worker's error.
 
+use crate::progress::say_err;
 use anyhow::Result;
 use comm::{Communicator, NcclCommunicator, ReduceOp, Traffic};
 use compress::{Method, StepInfo, Update, WireStats};
@@ -353,11 +354,11 @@ impl Drop for Exchanger {
         let _ = self.jobs.send(Job::Stop);
         let Some(h) = self.handle.take() else { return };
         match self.ended.recv_timeout(self.stop_within) {
-            Err(RecvTimeoutError::Timeout) => eprintln!(
+            Err(RecvTimeoutError::Timeout) => say_err(&format!(
                 "warning: the compression thread did not stop within {:.0} s (a collective \
                  blocked on a peer); leaving it to end with the process",
                 self.stop_within.as_secs_f64()
-            ),
+            )),
             // Ended (the channel never carries a message).
             Ok(()) | Err(RecvTimeoutError::Disconnected) => {
                 let _ = h.join();

@@ -9,7 +9,7 @@
 
 use crate::affinity;
 use crate::config::PinCores;
-use crate::progress::Progress;
+use crate::progress::{say, say_err, Progress};
 use anyhow::{bail, Context, Result};
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader};
@@ -37,13 +37,13 @@ fn pump(
     std::thread::spawn(move || {
         for line in BufReader::new(stream).lines().map_while(|l| l.ok()) {
             if to_stderr {
-                eprintln!("{prefix}{line}");
+                say_err(&format!("{prefix}{line}"));
             } else if let Some(p) = &progress {
                 // Rank 0's lines drive the bar.
                 p.observe(&line);
                 p.line(&format!("{prefix}{line}"));
             } else {
-                println!("{prefix}{line}");
+                say(&format!("{prefix}{line}"));
             }
             if let Ok(mut t) = tail.lock() {
                 if t.len() == 20 {
@@ -67,9 +67,9 @@ fn cpu_shares(workers: usize, pin: PinCores) -> Vec<Option<Vec<usize>>> {
     });
     match cpus {
         Ok((_, capacity)) if pin == PinCores::Auto && workers > capacity => {
-            eprintln!(
+            say_err(&format!(
                 "train: {workers} workers on {capacity} CPUs, not pinned (more workers than CPUs; --pin-cores true pins them anyway)"
-            );
+            ));
             vec![None; workers]
         }
         Ok((cpus, capacity)) if !cpus.is_empty() => {
@@ -79,16 +79,16 @@ fn cpu_shares(workers: usize, pin: PinCores) -> Vec<Option<Vec<usize>>> {
                 .enumerate()
                 .map(|(r, s)| format!("{r}:{}", affinity::format(s)))
                 .collect();
-            eprintln!(
+            say_err(&format!(
                 "train: {workers} workers on {} CPUs, pinned (rank:CPUs) {} (--pin-cores false leaves it to the scheduler)",
                 capacity.clamp(1, cpus.len()),
                 list.join(" ")
-            );
+            ));
             shares.into_iter().map(Some).collect()
         }
         Ok(_) => vec![None; workers],
         Err(e) => {
-            eprintln!("train: workers not pinned to CPUs: {e:#}");
+            say_err(&format!("train: workers not pinned to CPUs: {e:#}"));
             vec![None; workers]
         }
     }

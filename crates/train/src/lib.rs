@@ -19,6 +19,7 @@ pub mod worker;
 pub use config::{Args, Config};
 pub use metrics::Summary;
 
+use crate::progress::say_err;
 use anyhow::{Context, Result};
 
 /// Runs this process's part of a job: one worker when RANK/WORLD_SIZE are set, the whole
@@ -34,8 +35,8 @@ pub fn run(cfg: &Config, resume: bool, raw_args: &[std::ffi::OsString]) -> Resul
         {
             // What the kernel now allows, read back rather than what was asked for.
             match affinity::available() {
-                Ok(cpus) => eprintln!("pinned to CPUs {}", affinity::format(&cpus)),
-                Err(e) => eprintln!("pinned; reading the CPU set back failed: {e:#}"),
+                Ok(cpus) => say_err(&format!("pinned to CPUs {}", affinity::format(&cpus))),
+                Err(e) => say_err(&format!("pinned; reading the CPU set back failed: {e:#}")),
             }
         }
     }

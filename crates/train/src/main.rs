@@ -1,6 +1,7 @@
 //! `train`: data-parallel training with compressed gradient exchange (see `--help`).
 
 use clap::{CommandFactory, FromArgMatches};
+use train::progress::{say, say_err};
 use train::{Args, Config};
 
 #[global_allocator]
@@ -34,16 +35,16 @@ fn main() {
                     .map_or("- (one worker sends nothing)".to_string(), |r| {
                         format!("{r:.1}x")
                     });
-                println!(
+                say(&format!(
                     "final test {} {:.4}, loss {:.4}, compression ratio {ratio} ({} of {} dense bytes), {:.1} s; run directory {}",
                     s.metric_name, s.final_metric, s.final_loss, s.bytes_sent, s.dense_bytes, s.wall_seconds, cfg.out.display()
-                );
+                ));
             }
         }
         Ok(())
     })();
     if let Err(e) = result {
-        eprintln!("error: {e:#}");
+        say_err(&format!("error: {e:#}"));
         std::process::exit(1);
     }
 }

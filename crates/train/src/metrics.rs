@@ -3,6 +3,7 @@
 //! measured), and `summary.json` at the end. Files that replace an earlier version are
 //! written atomically (a temporary file renamed over the old one).
 
+use crate::progress::say_err;
 use anyhow::{Context, Result};
 use serde::Serialize;
 use std::io::Write;
@@ -213,9 +214,9 @@ impl MetricsWriter {
             }
         }
         if dropped > 0 {
-            eprintln!(
+            say_err(&format!(
                 "resuming at step {step}: dropped {dropped} record(s) of metrics.jsonl logged after the checkpoint"
-            );
+            ));
             write_atomic(&path, kept.as_bytes())?;
         }
         Self::open(dir, true, false)

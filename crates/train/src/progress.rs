@@ -3,7 +3,18 @@
 //! pipe, a launched worker) lines are printed plainly and nothing else.
 
 use indicatif::{ProgressBar, ProgressStyle};
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
+
+/// `println!`, except that a closed standard output (`train ... | head -1`) is not a
+/// panic: a run's results are in its files, so the line is dropped and the run goes on.
+pub fn say(line: &str) {
+    let _ = writeln!(std::io::stdout().lock(), "{line}");
+}
+
+/// [`say`] on standard error.
+pub fn say_err(line: &str) {
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
+}
 
 pub struct Progress {
     bar: Option<ProgressBar>,
@@ -31,7 +42,7 @@ impl Progress {
     pub fn line(&self, s: &str) {
         match &self.bar {
             Some(b) => b.println(s),
-            None => println!("{s}"),
+            None => say(s),
         }
     }
     pub fn step(&self, done: usize, total: usize) {

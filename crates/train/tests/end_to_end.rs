@@ -685,6 +685,35 @@ fn workers_die_with_a_killed_launcher() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// `train ... | head -1`: a reader that goes away does not stop the run (its results are
+/// in the run directory); printing used to panic on the closed pipe and kill the job.
+#[test]
+fn a_closed_standard_output_does_not_stop_the_run() {
+    use std::io::{BufRead, BufReader};
+    let dir = tmp("closed-stdout");
+    let mut launcher = Command::new(env!("CARGO_BIN_EXE_train"))
+        .args(BASE)
+        .args(["--method", "dense", "--lr", "0.01", "--steps", "24"])
+        .args(["--log-every", "1", "--out"])
+        .arg(&dir)
+        .env("GRADEX_TIMEOUT_SECS", "20")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("running train");
+    let mut lines = BufReader::new(launcher.stdout.take().unwrap()).lines();
+    assert!(lines.next().is_some_and(|l| l.is_ok()), "no first line");
+    // Closed, as `head -1` closes it: 24 step lines are still to be printed.
+    drop(lines);
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut launcher.stderr.take().unwrap(), &mut err).unwrap();
+    let status = launcher.wait().unwrap();
+    assert!(status.success(), "{status}: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(summary(&dir)["steps"], 24, "{err}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 #[test]
 fn a_dead_worker_ends_the_job_naming_it_and_the_checkpoint_resumes() {
     let dir = tmp("dead");

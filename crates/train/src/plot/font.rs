@@ -6,6 +6,7 @@
 //! drawn without text (one warning says so) and the SVG copies keep the labels: a missing
 //! font must not fail a training run at its last step.
 
+use crate::progress::say_err;
 use plotters::style::{register_font, FontStyle};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -37,10 +38,10 @@ pub(super) fn family() -> Option<&'static str> {
     *FOUND.get_or_init(|| match load() {
         Ok(_) => Some(FAMILY),
         Err(why) => {
-            eprintln!(
+            say_err(&format!(
                 "plot: {why}; PNG charts are drawn without text (the .svg copies have it). \
                  Install a font (Debian: apt-get install fonts-dejavu-core) or set {FONT_ENV}=/path/to/font.ttf"
-            );
+            ));
             None
         }
     })

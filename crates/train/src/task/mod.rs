@@ -160,6 +160,13 @@ pub struct EvalSums {
 /// The model/dataset combination is one we can build, and the sequence options fit it.
 pub fn check(c: &Config) -> Result<()> {
     let kind = kind_of(&c.model)?;
+    // --bptt has a default, so only a value other than it can tell that it was given.
+    if kind != Kind::Language && c.bptt != Config::default().bptt {
+        bail!(
+            "--bptt is for the language models' truncated backpropagation, not --model {}",
+            c.model
+        );
+    }
     match kind {
         Kind::Image => {
             for (flag, set) in [

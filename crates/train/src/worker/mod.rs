@@ -37,6 +37,7 @@ use crate::checkpoint::{self, Position};
 use crate::config::{Config, OptimizerChoice};
 use crate::exchanger::{Exchanger, Job};
 use crate::metrics::{MetricsWriter, Summary};
+use crate::progress::say_err;
 use crate::task::Task;
 use anyhow::{bail, Context, Result};
 use comm::Communicator;
@@ -88,7 +89,9 @@ pub struct Worker {
 fn fault_injection(rank: usize, step: usize) {
     let var = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<usize>().ok());
     if var("GRADEX_FAULT_RANK") == Some(rank) && var("GRADEX_FAULT_STEP") == Some(step) {
-        eprintln!("rank {rank}: GRADEX_FAULT_STEP={step} reached, exiting abruptly");
+        say_err(&format!(
+            "rank {rank}: GRADEX_FAULT_STEP={step} reached, exiting abruptly"
+        ));
         std::process::exit(17);
     }
 }

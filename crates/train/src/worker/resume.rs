@@ -5,6 +5,7 @@
 use super::record::Window;
 use super::{host_f32, Worker};
 use crate::checkpoint::{self, Position};
+use crate::progress::say_err;
 use anyhow::{bail, Context, Result};
 use tensor::{no_grad, Device, Tensor};
 
@@ -142,11 +143,11 @@ impl Worker {
         if mine[0] == Some(step) {
             Ok(files[0].clone())
         } else {
-            eprintln!(
+            say_err(&format!(
                 "rank {}: resuming from its previous checkpoint (step {step}): its newest ({}) is not held by every rank",
                 self.rank,
                 mine[0].map_or("missing".to_string(), |s| format!("step {s}"))
-            );
+            ));
             // The previous generation becomes the current one, replacing the abandoned
             // newer file: otherwise the next save would rotate that file into the
             // previous slot and drop the step every rank holds, and a second crash
