@@ -1,9 +1,11 @@
 //! Golden values from PyTorch (float64): LSTM and GRU (outputs, final states, gradients
 //! of input and every parameter), CTC (loss and gradient through log-softmax), and a few
 //! steps of SGD-Nesterov with weight decay and of Adam. Fixtures are written by
-//! `benchmarks/reference/make_nn_fixtures.py`.
+//! `benchmarks/reference/make_nn_fixtures.py`, except `deepspeech_ragged.json` (a
+//! training step of DeepSpeech on a ragged batch), written by
+//! `tests/fixtures/make_deepspeech_fixture.py`.
 
-use nn::layers::{Rnn, RnnState};
+use nn::layers::{Rnn, RnnKind, RnnState};
 use nn::loss::{ctc_loss, CtcReduction};
 use nn::optim::{Adam, Optimizer, Sgd};
 use nn::{init, Ctx, Module};
@@ -293,4 +295,205 @@ fn a_resnet20_training_step_matches_pytorch() {
             check(&name, &b.tensor, want);
         }
     }
+}
+
+fn usizes(v: &Value) -> Vec<usize> {
+    v.as_array().unwrap().iter().map(usize_of).collect()
+}
+
+/// Worst relative error of `got` against a fixture entry: the whole tensor
+/// (`|a − b| / (1 + |b|)` per element) or, for a large one, its summary (every
+/// `stride`-th element the same way; the sum, the absolute sum and the sum weighted by
+/// sin(0.37 j + 0.1) relative to 1 + the reference's absolute sum).
+fn summary_error(got: &Tensor, want: &Value) -> f64 {
+    let shape = usizes(&want["shape"]);
+    assert_eq!(got.dims(), &shape[..], "shape");
+    let g = got.to_vec::<f64>().unwrap();
+    let rel = |a: f64, b: f64, scale: f64| (a - b).abs() / (1.0 + scale);
+    if want.get("data").is_some() {
+        let w = tensor(want).to_vec::<f64>().unwrap();
+        return g
+            .iter()
+            .zip(&w)
+            .map(|(a, b)| rel(*a, *b, b.abs()))
+            .fold(0.0, f64::max);
+    }
+    let stride = usize_of(&want["stride"]);
+    let sample = want["sample"].as_array().unwrap();
+    assert_eq!(sample.len(), g.len().div_ceil(stride), "sample length");
+    let mut worst = g
+        .iter()
+        .step_by(stride)
+        .zip(sample)
+        .map(|(a, b)| {
+            let b = b.as_f64().unwrap();
+            rel(*a, b, b.abs())
+        })
+        .fold(0.0, f64::max);
+    let abs_sum = want["abs_sum"].as_f64().unwrap();
+    let wsum: f64 = g
+        .iter()
+        .enumerate()
+        .map(|(j, v)| v * (0.37 * j as f64 + 0.1).sin())
+        .sum();
+    for (got, key) in [
+        (g.iter().sum::<f64>(), "sum"),
+        (g.iter().map(|v| v.abs()).sum(), "abs_sum"),
+        (wsum, "wsum"),
+    ] {
+        worst = worst.max(rel(got, want[key].as_f64().unwrap(), abs_sum));
+    }
+    worst
+}
+
+/// DeepSpeech in training mode on a batch of 10-, 7- and 4-frame spectrograms padded to
+/// 10, against deepspeech.pytorch (MaskConv after every convolution-stack module, packed
+/// sequences whose padded outputs are zeros): the logits on each sample's valid frames,
+/// the CTC loss, the gradients of the input and of every parameter, and every batch
+/// norm's running statistics after the step, for GRU and LSTM layers. Before padded
+/// frames were masked after the convolutions and after each recurrent layer, the batch
+/// norms' statistics saw the padding and the logits differed by up to ~20 %.
+#[test]
+fn deepspeech_training_on_a_ragged_batch_matches_deepspeech_pytorch() {
+    let mut report = Vec::new();
+    let mut failures = Vec::new();
+    for c in load("deepspeech_ragged.json").as_array().unwrap() {
+        let name = c["name"].as_str().unwrap();
+        let kind = match c["rnn"].as_str().unwrap() {
+            "gru" => RnnKind::Gru,
+            "lstm" => RnnKind::Lstm,
+            other => panic!("{name}: unknown recurrent layer {other}"),
+        };
+        let model = init::with_default_dtype(DType::F64, || {
+            nn::models::deepspeech(
+                kind,
+                usize_of(&c["layers"]),
+                usize_of(&c["hidden"]),
+                usize_of(&c["classes"]),
+                &mut Rng::new(0),
+            )
+        })
+        .unwrap();
+        let params = model.named_params();
+        let names: Vec<&str> = c["param_names"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n.as_str().unwrap())
+            .collect();
+        assert_eq!(
+            params.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(),
+            names,
+            "{name}: parameter names and order differ from deepspeech.pytorch's"
+        );
+        // The fixture's "param_rule".
+        for (p, param) in params.iter().enumerate() {
+            let t = &param.tensor;
+            let fan_in: usize = t.dims()[1..].iter().product();
+            let values: Vec<f64> = (0..t.elem_count())
+                .map(|j| {
+                    let base = (1.3 * j as f64 + 0.7 * p as f64).sin();
+                    match (param.name.ends_with(".weight"), t.rank()) {
+                        (_, r) if r >= 2 => base / (fan_in as f64).sqrt(),
+                        (true, _) => 1.0 + 0.2 * base,
+                        _ => 0.2 * base,
+                    }
+                })
+                .collect();
+            t.assign(&Tensor::from_vec(values, t.dims().to_vec(), Device::Cpu).unwrap())
+                .unwrap();
+        }
+        // The fixture's "input_rule": sin(0.7 j), zero past each sample's length.
+        let shape = usizes(&c["input_shape"]);
+        let lengths = usizes(&c["lengths"]);
+        let frames = shape[3];
+        let per_sample: usize = shape[1..].iter().product();
+        let values: Vec<f64> = (0..shape.iter().product::<usize>())
+            .map(|j| {
+                let (b, t) = (j / per_sample, j % frames);
+                if t < lengths[b] {
+                    (0.7 * j as f64).sin()
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        let x = Tensor::from_vec(values, shape, Device::Cpu)
+            .unwrap()
+            .to_var();
+        let logits = model
+            .forward_lengths(&x, &lengths, &mut Ctx::train(0))
+            .unwrap();
+        let mut record = |what: String, err: f64| {
+            report.push(format!("{name}: {what}: {err:.3e}"));
+            if !(err <= TOL) {
+                failures.push(format!("{name}: {what}: relative error {err:e}"));
+            }
+        };
+        // Logits on the valid frames only.
+        let out_lengths = usizes(&c["output_lengths"]);
+        let want = tensor(&c["logits"]);
+        assert_eq!(logits.dims(), want.dims(), "{name}: logits shape");
+        let (n, classes) = (logits.dims()[1], logits.dims()[2]);
+        let (g, w) = (
+            logits.to_vec::<f64>().unwrap(),
+            want.to_vec::<f64>().unwrap(),
+        );
+        let mut worst = 0.0f64;
+        for (i, (a, b)) in g.iter().zip(&w).enumerate() {
+            let (t, s) = (i / (n * classes), i / classes % n);
+            if t < out_lengths[s] {
+                worst = worst.max((a - b).abs() / (1.0 + b.abs()));
+            }
+        }
+        record("logits on valid frames".into(), worst);
+        let targets: Vec<Vec<u32>> = c["targets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| usizes(t).into_iter().map(|v| v as u32).collect())
+            .collect();
+        let loss = ctc_loss(
+            &logits.log_softmax(2).unwrap(),
+            &targets,
+            &out_lengths,
+            CtcReduction::Sum,
+            false,
+        )
+        .unwrap();
+        let want = c["loss"].as_f64().unwrap();
+        let got = loss.to_scalar::<f64>().unwrap();
+        record("CTC loss".into(), (got - want).abs() / (1.0 + want.abs()));
+        let grads = loss.backward().unwrap();
+        record(
+            "grad input".into(),
+            summary_error(grads.get(&x).unwrap(), &c["grad_x"]),
+        );
+        for p in &params {
+            record(
+                format!("grad {}", p.name),
+                summary_error(grads.get(&p.tensor).unwrap(), &c["grads"][&p.name]),
+            );
+        }
+        let buffers = model.named_buffers();
+        assert_eq!(
+            buffers.len(),
+            c["buffers_after"].as_object().unwrap().len(),
+            "{name}: buffer count"
+        );
+        for b in &buffers {
+            let want = c["buffers_after"]
+                .get(&b.name)
+                .unwrap_or_else(|| panic!("{name}: deepspeech.pytorch has no buffer {}", b.name));
+            record(b.name.clone(), summary_error(&b.tensor, want));
+        }
+    }
+    println!("{}", report.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} comparisons beyond {TOL:e}:\n{}",
+        failures.len(),
+        report.len(),
+        failures.join("\n")
+    );
 }

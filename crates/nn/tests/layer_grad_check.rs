@@ -29,6 +29,18 @@ fn check(
     input: &Tensor,
     f: impl Fn(&dyn Module, &Tensor) -> Result<Tensor>,
 ) {
+    check_with(name, module, input, &[], f)
+}
+
+/// [`check`], also differentiating `extra`: tensors `f` reads that are not the module's
+/// own parameters (a weight it shares with another module).
+fn check_with(
+    name: &str,
+    module: &dyn Module,
+    input: &Tensor,
+    extra: &[(&str, Tensor)],
+    f: impl Fn(&dyn Module, &Tensor) -> Result<Tensor>,
+) {
     const EPS: f64 = 1e-6;
     let x = input.to_var();
     let out = f(module, &x).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -54,6 +66,9 @@ fn check(
     }
     for p in module.named_params() {
         targets.push((p.name.clone(), p.tensor.clone()));
+    }
+    for (pname, t) in extra {
+        targets.push((pname.to_string(), t.clone()));
     }
     for (pname, t) in targets {
         let analytic = grads
@@ -259,10 +274,13 @@ fn embedding_and_tied_decoder() {
     );
     let ids3 = ids.clone();
     let weight = emb.weight.clone();
-    check(
+    // The shared table too (not among the decoder's parameters): its gradient sums the
+    // lookup's and the decoder's.
+    check_with(
         "tied decoder",
         &dec,
         &Tensor::zeros(1, DType::F32, Device::Cpu).unwrap(),
+        &[("emb.weight", emb.weight.clone())],
         move |m, _| {
             let h = weight.embedding(&ids3)?;
             m.forward(&h, &mut Ctx::train(0))

@@ -128,9 +128,9 @@ pub fn deepspeech(
     })
 }
 
-/// Zeroes the time frames of `h: [N, C, F, T]` at and past each sample's `lengths[b]`.
 /// `[N, 1, 1, T]`: 1 at each sample's first `lengths[b]` of `T` frames, 0 past them, to
-/// multiply `[N, C, F, T]` activations by (built once: both convolution blocks keep `T`).
+/// multiply `[N, C, F, T]` activations by (built once: every convolution-stack module
+/// keeps `T`).
 fn frame_mask(lengths: &[usize], t: usize, like: &Tensor) -> Result<Tensor> {
     let mask: Vec<f32> = lengths
         .iter()
@@ -139,14 +139,31 @@ fn frame_mask(lengths: &[usize], t: usize, like: &Tensor) -> Result<Tensor> {
     Tensor::from_vec(mask, vec![lengths.len(), 1, 1, t], like.device())?.to_dtype(like.dtype())
 }
 
+/// `[T, N, 1]`: the same mask for time-major `[T, N, F]` sequences.
+fn sequence_mask(lengths: &[usize], t: usize, like: &Tensor) -> Result<Tensor> {
+    let mask: Vec<f32> = (0..t)
+        .flat_map(|i| {
+            lengths
+                .iter()
+                .map(move |&len| if i < len { 1.0 } else { 0.0 })
+        })
+        .collect();
+    Tensor::from_vec(mask, vec![t, lengths.len(), 1], like.device())?.to_dtype(like.dtype())
+}
+
 impl DeepSpeech {
     /// [`Module::forward`] over a batch padded to `T` frames in which sample `b` has
-    /// `lengths[b]` (deepspeech.pytorch's `MaskConv` and packed sequences): after each
-    /// convolution block the frames past a sample's length are zeroed, as the next
-    /// convolution's own zero padding would be, and the recurrent layers' reverse
-    /// direction starts at each sample's last frame. In evaluation mode a sample's logits
-    /// within its ⌈length / 2⌉ frames are then those of the sample alone; in training the
-    /// batch norms' statistics still include the padded frames, as in deepspeech.pytorch.
+    /// `lengths[b]`, as deepspeech.pytorch computes it (its `MaskConv` and packed
+    /// sequences): after every module of the convolution stack (each convolution, batch
+    /// norm and Hardtanh) the frames past a sample's ⌈length / 2⌉ are zeroed, the
+    /// recurrent layers' reverse direction starts at each sample's last frame, and each
+    /// recurrent layer's outputs are zero at the padded frames (what `pad_packed_sequence`
+    /// gives). In evaluation mode a sample's logits within its ⌈length / 2⌉ frames are
+    /// then those of the sample alone. In training the batch norms' statistics are taken
+    /// over all `N · T'` positions, the padded ones included as the zeros they are in
+    /// deepspeech.pytorch (the convolutions' batch norms and the recurrent ones see zeros
+    /// there, not the padding's activations), so logits, gradients and running statistics
+    /// match deepspeech.pytorch's on a padded batch (tests/golden.rs).
     pub fn forward_lengths(&self, x: &Tensor, lengths: &[usize], ctx: &mut Ctx) -> Result<Tensor> {
         self.run(x, Some(lengths), ctx)
     }
@@ -171,23 +188,37 @@ impl DeepSpeech {
         // The first convolution has stride 2 in time (kernel 11, padding 5): ⌈T / 2⌉ frames.
         let frames: Option<Vec<usize>> =
             lengths.map(|l| l.iter().map(|&t| t.div_ceil(2)).collect());
-        let h = self.conv.forward_layers(x, ctx, 0..3)?;
+        let h = self.conv.forward_layers(x, ctx, 0..1)?;
+        let t = h.dims()[3];
+        // Only a batch with padding needs the masks (all ones otherwise).
+        let frames = frames.filter(|f| f.iter().any(|&len| len < t));
         let mask = match &frames {
-            Some(f) => Some(frame_mask(f, h.dims()[3], &h)?),
+            Some(f) => Some(frame_mask(f, t, &h)?),
             None => None,
         };
         let masked = |h: Tensor| match &mask {
             Some(m) => h.mul(m),
             None => Ok(h),
         };
-        let h = masked(h)?;
-        let h = masked(self.conv.forward_layers(&h, ctx, 3..6)?)?;
-        let (n, c, f, t) = (h.dims()[0], h.dims()[1], h.dims()[2], h.dims()[3]);
+        // MaskConv: zero the padded frames after every module, so that neither the batch
+        // norms' statistics nor the next convolution see the padding's activations. The
+        // stack is conv `0`, batch norm `1`, Hardtanh `2`, conv `3`, batch norm `4`,
+        // Hardtanh `5`. Hardtanh(0, 20) is elementwise and keeps zeros zero, so masking
+        // after it equals masking before and after it (values and gradients).
+        let mut h = masked(h)?;
+        for range in [1..3, 3..4, 4..6] {
+            h = masked(self.conv.forward_layers(&h, ctx, range)?)?;
+        }
+        let (n, c, f) = (h.dims()[0], h.dims()[1], h.dims()[2]);
         // [N, C, F, T] → [T, N, C·F]
         let mut h = h
             .reshape(vec![n, c * f, t])?
             .permute(&[2, 0, 1])?
             .contiguous()?;
+        let seq_mask = match &frames {
+            Some(f) => Some(sequence_mask(f, t, &h)?),
+            None => None,
+        };
         for layer in &self.rnns {
             if let Some(bn) = &layer.batch_norm {
                 h = sequence_norm(bn, &h, ctx)?;
@@ -198,6 +229,12 @@ impl DeepSpeech {
             // Sum the two directions: [T, N, 2H] → [T, N, H].
             let halves = y.chunk(2, 2)?;
             h = halves[0].add(&halves[1])?;
+            // Zero at the padded frames, as pad_packed_sequence leaves them: the outputs
+            // there (the forward direction run on through the padding, the reverse one
+            // over it) would otherwise enter the next batch norm's statistics.
+            if let Some(m) = &seq_mask {
+                h = h.mul(m)?;
+            }
         }
         let h = sequence_norm(&self.fc_norm, &h, ctx)?;
         self.fc.forward(&h, ctx)
