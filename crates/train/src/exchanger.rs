@@ -93,6 +93,10 @@ pub struct Exchanger {
     pub after_step_every: Option<u64>,
     /// Whether the method's exchange reads the weights (otherwise none are copied out).
     pub reads_weights: bool,
+    /// Why the thread stopped, once a reply has said so: a later job's error repeats it
+    /// (a failed checkpoint load is otherwise reported by the next collective as only
+    /// "the compression thread has stopped").
+    failure: std::sync::Mutex<Option<String>>,
 }
 
 impl Exchanger {
@@ -201,7 +205,12 @@ impl Exchanger {
                         Job::LoadState(s) => method
                             .load_state(&s)
                             .map(|_| Reply::Loaded)
-                            .map_err(|e| format!("restoring the method's state: {e}")),
+                            .map_err(|e| {
+                                format!(
+                                    "restoring the method's state: {e} (a checkpoint resumes with the --method and options that wrote it; this run's is {})",
+                                    method.describe()
+                                )
+                            }),
                         Job::Counters => {
                             let mut t = comm.counters().total();
                             if let Some(n) = &nccl {
@@ -241,6 +250,7 @@ impl Exchanger {
             stop_within,
             after_step_every,
             reads_weights,
+            failure: std::sync::Mutex::new(None),
         })
     }
 
@@ -252,16 +262,29 @@ impl Exchanger {
         // failing to start before the first job).
         while let Ok(r) = self.replies.try_recv() {
             if let Reply::Failed(msg) = r {
-                return Err(anyhow::anyhow!(msg));
+                return Err(self.failed(msg));
             }
         }
-        Err(anyhow::anyhow!("the compression thread has stopped"))
+        match self.failure.lock().ok().and_then(|f| f.clone()) {
+            Some(why) => Err(anyhow::anyhow!(
+                "the compression thread has stopped after: {why}"
+            )),
+            None => Err(anyhow::anyhow!("the compression thread has stopped")),
+        }
+    }
+
+    /// The error of a `Failed` reply, remembered for the jobs after it.
+    fn failed(&self, msg: String) -> anyhow::Error {
+        if let Ok(mut f) = self.failure.lock() {
+            f.get_or_insert_with(|| msg.clone());
+        }
+        anyhow::anyhow!(msg)
     }
 
     /// The next reply; a failure of the thread becomes an error.
     pub fn recv(&self) -> Result<Reply> {
         match self.replies.recv() {
-            Ok(Reply::Failed(msg)) => Err(anyhow::anyhow!(msg)),
+            Ok(Reply::Failed(msg)) => Err(self.failed(msg)),
             Ok(r) => Ok(r),
             Err(_) => Err(anyhow::anyhow!("the compression thread ended unexpectedly")),
         }

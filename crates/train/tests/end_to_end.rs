@@ -1112,6 +1112,33 @@ fn dense_run(name: &str, steps: usize, extra: &[&str]) -> (PathBuf, Output) {
     (dir, o)
 }
 
+/// Resuming with another method: every rank names the state that does not fit, not
+/// "the compression thread has stopped" (what the next collective used to report).
+#[test]
+fn resuming_with_another_method_names_the_state_that_does_not_fit() {
+    let (dir, _) = dense_run("other-method", 4, &[]);
+    let o = train(
+        &[
+            "--resume",
+            "--steps",
+            "6",
+            "--method",
+            "topk",
+            "--out",
+            dir.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let t = text(&o);
+    assert!(!o.status.success(), "{t}");
+    assert!(
+        t.contains("the checkpoint has no state") && t.contains("resumes with the --method"),
+        "{t}"
+    );
+    assert!(!t.contains("compression thread has stopped"), "{t}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 #[test]
 fn buckets_change_the_number_of_collectives_not_the_dense_result() {
     // With 2 ranks a dense average is (a + b) / 2 whichever vector an element travels

@@ -214,7 +214,12 @@ impl Worker {
             // At least one byte, so that an empty message means success.
             Err(e) => format!("{e:#} ").into_bytes(),
         };
-        let all = self.ex.allgather(msg)?;
+        // This rank's own error first: where it stopped the compression thread (a
+        // method state that does not load), the allgather cannot run.
+        let all = match self.ex.allgather(msg) {
+            Ok(all) => all,
+            Err(e) => return Err(mine.err().unwrap_or(e)),
+        };
         mine?;
         if let Some((r, m)) = all.iter().enumerate().find(|(_, m)| !m.is_empty()) {
             bail!(
