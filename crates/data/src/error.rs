@@ -32,6 +32,43 @@ impl DataError {
             msg: msg.into(),
         }
     }
+
+    /// Whether this error is a file or folder that does not exist: the one failure an
+    /// install or prepare hint can mend. A file that is there but corrupt, truncated or
+    /// of another format is a [`DataError::Format`] instead.
+    pub fn is_missing(&self) -> bool {
+        matches!(self, DataError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
+    }
+
+    /// This error as a reader of the corpus `corpus` in `dir` reports it: where a file
+    /// is missing, "`corpus` not found in `dir`" with `hint` (how to install or prepare
+    /// it); where a file is there but damaged, that it is damaged, naming the file and
+    /// the cause, with no install hint (installing would not mend it and the hint would
+    /// hide the cause); where it cannot be read (permissions, say), that.
+    pub fn in_corpus(self, corpus: &str, dir: &Path, hint: &str) -> DataError {
+        let dir = dir.display();
+        DataError::Msg(match &self {
+            e if e.is_missing() => format!("{corpus} not found in {dir}: {hint} ({e})"),
+            DataError::Format { .. } => format!("{corpus} in {dir} is damaged: {self}"),
+            DataError::Io { .. } => format!("{corpus} in {dir} cannot be read: {self}"),
+            _ => format!("{corpus} in {dir}: {self}"),
+        })
+    }
+}
+
+/// Reads a whole text file; content that is not UTF-8 is a damaged file (a
+/// [`DataError::Format`] naming it), not a failure to read.
+pub(crate) fn read_text(path: &Path) -> Result<String> {
+    let bytes = std::fs::read(path).map_err(|e| DataError::io(path, e))?;
+    String::from_utf8(bytes).map_err(|e| {
+        DataError::format(
+            path,
+            format!(
+                "not UTF-8 text (invalid byte at offset {}: corrupt, or not the file expected?)",
+                e.utf8_error().valid_up_to()
+            ),
+        )
+    })
 }
 
 /// Reads a whole file, transparently gunzipping it when it starts with the gzip magic.
@@ -131,6 +168,49 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("not a regular file"), "{e}");
+    }
+
+    /// A missing file keeps the hint; a damaged one says so, with its cause and no hint.
+    #[test]
+    fn in_corpus_tells_a_missing_file_from_a_damaged_one() {
+        let dir = std::path::Path::new("/data/x");
+        let missing = super::DataError::io(
+            &dir.join("a.gz"),
+            std::io::Error::from(std::io::ErrorKind::NotFound),
+        );
+        assert!(missing.is_missing());
+        let e = missing.in_corpus("X", dir, "install x").to_string();
+        assert!(
+            e.starts_with("X not found in /data/x: install x (/data/x/a.gz: "),
+            "{e}"
+        );
+        let damaged = super::DataError::format(&dir.join("a.gz"), "corrupt gzip stream: bad");
+        assert!(!damaged.is_missing());
+        let e = damaged.in_corpus("X", dir, "install x").to_string();
+        assert_eq!(
+            e,
+            "X in /data/x is damaged: /data/x/a.gz: corrupt gzip stream: bad"
+        );
+        let denied = super::DataError::io(
+            &dir.join("a.gz"),
+            std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+        );
+        let e = denied.in_corpus("X", dir, "install x").to_string();
+        assert!(
+            e.starts_with("X in /data/x cannot be read: /data/x/a.gz"),
+            "{e}"
+        );
+        assert!(!e.contains("install x"), "{e}");
+    }
+
+    #[test]
+    fn text_that_is_not_utf8_is_a_damaged_file() {
+        let path = temp("latin1.txt");
+        std::fs::write(&path, b"caf\xe9\n").unwrap();
+        let e = super::read_text(&path).unwrap_err();
+        assert!(matches!(e, super::DataError::Format { .. }), "{e}");
+        assert!(e.to_string().contains("not UTF-8 text"), "{e}");
+        let _ = std::fs::remove_file(path);
     }
 
     fn gz(bytes: &[u8]) -> Vec<u8> {

@@ -5,7 +5,7 @@
 //! Character-level text (`ptb.char.*.txt`) uses the same reader: one token per
 //! space-separated symbol, `_` for word boundaries.
 
-use crate::error::{DataError, Result};
+use crate::error::{read_text, DataError, Result};
 use crate::shard::shard_range;
 use std::collections::HashMap;
 use std::path::Path;
@@ -55,10 +55,6 @@ pub struct CorpusStats {
     pub valid: usize,
     pub test: usize,
     pub vocab: usize,
-}
-
-fn read_text(path: &Path) -> Result<String> {
-    std::fs::read_to_string(path).map_err(|e| DataError::io(path, e))
 }
 
 impl TextCorpus {

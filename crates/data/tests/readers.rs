@@ -266,3 +266,62 @@ fn extreme_aspect_ratios_are_cropped_before_resizing() {
         assert!(start.elapsed().as_secs_f64() < 5.0, "{:?}", start.elapsed());
     }
 }
+
+/// `datasets stats`: a missing corpus gets the hint for getting it; a present but
+/// damaged one is named damaged, with its file and the cause, and no install hint.
+#[test]
+fn datasets_stats_tells_missing_from_damaged() {
+    let bin = env!("CARGO_BIN_EXE_datasets");
+    let run = |args: &[&str]| {
+        let o = std::process::Command::new(bin).args(args).output().unwrap();
+        let text = String::from_utf8_lossy(&o.stderr).into_owned();
+        (o.status.success(), text)
+    };
+    let d = dir("stats-damaged");
+    let missing = d.join("nonexistent");
+    let (ok, text) = run(&["stats", "fashion-mnist", "--dir", missing.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(text.contains("Fashion-MNIST not found in"), "{text}");
+    assert!(
+        text.contains("apt-get install dataset-fashion-mnist"),
+        "{text}"
+    );
+    write(
+        &d.join("train-images-idx3-ubyte.gz"),
+        &gzip(&idx_bytes(&[2, 2, 2], &[0; 8])),
+    );
+    let labels = d.join("train-labels-idx1-ubyte.gz");
+    let whole = gzip(&idx_bytes(&[2], &[1, 2]));
+    write(&labels, &whole[..whole.len() - 6]); // a truncated gzip stream
+    let (ok, text) = run(&["stats", "fashion-mnist", "--dir", d.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(text.contains("is damaged"), "{text}");
+    assert!(text.contains(&labels.display().to_string()), "{text}");
+    assert!(text.contains("corrupt gzip stream"), "{text}");
+    assert!(!text.contains("apt-get"), "{text}");
+    // Same for text: a training file that is not UTF-8.
+    write(&d.join("ptb.train.txt"), b"caf\xe9\n");
+    let (ok, text) = run(&["stats", "ptb", "--dir", d.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(
+        text.contains("is damaged") && text.contains("not UTF-8 text"),
+        "{text}"
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// `datasets prepare speech --utterances 0` is refused (it used to write a corpus that
+/// `datasets stats speech` then refused), before espeak-ng runs or --out is made.
+#[test]
+fn datasets_prepare_speech_refuses_an_empty_split() {
+    let out = std::env::temp_dir().join(format!("speech-zero-{}", std::process::id()));
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_datasets"))
+        .args(["prepare", "speech", "--utterances", "0", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(text.contains("--utterances 0"), "{text}");
+    assert!(!out.exists());
+}

@@ -220,3 +220,27 @@ fn espeak_corpus_is_deterministic_and_loads() {
     let t2 = SpeechDataset::load(&again.join("train_manifest.csv")).unwrap();
     assert_eq!(t2.transcripts, train.transcripts);
 }
+
+/// A manifest that lists a file that is not there is a damaged corpus (named against the
+/// manifest's line), not a missing one: a caller must not answer it with an install hint.
+#[test]
+fn a_listed_file_that_is_missing_is_damage_in_the_manifest() {
+    let dir = std::env::temp_dir().join(format!("speech-listed-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let manifest = dir.join("train_manifest.csv");
+    std::fs::write(&manifest, "a.wav,a.txt\n").unwrap();
+    let e = data::speech::SpeechDataset::load(&manifest)
+        .err()
+        .expect("an error");
+    assert!(!e.is_missing(), "{e}");
+    let text = e.to_string();
+    assert!(
+        text.contains("train_manifest.csv: line 1:") && text.contains("listed, but not there"),
+        "{text}"
+    );
+    let missing = data::speech::SpeechDataset::load(&dir.join("nonexistent.csv"))
+        .err()
+        .expect("an error");
+    assert!(missing.is_missing(), "{missing}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -8,13 +8,13 @@
 //! images, or tokens including `<eos>` and punctuation, per split; `words` counts only
 //! tokens with a letter or digit (and `<unk>`); null where a field does not apply.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::{Parser, Subcommand};
 use data::prepare::{
     prepare_fashion_mnist, prepare_kjv, prepare_speech, SpeechOptions, FASHION_MNIST_SYSTEM_DIR,
 };
 use data::speech::SpeechDataset;
-use data::{read_cifar10, read_mnist, Dataset, TextCorpus};
+use data::{read_cifar10, read_mnist, DataError, Dataset, TextCorpus};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 
@@ -61,23 +61,58 @@ enum Cmd {
     },
 }
 
+/// How to get each corpus `stats` reads, for the message when it is missing (a damaged
+/// one is reported as damaged instead: see [`DataError::in_corpus`]).
+fn hint(name: &str) -> String {
+    let prepare = |package: &str| {
+        format!(
+            "build it with `datasets prepare {name} --out DIR` (needs `apt-get install {package}`), \
+             then pass --dir DIR"
+        )
+    };
+    match name {
+        "fashion-mnist" => prepare("dataset-fashion-mnist"),
+        "kjv" | "kjv-char" => "build it with `datasets prepare kjv --out DIR` (needs \
+                               `apt-get install bible-kjv`), then pass --dir DIR"
+            .into(),
+        "speech" => prepare("espeak-ng"),
+        "mnist" => "--dir DIR with the four IDX files (train-images-idx3-ubyte[.gz] and the others)".into(),
+        "cifar10" => "--dir DIR with CIFAR-10's binary batches (data_batch_1.bin … data_batch_5.bin, test_batch.bin)".into(),
+        _ => "--dir DIR with ptb.train.txt, ptb.valid.txt and ptb.test.txt (ptb.char.* for characters)".into(),
+    }
+}
+
 fn mnist_stats(name: &str, dir: &Path) -> Result<serde_json::Value> {
     let file = |n: &str| data::mnist_file(dir, n);
     let train = read_mnist(
         &file("train-images-idx3-ubyte"),
         &file("train-labels-idx1-ubyte"),
         10,
-    )
-    .context("reading the training set")?;
-    let test = read_mnist(
-        &file("t10k-images-idx3-ubyte"),
-        &file("t10k-labels-idx1-ubyte"),
-        10,
-    )
-    .context("reading the test set")?;
+    );
+    let test = train.and_then(|train| {
+        read_mnist(
+            &file("t10k-images-idx3-ubyte"),
+            &file("t10k-labels-idx1-ubyte"),
+            10,
+        )
+        .map(|test| (train, test))
+    });
+    let (train, test) = test.map_err(|e| e.in_corpus(corpus_name(name), dir, &hint(name)))?;
     Ok(
         json!({"dataset": name, "train": train.len(), "valid": null, "test": test.len(), "vocab": null, "words": null}),
     )
+}
+
+/// The corpus `stats` was asked for, as its messages name it.
+fn corpus_name(name: &str) -> &'static str {
+    match name {
+        "fashion-mnist" => "Fashion-MNIST",
+        "mnist" => "MNIST",
+        "cifar10" => "CIFAR-10",
+        "kjv" | "kjv-char" => "the King James Bible corpus",
+        "ptb" | "ptb-char" => "the PTB-layout corpus",
+        _ => "the speech corpus",
+    }
 }
 
 fn main() -> Result<()> {
@@ -125,18 +160,20 @@ fn main() -> Result<()> {
             other => bail!("unknown corpus {other:?}: choose fashion-mnist, kjv or speech"),
         },
         Cmd::Stats { name, dir } => {
+            // Missing: where to get it; present but damaged: which file, and why.
+            let in_corpus = |e: DataError| e.in_corpus(corpus_name(&name), &dir, &hint(&name));
             let v = match name.as_str() {
                 "fashion-mnist" | "mnist" => mnist_stats(&name, &dir)?,
                 "cifar10" => {
                     let train_files: Vec<PathBuf> = (1..=5).map(|i| dir.join(format!("data_batch_{i}.bin"))).collect();
                     let refs: Vec<&Path> = train_files.iter().map(|p| p.as_path()).collect();
-                    let train = read_cifar10(&refs)?;
-                    let test = read_cifar10(&[&dir.join("test_batch.bin")])?;
+                    let train = read_cifar10(&refs).map_err(in_corpus)?;
+                    let test = read_cifar10(&[&dir.join("test_batch.bin")]).map_err(in_corpus)?;
                     json!({"dataset": name, "train": train.len(), "valid": null, "test": test.len(), "vocab": null, "words": null})
                 }
                 "kjv" | "ptb" | "kjv-char" | "ptb-char" => {
                     let prefix = if name.ends_with("-char") { "ptb.char" } else { "ptb" };
-                    let c = TextCorpus::load(&dir, prefix)?;
+                    let c = TextCorpus::load(&dir, prefix).map_err(in_corpus)?;
                     let s = c.stats();
                     // Words: tokens holding a letter or digit (and <unk>); not <eos>, not the
                     // split-off punctuation, not the `_` word separator of the character files.
@@ -146,8 +183,8 @@ fn main() -> Result<()> {
                     json!({"dataset": name, "train": s.train, "valid": s.valid, "test": s.test, "vocab": s.vocab, "words": words})
                 }
                 "speech" => {
-                    let train = SpeechDataset::load(&dir.join("train_manifest.csv"))?;
-                    let test = SpeechDataset::load(&dir.join("test_manifest.csv"))?;
+                    let train = SpeechDataset::load(&dir.join("train_manifest.csv")).map_err(in_corpus)?;
+                    let test = SpeechDataset::load(&dir.join("test_manifest.csv")).map_err(in_corpus)?;
                     json!({"dataset": name, "train": train.len(), "valid": null, "test": test.len(), "vocab": data::speech::ALPHABET.len(), "words": null})
                 }
                 other => bail!("unknown dataset {other:?}: choose fashion-mnist, mnist, cifar10, kjv, ptb, kjv-char, ptb-char or speech"),

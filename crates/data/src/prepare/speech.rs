@@ -165,6 +165,19 @@ fn synthesize(out: &Path, split: &str, i: usize, opts: &SpeechOptions) -> Result
 /// Synthesises the corpus into `out`; returns (train, test) utterance counts.
 pub fn prepare_speech(out: &Path, opts: &SpeechOptions) -> Result<(usize, usize)> {
     use rayon::prelude::*;
+    // An empty split would be written as an empty manifest, which every reader (and
+    // `datasets stats speech`) refuses: refused here instead, before anything is made.
+    for (flag, split, n) in [
+        ("--utterances", "training", opts.train),
+        ("--test-utterances", "test", opts.test),
+    ] {
+        if n == 0 {
+            return Err(DataError::Msg(format!(
+                "{flag} 0: the {split} split needs at least 1 utterance (an empty manifest is \
+                 not a corpus: readers refuse it)"
+            )));
+        }
+    }
     for (split, n) in [("train", opts.train), ("test", opts.test)] {
         let dir = out.join(split);
         std::fs::create_dir_all(&dir).map_err(|e| DataError::io(&dir, e))?;
@@ -189,7 +202,27 @@ pub fn prepare_speech(out: &Path, opts: &SpeechOptions) -> Result<(usize, usize)
 
 #[cfg(test)]
 mod tests {
-    use super::{LETTERS, WORDS};
+    use super::{prepare_speech, SpeechOptions, LETTERS, WORDS};
+
+    /// Refused before espeak-ng runs or anything is written.
+    #[test]
+    fn an_empty_split_is_refused_before_anything_is_made() {
+        let out = std::env::temp_dir().join(format!("speech-empty-{}", std::process::id()));
+        for (train, test, want) in [
+            (0, 5, "--utterances 0: the training split needs at least 1"),
+            (5, 0, "--test-utterances 0: the test split needs at least 1"),
+        ] {
+            let opts = SpeechOptions {
+                train,
+                test,
+                seed: 0,
+                snr_db: None,
+            };
+            let e = prepare_speech(&out, &opts).unwrap_err().to_string();
+            assert!(e.contains(want), "{e}");
+            assert!(!out.exists(), "{} was created", out.display());
+        }
+    }
 
     /// No two tokens are spoken alike: a spoken form with two transcripts would be an
     /// error no model can avoid.

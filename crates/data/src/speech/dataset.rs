@@ -2,7 +2,7 @@
 //! corpora here are small), batches are zero-padded to their longest utterance.
 
 use super::{alphabet, log_spectrogram, read_wav_16k};
-use crate::error::{DataError, Result};
+use crate::error::{read_text, DataError, Result};
 use crate::loader::{Batch, Dataset};
 use std::path::Path;
 use tensor::{Device, Rng, Tensor};
@@ -17,7 +17,7 @@ pub struct SpeechDataset {
 impl SpeechDataset {
     pub fn load(manifest: &Path) -> Result<Self> {
         let base = manifest.parent().unwrap_or(Path::new("."));
-        let text = std::fs::read_to_string(manifest).map_err(|e| DataError::io(manifest, e))?;
+        let text = read_text(manifest)?;
         let (mut features, mut transcripts, mut labels) = (Vec::new(), Vec::new(), Vec::new());
         for (i, line) in text
             .lines()
@@ -30,12 +30,22 @@ impl SpeechDataset {
                     format!("line {}: expected `wav_path,transcript_path`", i + 1),
                 )
             })?;
-            let samples = read_wav_16k(&base.join(wav.trim()))?;
+            // A file the manifest lists but that is not there leaves the corpus damaged
+            // (the manifest is present): said against the manifest's line, not as a
+            // missing corpus, which a reader would answer with an install hint.
+            let listed = |e: DataError| {
+                if e.is_missing() {
+                    DataError::format(
+                        manifest,
+                        format!("line {}: {e}: listed, but not there", i + 1),
+                    )
+                } else {
+                    e
+                }
+            };
+            let samples = read_wav_16k(&base.join(wav.trim())).map_err(listed)?;
             let tpath = base.join(txt.trim());
-            let transcript = std::fs::read_to_string(&tpath)
-                .map_err(|e| DataError::io(&tpath, e))?
-                .trim()
-                .to_string();
+            let transcript = read_text(&tpath).map_err(listed)?.trim().to_string();
             let ids = alphabet::encode(&transcript)
                 .map_err(|e| DataError::format(&tpath, e.to_string()))?;
             features.push(log_spectrogram(&samples));

@@ -28,8 +28,14 @@ pub const MAX_INPUT_SAMPLES: u64 = MAX_SECONDS as u64 * 48_000;
 
 /// Samples in [-1, 1] at 16 kHz.
 pub fn read_wav_16k(path: &Path) -> Result<Vec<f32>> {
-    let mut reader = hound::WavReader::open(path)
-        .map_err(|e| DataError::format(path, format!("not a readable WAV file: {e}")))?;
+    let mut reader = hound::WavReader::open(path).map_err(|e| match e {
+        // Missing is not damaged: the caller may have an install hint for it. Other
+        // I/O errors of hound's (an end of file inside the header) are damage.
+        hound::Error::IoError(io) if io.kind() == std::io::ErrorKind::NotFound => {
+            DataError::io(path, io)
+        }
+        e => DataError::format(path, format!("not a readable WAV file: {e}")),
+    })?;
     let spec = reader.spec();
     if spec.channels != 1 {
         return Err(DataError::format(
