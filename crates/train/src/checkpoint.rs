@@ -56,6 +56,35 @@ pub fn remove(dir: &Path, rank: usize) -> Result<()> {
     )
 }
 
+/// Removes the checkpoints of ranks `world` and above: a fresh run with fewer workers
+/// than the run it replaces must not leave the others' files behind (a later `--resume`
+/// with the old `--workers` would mix the two runs).
+pub fn remove_ranks_from(dir: &Path, world: usize) -> Result<()> {
+    let entries = match std::fs::read_dir(dir.join("checkpoint")) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e).with_context(|| format!("listing {}", dir.display())),
+    };
+    let mut stale = Vec::new();
+    for entry in entries {
+        let name = entry
+            .with_context(|| format!("listing {}/checkpoint", dir.display()))?
+            .file_name();
+        let rank = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("rank"))
+            .and_then(|n| {
+                n.strip_suffix(".prev.safetensors")
+                    .or_else(|| n.strip_suffix(".safetensors"))
+            })
+            .and_then(|r| r.parse::<usize>().ok());
+        if rank.is_some_and(|r| r >= world) {
+            stale.push(dir.join("checkpoint").join(name));
+        }
+    }
+    crate::metrics::remove_present(stale, "the stale checkpoint")
+}
+
 /// Refuses a fresh run into `out` while it holds an earlier run: a finished one
 /// (`summary.json`, looked for when `summary`) or one that can be resumed (a checkpoint of
 /// any of `ranks`). The trainer asks this for all its local ranks before starting any

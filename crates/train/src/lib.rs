@@ -57,6 +57,15 @@ pub fn run(cfg: &Config, resume: bool, raw_args: &[std::ffi::OsString]) -> Resul
         None => cfg,
     };
     cfg.validate()?;
+    // One job at a time in a run directory: two would interleave their metrics and
+    // rotate each other's checkpoints (a second run started before the first had
+    // written a checkpoint found nothing to refuse). Held until this returns; the
+    // workers run under their launcher's lock.
+    let _lock = if in_job {
+        None
+    } else {
+        Some(RunLock::take(&cfg.out)?)
+    };
     // A fresh run into an earlier one's directory fails before any data is loaded: every
     // local rank's checkpoints and the summary (each worker checks again, for a job that
     // another launcher started).
@@ -93,4 +102,52 @@ pub fn run(cfg: &Config, resume: bool, raw_args: &[std::ffi::OsString]) -> Resul
         .with_context(|| format!("rank {rank}: setting up"))?;
     let summary = w.run(resume).with_context(|| format!("rank {rank}"))?;
     Ok(if rank == 0 { Some(summary) } else { None })
+}
+
+/// An exclusive lock on a run directory (`flock` on its `.lock` file, which names the
+/// holder's pid): released when dropped, or by the kernel when the process dies, so a
+/// killed run never leaves the directory locked.
+struct RunLock {
+    _file: std::fs::File,
+}
+
+impl RunLock {
+    fn take(dir: &std::path::Path) -> Result<RunLock> {
+        use std::io::{Read, Seek, Write};
+        use std::os::fd::AsRawFd;
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("creating the run directory {}", dir.display()))?;
+        let path = dir.join(".lock");
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        // SAFETY: flock on a descriptor this function owns.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            let err = std::io::Error::last_os_error();
+            if err.kind() == std::io::ErrorKind::WouldBlock {
+                let mut holder = String::new();
+                let _ = file.read_to_string(&mut holder);
+                let holder = holder.trim();
+                let by = if holder.is_empty() {
+                    "another train process".to_string()
+                } else {
+                    format!("train process {holder}")
+                };
+                anyhow::bail!(
+                    "{} is in use by {by}: one run at a time in a run directory (another --out, or wait for it to end)",
+                    dir.display()
+                );
+            }
+            return Err(err).with_context(|| format!("locking {}", path.display()));
+        }
+        file.set_len(0)
+            .and_then(|()| file.rewind())
+            .and_then(|()| writeln!(file, "{}", std::process::id()))
+            .with_context(|| format!("writing {}", path.display()))?;
+        Ok(RunLock { _file: file })
+    }
 }

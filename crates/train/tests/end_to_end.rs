@@ -685,6 +685,49 @@ fn workers_die_with_a_killed_launcher() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// A second run into a directory a running job holds is refused, naming the holder,
+/// even before the first has written anything to refuse (a checkpoint, a summary); once
+/// the first is gone (killed outright here) the directory is free again.
+#[test]
+fn a_run_directory_in_use_is_refused() {
+    use std::io::{BufRead, BufReader};
+    let dir = tmp("in-use");
+    let out = dir.to_str().unwrap();
+    // Epochs of 312,500 steps (as in the killed-launcher test): it runs until killed.
+    let mut first = Command::new(env!("CARGO_BIN_EXE_train"))
+        .args([
+            "--model",
+            "lenet5",
+            "--dataset",
+            "synthetic",
+            "--workers",
+            "2",
+        ])
+        .args(["--batch-size", "16", "--synthetic-samples", "10000000"])
+        .args(["--log-every", "1000000"])
+        .args(["--method", "dense", "--lr", "0.01", "--out", out])
+        .env("GRADEX_TIMEOUT_SECS", "20")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("running train");
+    let mut lines = BufReader::new(first.stdout.take().unwrap()).lines();
+    assert!(
+        lines.any(|l| l.is_ok_and(|l| l.contains("training lenet5"))),
+        "the first job did not start"
+    );
+    let mut args: Vec<&str> = BASE.to_vec();
+    args.extend(["--method", "dense", "--steps", "2", "--out", out]);
+    refused(&args, &format!("is in use by train process {}", first.id()));
+    first.kill().unwrap();
+    first.wait().unwrap();
+    drop(lines);
+    args.push("--overwrite");
+    let o = train(&args, &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// `train ... | head -1`: a reader that goes away does not stop the run (its results are
 /// in the run directory); printing used to panic on the closed pipe and kill the job.
 #[test]
@@ -756,7 +799,48 @@ fn a_dead_worker_ends_the_job_naming_it_and_the_checkpoint_resumes() {
         .collect();
     assert!(steps.windows(2).all(|w| w[0] < w[1]), "{steps:?}");
     assert_eq!(summary(&dir)["steps"], 48);
+    // Resumed again and dying on the way: no longer a finished run, so its summary of
+    // step 48 is gone (compare_runs would take it for the finished run).
+    let o = train(
+        &["--resume", "--epochs", "4", "--out", out],
+        &[("GRADEX_FAULT_RANK", "1"), ("GRADEX_FAULT_STEP", "52")],
+    );
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(!dir.join("summary.json").exists());
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A fresh run with fewer workers over an earlier run removes the earlier run's
+/// checkpoints of the ranks it does not have.
+#[test]
+fn overwriting_with_fewer_workers_leaves_no_checkpoint_of_the_others() {
+    let (dir, _) = dense_run("fewer", 2, &[]);
+    assert!(train::checkpoint::path(&dir, 1).exists());
+    let o = train(
+        &[
+            "--model",
+            "lenet5",
+            "--dataset",
+            "synthetic",
+            "--synthetic-samples",
+            "512",
+            "--eval-samples",
+            "128",
+            "--method",
+            "dense",
+            "--steps",
+            "2",
+            "--overwrite",
+            "--out",
+            dir.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(train::checkpoint::path(&dir, 0).exists());
+    assert!(!train::checkpoint::path(&dir, 1).exists());
+    assert!(!train::checkpoint::prev_path(&dir, 1).exists());
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]

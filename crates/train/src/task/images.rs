@@ -194,26 +194,20 @@ pub(super) fn image_data(
             let fashion = c.dataset == "fashion-mnist";
             let dir = image_dir(c)?;
             let file = |n: &str| data::mnist_file(&dir, n);
-            let missing = || {
-                if fashion {
-                    format!("Fashion-MNIST not found in {}: `apt-get install dataset-fashion-mnist`, or --data-dir DIR with the four IDX files", dir.display())
-                } else {
-                    format!("MNIST not found in {}: --data-dir DIR with the four IDX files (train-images-idx3-ubyte[.gz] and the others)", dir.display())
-                }
+            // Only a missing file gets the install hint; a damaged one is named as such
+            // (DataError::in_corpus), since installing would not mend it.
+            let (corpus, hint) = if fashion {
+                ("Fashion-MNIST", "`apt-get install dataset-fashion-mnist`, or --data-dir DIR with the four IDX files")
+            } else {
+                ("MNIST", "--data-dir DIR with the four IDX files (train-images-idx3-ubyte[.gz] and the others)")
             };
-            let train = data::read_mnist(
-                &file("train-images-idx3-ubyte"),
-                &file("train-labels-idx1-ubyte"),
-                10,
-            )
-            .with_context(missing)?;
-            let test = data::read_mnist(
-                &file("t10k-images-idx3-ubyte"),
-                &file("t10k-labels-idx1-ubyte"),
-                10,
-            )
-            .with_context(missing)?
-            .with_stats(train.mean.clone(), train.std.clone());
+            let read = |images: &str, labels: &str| {
+                data::read_mnist(&file(images), &file(labels), 10)
+                    .map_err(|e| e.in_corpus(corpus, &dir, hint))
+            };
+            let train = read("train-images-idx3-ubyte", "train-labels-idx1-ubyte")?;
+            let test = read("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")?
+                .with_stats(train.mean.clone(), train.std.clone());
             (
                 Split::Samples(Arc::new(train)),
                 Split::Samples(limit::<ImageDataset>(test, c.eval_samples)),

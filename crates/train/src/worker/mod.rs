@@ -298,6 +298,7 @@ impl Worker {
             checkpoint::remove(&cfg.out, self.rank)?;
             if lead {
                 remove_results(&cfg.out)?;
+                checkpoint::remove_ranks_from(&cfg.out, self.world)?;
             }
             self.broadcast_model()?;
         }
@@ -311,6 +312,15 @@ impl Worker {
                 loaded.and_then(|_| self.check_epoch_length(per_epoch, cfg.batch_size, train_len));
             self.all_ranks_ok(fits, "resume")?;
             self.last_loss = self.pos.loss;
+            // The run is going again: until it ends, it is not finished (compare_runs
+            // refuses a directory without a summary; a resumed run that dies must not
+            // keep the summary of where it stood before).
+            if lead {
+                crate::metrics::remove_present(
+                    [cfg.out.join("summary.json")],
+                    "the resumed run's earlier",
+                )?;
+            }
         }
         self.pos.per_epoch = per_epoch;
         self.pos.batch_size = cfg.batch_size;
