@@ -59,6 +59,30 @@ pub fn check_synthetic(synthetic: bool, data_dir: Option<&Path>) -> Result<()> {
     Ok(())
 }
 
+/// Refuses 0 for the count flags given (`(flag, value)`: steps, epochs, evaluation
+/// intervals, samples, batch sizes): a run of 0 steps or an evaluation every 0 steps
+/// means nothing, and left to the trainer it would only be refused (or, for an
+/// interval, run and print "every 0 steps") after the table had started its jobs.
+pub fn check_counts(counts: &[(&str, Option<usize>)]) -> Result<()> {
+    for (flag, value) in counts {
+        if *value == Some(0) {
+            anyhow::bail!("{flag} 0: must be at least 1");
+        }
+    }
+    Ok(())
+}
+
+/// Refuses a negative or non-finite number of epochs (`flag` names it); 0 is allowed
+/// (no warm-up).
+pub fn check_epochs(flag: &str, value: Option<f64>) -> Result<()> {
+    match value {
+        Some(v) if !(v.is_finite() && v >= 0.0) => {
+            anyhow::bail!("{flag} {v}: must be a number of epochs >= 0")
+        }
+        _ => Ok(()),
+    }
+}
+
 /// What one finished job left in its run directory.
 pub struct Job {
     pub dir: PathBuf,
@@ -336,6 +360,20 @@ impl Job {
     /// A finished run as its directory holds it (`summary.json`, `metrics.jsonl`), its
     /// wall time the summary's.
     pub fn read(dir: &Path) -> Result<Job> {
+        // A path that is not there (a typo) is told apart from a run that has not
+        // finished: "has no summary.json" would send the user looking for a run that
+        // never existed.
+        match std::fs::metadata(dir) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => anyhow::bail!(
+                "{} is not a directory: a run is the directory the trainer wrote (--out),                  holding summary.json and metrics.jsonl",
+                dir.display()
+            ),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                anyhow::bail!("{} does not exist: no run there", dir.display())
+            }
+            Err(e) => return Err(e).with_context(|| format!("reading {}", dir.display())),
+        }
         let summary_path = dir.join("summary.json");
         let text = match std::fs::read_to_string(&summary_path) {
             Ok(t) => t,

@@ -175,3 +175,30 @@ fn a_world_of_one_is_refused_before_any_worker_starts() {
         "{text}"
     );
 }
+
+/// Values the tool cannot measure fail at once, naming the flag and what it accepts
+/// (were they accepted, 2 workers would start and run at the tiny size given).
+#[test]
+fn unmeasurable_sizes_densities_and_repeats_are_refused_before_any_worker_starts() {
+    for (flags, want) in [
+        (&["--density", "5"][..], "--density 5: must be in (0, 1]"),
+        (&["--density", "0"], "--density 0: must be in (0, 1]"),
+        (
+            &["--sizes", "3"],
+            "--sizes 3: a size is bytes of f32 values",
+        ),
+        (&["--sizes", "0"], "a multiple of 4 from 4 to"),
+        (&["--repeats", "0"], "--repeats 0: must be at least 1"),
+    ] {
+        let mut args = vec!["--world", "2", "--no-reference", "--sizes", "4096"];
+        args.extend(flags);
+        let o = common::run(env!("CARGO_BIN_EXE_comm_bench"), &args);
+        let text = common::text(&o);
+        assert!(!o.status.success(), "{flags:?} succeeded: {text}");
+        assert!(
+            text.contains(want),
+            "{flags:?}: expected '{want}' in: {text}"
+        );
+        assert!(!text.contains("fitted alpha"), "{flags:?} ran: {text}");
+    }
+}

@@ -213,6 +213,11 @@ fn wrong_arguments_fail_before_anything_is_written() {
     let other_a = fake_run(&root.join("elsewhere"), "a", warmed("dgc", 0.9, 4));
     let unfinished = root.join("unfinished");
     std::fs::create_dir_all(&unfinished).unwrap();
+    // A typo'd path is not "an unfinished run": it is not there at all.
+    let nonexistent = root.join("nonexist").to_string_lossy().into_owned();
+    let file = root.join("a-file");
+    std::fs::write(&file, "not a run").unwrap();
+    let file = file.to_string_lossy().into_owned();
     let (a, b, lm, other_a, unfinished) = (
         a.to_str().unwrap(),
         b.to_str().unwrap(),
@@ -226,6 +231,8 @@ fn wrong_arguments_fail_before_anything_is_written() {
             (&[a, b, "--labels", "one"][..], "--labels names 1 runs"),
             (&[a, lm], "reports accuracy but"),
             (&[a, unfinished], "has no summary.json: not a finished run"),
+            (&[a, &nonexistent], "nonexist does not exist: no run there"),
+            (&[a, &file], "is not a directory"),
             (&[a, b, "--after-epoch=-1"], "--after-epoch must be"),
             (
                 &[a, other_a],

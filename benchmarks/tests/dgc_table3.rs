@@ -24,6 +24,12 @@ fn wrong_arguments_fail_before_any_job() {
             (&["--synthetic"], "--synthetic is for --preset paper"),
             (&["--models", "alexnet,vgg16"], "--models vgg16"),
             (&["--workers", "1"], "--workers 1"),
+            (&["--steps", "0"], "--steps 0: must be at least 1"),
+            (&["--epochs", "0"], "--epochs 0: must be at least 1"),
+            (
+                &["--warmup-epochs=-1"],
+                "--warmup-epochs -1: must be a number of epochs >= 0",
+            ),
             (
                 &["--preset", "paper", "--data-dir", "/nonexistent"],
                 "cannot list /nonexistent/train",

@@ -11,6 +11,8 @@ fn wrong_arguments_fail_before_any_job() {
         env!("CARGO_BIN_EXE_dgc_table4"),
         &[
             (&["--preset", "fast"][..], "--preset fast"),
+            (&["--steps", "0"], "--steps 0: must be at least 1"),
+            (&["--epochs", "0"], "--epochs 0: must be at least 1"),
             (
                 &["--speech-dir", "/nonexistent"],
                 "--speech-dir is for --preset paper",

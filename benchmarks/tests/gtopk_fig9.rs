@@ -19,6 +19,7 @@ fn wrong_arguments_fail_before_anything_runs() {
             (&["--density", "0"], "--density 0 must be in (0, 1]"),
             (&["--right-world", "1"], "--right-world 1"),
             (&["--sizes", "2"], "--size and --sizes are in bytes"),
+            (&["--repeats", "0"], "--repeats 0: must be at least 1"),
         ],
     );
 }

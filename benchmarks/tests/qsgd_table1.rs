@@ -16,6 +16,8 @@ fn wrong_arguments_fail_before_any_job() {
                 "--preset paper needs --data-dir with CIFAR-10's binary batches",
             ),
             (&["--workers", "1"], "--workers must be at least 2"),
+            (&["--workers", "0"], "--workers 0: must be at least 1"),
+            (&["--steps", "0"], "--steps 0: must be at least 1"),
             (&["--norm", "l1"], "l1"),
             (
                 &["--synthetic", "--data-dir", "/tmp"],

@@ -20,6 +20,11 @@ fn wrong_arguments_fail_before_any_job() {
             ),
             (&["--preset", "fast"], "--preset fast"),
             (&["--optimizer", "lamb"], "lamb"),
+            (&["--steps", "0"], "--steps 0: must be at least 1"),
+            (
+                &["--eval-samples", "0"],
+                "--eval-samples 0: must be at least 1",
+            ),
         ],
     );
 }

@@ -522,8 +522,39 @@ fn sent_total(c: &Communicator, kind: Collective) -> u64 {
         .total_sent
 }
 
+/// The largest message measured: 2^32 f32 values. The sparse rows' indices are u32, so a
+/// gradient of more values could not be addressed (and 16 GiB a rank is past any host
+/// this runs on anyway).
+const MAX_BYTES: usize = 4 << 32;
+
+/// Refuses what the tool cannot measure, before any worker is launched (and again in
+/// each worker, which parses the same arguments): a collective's message is a whole
+/// number of f32 values, k = density × values must be a fraction of them, and the best
+/// of 0 timed calls is no measurement.
+fn validate(args: &Args) -> Result<()> {
+    anyhow::ensure!(
+        args.density.is_finite() && args.density > 0.0 && args.density <= 1.0,
+        "--density {}: must be in (0, 1] (the fraction of the values the sparse collectives send)",
+        args.density
+    );
+    anyhow::ensure!(!args.sizes.is_empty(), "--sizes needs at least one size");
+    for &bytes in &args.sizes {
+        anyhow::ensure!(
+            bytes >= 4 && bytes % 4 == 0 && bytes <= MAX_BYTES,
+            "--sizes {bytes}: a size is bytes of f32 values, so a multiple of 4 from 4 to \
+             {MAX_BYTES} (2^32 values, the most a u32 index reaches)"
+        );
+    }
+    anyhow::ensure!(
+        args.repeats >= 1,
+        "--repeats 0: must be at least 1 (the best of that many timed calls is reported)"
+    );
+    Ok(())
+}
+
 fn main() -> Result<()> {
     let args = Args::parse();
+    validate(&args)?;
     if args.backend != "tcp" {
         bail!(
             "--backend {:?}: comm_bench measures tcp only (NCCL needs a GPU per rank; it is exercised by comm's tests/nccl.rs and the trainer's --backend nccl)",
@@ -540,5 +571,46 @@ fn main() -> Result<()> {
             args.world
         );
         launch_local(args.world, &std::env::args_os().skip(1).collect::<Vec<_>>())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{validate, Args};
+    use clap::Parser;
+
+    fn check(flags: &[&str]) -> Result<(), String> {
+        let args =
+            Args::try_parse_from(["comm_bench"].iter().chain(flags)).map_err(|e| e.to_string())?;
+        validate(&args).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn the_defaults_and_edge_values_are_accepted() {
+        check(&[]).unwrap();
+        check(&["--density", "1", "--sizes", "4,8", "--repeats", "1"]).unwrap();
+    }
+
+    #[test]
+    fn what_cannot_be_measured_is_refused_naming_the_flag_and_range() {
+        for (flags, want) in [
+            (&["--density", "5"][..], "--density 5: must be in (0, 1]"),
+            (&["--density", "0"], "--density 0: must be in (0, 1]"),
+            (&["--density", "NaN"], "--density NaN: must be in (0, 1]"),
+            (
+                &["--sizes", "0"],
+                "--sizes 0: a size is bytes of f32 values",
+            ),
+            (
+                &["--sizes", "4096,3"],
+                "--sizes 3: a size is bytes of f32 values",
+            ),
+            (&["--sizes", "4098"], "a multiple of 4 from 4 to"),
+            (&["--sizes", "68719476740"], "--sizes 68719476740"),
+            (&["--repeats", "0"], "--repeats 0: must be at least 1"),
+        ] {
+            let e = check(flags).expect_err(&format!("{flags:?} was accepted"));
+            assert!(e.contains(want), "{flags:?}: expected '{want}' in: {e}");
+        }
     }
 }

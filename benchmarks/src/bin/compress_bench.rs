@@ -8,7 +8,7 @@
 //! bookkeeping, encoding and decoding are exactly the training path's; the collective of
 //! one rank is a copy and is not counted.
 
-use anyhow::{anyhow, Result};
+use anyhow::{anyhow, ensure, Context as _, Result};
 use benchmarks::{best_of, init_threads};
 use clap::Parser;
 use comm::{CommConfig, Communicator};
@@ -90,16 +90,15 @@ fn one_rank() -> Result<Communicator> {
     })?)
 }
 
-/// Best compression and decompression seconds of `label` over the repetitions, with the
-/// density and message bytes of the last one.
-fn bench_method(label: &str, grad: &[f32], repeats: usize) -> Result<Value> {
+/// The method of `label` (`name` or `name:key=value,...`) as the one rank of a job
+/// builds it; an error names the label.
+fn build_method(label: &str) -> Result<Box<dyn compress::Method>> {
     let (name, opts) = label.split_once(':').unwrap_or((label, ""));
     let opts: Vec<String> = opts
         .split(',')
         .filter(|s| !s.is_empty())
         .map(String::from)
         .collect();
-    let spec = MethodSpec::parse(name, &opts)?;
     let ctx = Context {
         rank: 0,
         world: 1,
@@ -108,7 +107,56 @@ fn bench_method(label: &str, grad: &[f32], repeats: usize) -> Result<Value> {
         nesterov: false,
         weight_decay: 0.0,
     };
-    let mut m = build(&spec, &ctx)?;
+    MethodSpec::parse(name, &opts)
+        .and_then(|spec| build(&spec, &ctx))
+        .with_context(|| format!("--methods {label}"))
+}
+
+/// Checks every argument, the methods' options included (each method is built once and
+/// dropped), before anything runs: a bad last method or --density must not be found
+/// only after the gradient is generated and the earlier methods have been timed.
+/// Returns the method labels to run.
+fn validate(args: &Args) -> Result<Vec<String>> {
+    ensure!(
+        args.values >= 1,
+        "--values 0: must be at least 1 (the gradient's length)"
+    );
+    // The sparse methods' indices are u32.
+    ensure!(
+        args.values <= u32::MAX as usize,
+        "--values {}: must be at most {} (indices are u32)",
+        args.values,
+        u32::MAX
+    );
+    ensure!(
+        args.threads >= 1,
+        "--threads 0: must be at least 1 (the rayon pool's size)"
+    );
+    ensure!(
+        args.repeats >= 1,
+        "--repeats 0: must be at least 1 (the best of that many timed repetitions is reported)"
+    );
+    ensure!(
+        args.density.is_finite() && args.density > 0.0 && args.density <= 1.0,
+        "--density {}: must be in (0, 1] (the fraction of the values the sparsifying methods \
+         and the selection keep)",
+        args.density
+    );
+    let methods = if args.methods.is_empty() {
+        default_methods(args.density)
+    } else {
+        args.methods.clone()
+    };
+    for label in &methods {
+        build_method(label)?;
+    }
+    Ok(methods)
+}
+
+/// Best compression and decompression seconds of `label` over the repetitions, with the
+/// density and message bytes of the last one.
+fn bench_method(label: &str, grad: &[f32], repeats: usize) -> Result<Value> {
+    let mut m = build_method(label)?;
     m.init(&[ParamSpec::new("grad", &[grad.len()])])?;
     let mut comm = one_rank()?;
     let mut weights = vec![0f32; grad.len()];
@@ -150,15 +198,11 @@ fn bench_method(label: &str, grad: &[f32], repeats: usize) -> Result<Value> {
 
 fn main() -> Result<()> {
     let args = Args::parse();
+    let methods = validate(&args)?;
     init_threads(Some(args.threads))?;
     let n = args.values;
     eprintln!("generating {n} heavy-tailed values ...");
     let grad = heavy_tailed(n, 42);
-    let methods = if args.methods.is_empty() {
-        default_methods(args.density)
-    } else {
-        args.methods.clone()
-    };
     let mut rows = Vec::new();
     for label in &methods {
         eprintln!("{label} ...");
@@ -231,4 +275,44 @@ fn main() -> Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{validate, Args};
+    use clap::Parser;
+
+    fn check(flags: &[&str]) -> Result<Vec<String>, String> {
+        let args = Args::try_parse_from(["compress_bench"].iter().chain(flags))
+            .map_err(|e| e.to_string())?;
+        validate(&args).map_err(|e| format!("{e:#}"))
+    }
+
+    #[test]
+    fn the_defaults_build_every_method() {
+        assert_eq!(check(&[]).unwrap().len(), 14);
+        let one = check(&["--values", "1", "--repeats", "1", "--threads", "1"]);
+        assert_eq!(one.unwrap().len(), 14);
+    }
+
+    #[test]
+    fn every_bad_argument_is_refused_before_anything_runs() {
+        for (flags, want) in [
+            (&["--values", "0"][..], "--values 0: must be at least 1"),
+            (&["--values", "4294967296"], "must be at most 4294967295"),
+            (&["--repeats", "0"], "--repeats 0: must be at least 1"),
+            (&["--threads", "0"], "--threads 0: must be at least 1"),
+            (&["--density", "0"], "--density 0: must be in (0, 1]"),
+            (&["--density", "2"], "--density 2: must be in (0, 1]"),
+            // The last method's option is wrong: found before the first one runs.
+            (
+                &["--methods", "dense topk:density=1.5"],
+                "--methods topk:density=1.5",
+            ),
+            (&["--methods", "dense nosuch"], "--methods nosuch"),
+        ] {
+            let e = check(flags).expect_err(&format!("{flags:?} was accepted"));
+            assert!(e.contains(want), "{flags:?}: expected '{want}' in: {e}");
+        }
+    }
 }

@@ -128,8 +128,20 @@ fn main() -> Result<()> {
     if table::run_worker_if_asked(args.common.worker_config.as_deref())? {
         return Ok(());
     }
+    table::check_counts(&[
+        ("--epochs", args.epochs),
+        ("--max-steps", args.max_steps),
+        ("--eval-samples", args.eval_samples),
+    ])?;
+    if let Some(w) = &args.workers {
+        anyhow::ensure!(!w.is_empty(), "--workers needs at least one worker count");
+        if w.contains(&0) {
+            bail!("--workers 0: every worker count must be at least 1");
+        }
+    }
     let p = preset(&args)?;
-    std::fs::create_dir_all(&args.out)?;
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("creating {}", args.out.display()))?;
     let methods: [(&str, &str, Vec<String>); 3] = [
         ("baseline", "dense", vec![]),
         ("gradient dropping", "topk", vec!["density=0.001".into()]),

@@ -223,6 +223,13 @@ fn main() -> Result<()> {
         return Ok(());
     }
     table::check_synthetic(args.synthetic, args.data_dir.as_deref())?;
+    table::check_counts(&[
+        ("--batch-size", args.batch_size),
+        ("--epochs", args.epochs),
+        ("--steps", args.steps),
+        ("--eval-samples", args.eval_samples),
+    ])?;
+    table::check_epochs("--warmup-epochs", args.warmup_epochs)?;
     if !matches!(args.preset.as_str(), "quick" | "paper") {
         bail!("--preset {}: expected quick or paper", args.preset);
     }

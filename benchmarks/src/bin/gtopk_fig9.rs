@@ -133,6 +133,12 @@ fn validate(args: &Args) -> Result<()> {
         args.size >= 4 && args.sizes.iter().all(|&s| s >= 4),
         "--size and --sizes are in bytes, at least 4 (one f32)"
     );
+    // Best of 0 timed calls would be no measurement at all (slowest_best would time
+    // one call anyway and the table would say "best of 0").
+    ensure!(
+        args.repeats >= 1,
+        "--repeats 0: must be at least 1 (the best of that many timed calls is reported)"
+    );
     ensure!(
         args.paper_alpha >= 0.0 && args.paper_beta > 0.0,
         "--paper-alpha must be >= 0 and --paper-beta > 0"

@@ -240,6 +240,11 @@ fn main() -> Result<()> {
         return Ok(());
     }
     table::check_synthetic(args.synthetic, args.data_dir.as_deref())?;
+    table::check_counts(&[
+        ("--steps", args.steps),
+        ("--eval-every", Some(args.eval_every)),
+        ("--eval-samples", args.eval_samples),
+    ])?;
     if args.common.checkpoint_every == Some(0) {
         bail!("--checkpoint-every 0 leaves no checkpoint, and the rank-drift column compares the ranks' final ones");
     }

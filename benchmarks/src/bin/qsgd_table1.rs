@@ -211,6 +211,11 @@ fn main() -> Result<()> {
         return Ok(());
     }
     table::check_synthetic(args.synthetic, args.data_dir.as_deref())?;
+    table::check_counts(&[
+        ("--steps", args.steps),
+        ("--workers", args.workers),
+        ("--eval-samples", args.eval_samples),
+    ])?;
     let base = base_config(&args)?;
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;

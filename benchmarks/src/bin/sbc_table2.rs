@@ -227,6 +227,11 @@ fn main() -> Result<()> {
         return Ok(());
     }
     table::check_synthetic(args.synthetic, args.data_dir.as_deref())?;
+    table::check_counts(&[
+        ("--steps", args.steps),
+        ("--eval-samples", args.eval_samples),
+        ("--batch-size", args.batch_size),
+    ])?;
     let r = row(&args)?;
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
