@@ -2,7 +2,7 @@
 
 #[derive(Debug, thiserror::Error)]
 pub enum CommError {
-    #[error("rank {peer}: {op}: {source}")]
+    #[error("rank {peer}: {op}: {}", io_cause(source))]
     Peer {
         peer: usize,
         op: &'static str,
@@ -46,6 +46,17 @@ pub enum CommError {
     },
 }
 
+/// An I/O error as a peer's failure reads: a socket timeout (Linux reports EAGAIN,
+/// "Resource temporarily unavailable") said as what it means.
+fn io_cause(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => format!(
+            "no progress within the timeout (GRADEX_TIMEOUT_SECS, CommConfig::timeout): that rank is hung, stopped or far behind ({e})"
+        ),
+        _ => e.to_string(),
+    }
+}
+
 impl CommError {
     /// The rank this error blames, if it blames one.
     pub fn failed_rank(&self) -> Option<usize> {
@@ -58,3 +69,29 @@ impl CommError {
 }
 
 pub type Result<T> = std::result::Result<T, CommError>;
+
+#[cfg(test)]
+mod tests {
+    use super::CommError;
+    use std::io::{Error, ErrorKind};
+
+    #[test]
+    fn a_socket_timeout_reads_as_one() {
+        let e = |kind| CommError::Peer {
+            peer: 3,
+            op: "receive",
+            source: Error::from(kind),
+        };
+        for kind in [ErrorKind::WouldBlock, ErrorKind::TimedOut] {
+            let text = e(kind).to_string();
+            assert!(
+                text.starts_with(
+                    "rank 3: receive: no progress within the timeout (GRADEX_TIMEOUT_SECS"
+                ),
+                "{text}"
+            );
+        }
+        let text = e(ErrorKind::ConnectionReset).to_string();
+        assert!(!text.contains("timeout"), "{text}");
+    }
+}
