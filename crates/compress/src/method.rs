@@ -168,6 +168,12 @@ pub trait Method: Send {
     fn reads_weights(&self) -> bool {
         false
     }
+    /// How many epochs the method's density warm-up lasts (0: none): before then it
+    /// sends more than its `density`, which a run shorter than this never reaches (the
+    /// trainer says so).
+    fn warmup_epochs(&self) -> f64 {
+        0.0
+    }
     /// Every how many steps [`Method::after_step`] communicates (`None`: never), so the
     /// trainer copies the weights out only when it will.
     fn after_step_every(&self) -> Option<u64> {

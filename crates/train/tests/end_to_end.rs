@@ -810,6 +810,28 @@ fn a_dead_worker_ends_the_job_naming_it_and_the_checkpoint_resumes() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A run shorter than DGC's density warm-up says that it never reaches the density
+/// asked for; without the warm-up it says nothing.
+#[test]
+fn a_run_inside_the_warm_up_says_so() {
+    let note = "density warm-up lasts 4 epochs";
+    for (opts, said) in [
+        (&[][..], true),
+        (&["--method-opt", "warmup_epochs=0"][..], false),
+    ] {
+        let dir = tmp("warm-up");
+        let mut args: Vec<&str> = BASE.to_vec();
+        args.extend(["--method", "dgc", "--steps", "2", "--lr", "0.01"]);
+        args.extend(opts);
+        args.extend(["--out", dir.to_str().unwrap()]);
+        let o = train(&args, &[]);
+        let t = text(&o);
+        assert!(o.status.success(), "{t}");
+        assert_eq!(t.contains(note), said, "{opts:?}: {t}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
 /// A fresh run with fewer workers over an earlier run removes the earlier run's
 /// checkpoints of the ranks it does not have.
 #[test]

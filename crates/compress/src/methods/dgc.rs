@@ -231,6 +231,9 @@ impl Method for Dgc {
         self.u = state(self.cfg.momentum_correction);
         Ok(())
     }
+    fn warmup_epochs(&self) -> f64 {
+        self.cfg.warmup_epochs
+    }
     fn begin_step(&mut self, info: StepInfo) {
         self.epoch = info.epoch;
     }

@@ -83,6 +83,9 @@ impl Method for GTopK {
             self.density, self.dense_below, self.warmup_epochs, self.warmup_densities
         )
     }
+    fn warmup_epochs(&self) -> f64 {
+        self.warmup_epochs
+    }
     fn begin_step(&mut self, info: crate::method::StepInfo) {
         self.epoch = info.epoch;
     }

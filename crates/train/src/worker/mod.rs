@@ -78,6 +78,8 @@ pub struct Worker {
     last_loss: f64,
     /// The method with its resolved options, as `describe` gives it.
     method_config: String,
+    /// The method's density warm-up in epochs (0: none), for the note on a shorter run.
+    method_warmup: f64,
     /// Rank 0's output: a bar on a terminal (launched workers are piped: plain lines).
     progress: crate::progress::Progress,
 }
@@ -153,6 +155,7 @@ impl Worker {
         let buckets = Buckets::plan(&sizes, cfg.bucket_elems);
         method.init(&buckets.specs(&specs))?;
         let method_config = method.describe();
+        let method_warmup = method.warmup_epochs();
         let opt: Box<dyn Optimizer> = match cfg.optimizer {
             OptimizerChoice::Sgd => Box::new(Sgd::new(
                 cfg.lr,
@@ -221,6 +224,7 @@ impl Worker {
             last_loss: f64::NAN,
             progress: crate::progress::Progress::new(),
             method_config,
+            method_warmup,
         })
     }
 
@@ -371,6 +375,15 @@ impl Worker {
                 epochs,
                 per_epoch
             ));
+            // A run that ends inside the warm-up never sends at the density asked for:
+            // say so, since its ratio and accuracy are then the warm-up's.
+            let run_epochs = total_steps as f64 / per_epoch.max(1) as f64;
+            if self.method_warmup > run_epochs {
+                say_err(&format!(
+                    "note: {}'s density warm-up lasts {} epochs and this run {run_epochs:.2}: it sends at the warm-up's densities throughout, never at the density asked for (--method-opt warmup_epochs=0 starts at it)",
+                    cfg.method, self.method_warmup
+                ));
+            }
         }
         for epoch in self.pos.epoch..epochs {
             // A checkpoint written inside this epoch (where `--steps` ended) carries the
