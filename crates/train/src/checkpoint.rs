@@ -3,7 +3,10 @@
 //! the optimizer's state (`optim/{index}` for SGD's momentum, `optim/{index}/{m,v,step}`
 //! for Adam's), the method's state (`method/…`:
 //! residuals, momenta, random-stream state) and, as metadata, where training stands.
-//! Written atomically, so a worker killed mid-write leaves the previous checkpoint.
+//! Written atomically, so a worker killed mid-write leaves the previous checkpoint, and
+//! with a CRC-32 of its tensors (names and values, in name order) in the metadata, so a
+//! file damaged afterwards (a flipped or overwritten block) is refused on load instead
+//! of resuming from wrong values; files written before the checksum load unchecked.
 //! Resuming restores every piece, and training continues bit for bit (tested).
 //!
 //! Two generations are kept per rank: saving renames the current file to
@@ -181,7 +184,15 @@ pub fn save(file: &Path, tensors: &[(String, Vec<f32>, Vec<usize>)], pos: &Posit
             .map_err(|e| anyhow::anyhow!("checkpoint tensor {name}: {e:?}"))?;
         views.push((name.clone(), view));
     }
+    let mut order: Vec<usize> = (0..tensors.len()).collect();
+    order.sort_by(|&a, &b| tensors[a].0.cmp(&tensors[b].0));
+    let crc = checksum(
+        order
+            .iter()
+            .map(|&i| (tensors[i].0.as_str(), &bytes[i][..])),
+    );
     let meta: HashMap<String, String> = [
+        (CRC_KEY, format!("{crc:08x}")),
         ("step", pos.step.to_string()),
         ("epoch", pos.epoch.to_string()),
         ("bytes_sent", pos.bytes_sent.to_string()),
@@ -211,6 +222,22 @@ pub fn save(file: &Path, tensors: &[(String, Vec<f32>, Vec<usize>)], pos: &Posit
     crate::metrics::write_atomic(file, &out)
 }
 
+/// The metadata key of the tensors' checksum.
+const CRC_KEY: &str = "crc32";
+
+/// CRC-32 of `(name, little-endian f32 bytes)` pairs in the order given (name order).
+fn checksum<'a>(tensors: impl Iterator<Item = (&'a str, &'a [u8])>) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    for (name, data) in tensors {
+        // Lengths first, so that moving bytes between a name and its data changes it.
+        h.update(&(name.len() as u64).to_le_bytes());
+        h.update(name.as_bytes());
+        h.update(&(data.len() as u64).to_le_bytes());
+        h.update(data);
+    }
+    h.finalize()
+}
+
 pub fn load(file: &Path) -> Result<Saved> {
     let bytes = std::fs::read(file)
         .with_context(|| format!("reading the checkpoint {}", file.display()))?;
@@ -219,7 +246,19 @@ pub fn load(file: &Path) -> Result<Saved> {
     })?;
     let (_, meta) = safetensors::SafeTensors::read_metadata(&bytes)
         .map_err(|e| anyhow::anyhow!("{}: {e:?}", file.display()))?;
-    let position = position_from(file, &meta.metadata().clone().unwrap_or_default())?;
+    let meta = meta.metadata().clone().unwrap_or_default();
+    let position = position_from(file, &meta)?;
+    if let Some(want) = meta.get(CRC_KEY) {
+        let mut views = st.tensors();
+        views.sort_by(|a, b| a.0.cmp(&b.0));
+        let got = checksum(views.iter().map(|(n, v)| (n.as_str(), v.data())));
+        if format!("{got:08x}") != *want {
+            bail!(
+                "{} is damaged: its tensors' CRC-32 is {got:08x}, it was written as {want} (moved aside, --resume continues from the previous generation every rank holds)",
+                file.display()
+            );
+        }
+    }
     let mut tensors = Vec::new();
     for (name, view) in st.tensors() {
         if view.dtype() != Dtype::F32 {
@@ -321,4 +360,43 @@ pub fn take(saved: &Saved, name: &str, shape: &[usize]) -> Result<Tensor> {
         bail!("checkpoint tensor '{name}' has shape {s:?}, the model expects {shape:?}");
     }
     Ok(Tensor::from_vec(data.clone(), shape.to_vec(), Device::Cpu)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Vec<(String, Vec<f32>, Vec<usize>)> {
+        vec![
+            ("param/b".into(), vec![1.0, -2.5, 3.25], vec![3]),
+            ("param/a".into(), vec![0.5; 8], vec![2, 4]),
+        ]
+    }
+
+    /// A byte changed in any tensor's data after the save is refused on load, naming the
+    /// file; the untouched file loads with every value.
+    #[test]
+    fn a_damaged_checkpoint_is_refused() {
+        let dir = std::env::temp_dir().join(format!("gradex-ckpt-crc-{}", std::process::id()));
+        let file = dir.join("rank0.safetensors");
+        save(&file, &sample(), &Position::default()).unwrap();
+        let saved = load(&file).unwrap();
+        assert_eq!(saved.tensors[0].0, "param/a");
+        assert_eq!(saved.tensors[1].1, vec![1.0, -2.5, 3.25]);
+        let good = std::fs::read(&file).unwrap();
+        // The data section is the file's tail (after the 8-byte length and the header):
+        // flip one bit in each of its 44 bytes in turn.
+        let data_len = 4 * (3 + 8);
+        for at in good.len() - data_len..good.len() {
+            let mut bad = good.clone();
+            bad[at] ^= 0x10;
+            std::fs::write(&file, &bad).unwrap();
+            let e = format!("{:#}", load(&file).err().expect("a damaged file must fail"));
+            assert!(
+                e.contains("is damaged") && e.contains("rank0.safetensors"),
+                "{e}"
+            );
+        }
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }
