@@ -213,12 +213,12 @@ pub struct Args {
     /// TOML file with any of the keys below (flag names with '_' for '-').
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Model. Images: resnet20/32/44/56/110, lenet5, vgg16, alexnet, resnet50. Language:
+    /// Model (default resnet20). Images: resnet20/32/44/56/110, lenet5, vgg16, alexnet, resnet50. Language:
     /// lstm_lm (2 × 1500, tied), lstm_lm_medium (2 × 650), char_lstm (2 × 200). Speech:
     /// deepspeech (7 bidirectional GRU layers of 1200), an4_lstm (5 LSTM layers of 800).
     #[arg(long)]
     pub model: Option<String>,
-    /// Dataset. Images: fashion-mnist, mnist (--data-dir), cifar10, imagenet (--data-dir with
+    /// Dataset (default fashion-mnist). Images: fashion-mnist, mnist (--data-dir), cifar10, imagenet (--data-dir with
     /// train/<class>/ and val/<class>/ image folders, at the model's resolution; top-5
     /// accuracy is recorded too). Language: kjv (default --data-dir data/kjv,
     /// from `datasets prepare kjv`), ptb. Speech: speech (default --data-dir data/speech,
@@ -229,16 +229,17 @@ pub struct Args {
     /// Directory of the dataset files (fashion-mnist default: /usr/share/datasets/fashion-mnist).
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
-    /// Gradient-exchange method (see the list below).
+    /// Gradient-exchange method (default dgc, whose density warms up over its first 4
+    /// epochs; see the list below).
     #[arg(long)]
     pub method: Option<String>,
     /// A method option as key=value (repeatable), e.g. --method-opt density=0.001.
     #[arg(long = "method-opt")]
     pub method_opts: Vec<String>,
-    /// Worker processes to start on this machine.
+    /// Worker processes to start on this machine (default 1).
     #[arg(long)]
     pub workers: Option<usize>,
-    /// Batch size per worker.
+    /// Batch size per worker (default 32).
     #[arg(long)]
     pub batch_size: Option<usize>,
     /// Epochs to train (default 1 when --steps is not given). Given alone on the command
@@ -248,17 +249,17 @@ pub struct Args {
     /// Stop after this many steps (overrides --epochs).
     #[arg(long)]
     pub steps: Option<usize>,
-    /// Base learning rate.
+    /// Base learning rate (default 0.1; LeNet-5 wants less, e.g. 0.01).
     #[arg(long)]
     pub lr: Option<f64>,
-    /// Learning-rate schedule.
+    /// Learning-rate schedule (default constant).
     #[arg(long, value_enum)]
     pub schedule: Option<Schedule>,
     /// Epochs at which multistep multiplies the rate by --gamma (comma-separated); for
     /// step, the first value is the period.
     #[arg(long, value_delimiter = ',')]
     pub milestones: Option<Vec<f64>>,
-    /// Factor of the step and multistep schedules.
+    /// Factor of the step and multistep schedules (default 0.1).
     #[arg(long)]
     pub gamma: Option<f64>,
     /// Linear learning-rate warm-up over this many epochs (from 0.1 of the base rate).
@@ -289,20 +290,20 @@ pub struct Args {
     /// throughput (RESULTS.md). A multi-node worker honours GRADEX_CPUS=0-3,8,...
     #[arg(long, value_enum)]
     pub pin_cores: Option<PinCores>,
-    /// L2 weight decay.
+    /// L2 weight decay (default 1e-4).
     #[arg(long)]
     pub weight_decay: Option<f64>,
     /// Clip the global L2 norm of the exchanged gradient to this (0: off). For dgc use
     /// --method-opt clip=... (DGC clips locally, before compression).
     #[arg(long)]
     pub clip: Option<f64>,
-    /// Seed of initialisation, data order and the methods' random draws.
+    /// Seed of initialisation, data order and the methods' random draws (default 1).
     #[arg(long)]
     pub seed: Option<u64>,
-    /// Where tensors live.
+    /// Where tensors live (default cpu).
     #[arg(long, value_enum)]
     pub device: Option<DeviceChoice>,
-    /// Collective backend.
+    /// Collective backend (default tcp).
     #[arg(long, value_enum)]
     pub backend: Option<Backend>,
     /// Run directory: config, metrics.jsonl, summary.json, checkpoints (default
@@ -324,10 +325,11 @@ pub struct Args {
     /// for AlexNet with DGC 2 × 732 MB a rank.
     #[arg(long)]
     pub checkpoint_every: Option<usize>,
-    /// Log a metrics line every N steps.
+    /// Log a metrics line every N steps (default 10).
     #[arg(long)]
     pub log_every: Option<usize>,
-    /// Training samples of the synthetic dataset (images, utterances; tokens for language models).
+    /// Training samples of the synthetic dataset (images, utterances; tokens for language
+    /// models; default 4096).
     #[arg(long)]
     pub synthetic_samples: Option<usize>,
     /// Evaluate on at most this many test samples, spread evenly over the test set (for
@@ -347,7 +349,7 @@ pub struct Args {
     /// Dropout of the language model (default: 0.65 at 1500 units, 0.5 at 650, else none).
     #[arg(long)]
     pub dropout: Option<f64>,
-    /// Truncated-BPTT window of the language models, in tokens.
+    /// Truncated-BPTT window of the language models, in tokens (default 35).
     #[arg(long)]
     pub bptt: Option<usize>,
     /// Exchange consecutive parameters of fewer than N elements together, in buckets of at
@@ -928,6 +930,35 @@ mod tests {
             assert!(e.contains(want), "want {want:?}: {e}");
         }
         assert!(multistep(vec![1.0, 2.5]).validate().is_ok());
+    }
+
+    /// `--help` states the defaults a run takes when a flag is left out, as
+    /// `Config::default` has them (a changed default must change its help too).
+    #[test]
+    fn help_states_the_defaults() {
+        use clap::CommandFactory;
+        let d = Config::default();
+        let help = Args::command().render_long_help().to_string();
+        let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
+        for want in [
+            format!("(default {}", d.model),
+            format!("(default {}", d.dataset),
+            format!("(default {}", d.method),
+            format!("(default {})", d.workers),
+            format!("(default {})", d.batch_size),
+            format!("(default {};", d.lr),
+            format!("(default {})", flag_value(&d.schedule)),
+            format!("(default {})", d.gamma),
+            format!("(default {:e})", d.weight_decay),
+            format!("(default {})", d.seed),
+            format!("(default {})", d.device),
+            format!("(default {})", flag_value(&d.backend)),
+            format!("(default {})", d.log_every),
+            format!("default {})", d.synthetic_samples),
+            format!("(default {})", d.bptt),
+        ] {
+            assert!(help.contains(&want), "--help lacks {want:?}");
+        }
     }
 
     /// `--lr -0.1` is a negative rate (refused as one), not an unknown flag `-0`.

@@ -55,6 +55,19 @@ fn pump(
     });
 }
 
+/// The ranks an error line names as `rank N:` (how comm and the trainer name a rank).
+fn ranks_named(line: &str) -> Vec<usize> {
+    line.match_indices("rank ")
+        .filter_map(|(i, m)| {
+            let rest = &line[i + m.len()..];
+            let digits = rest.find(|c: char| !c.is_ascii_digit())?;
+            (digits > 0 && rest[digits..].starts_with(':'))
+                .then(|| rest[..digits].parse().ok())
+                .flatten()
+        })
+        .collect()
+}
+
 /// Each worker's CPU share (see [`affinity`]), or none when pinning is off (`pin`
 /// false, or auto with more workers than CPUs) or unavailable.
 fn cpu_shares(workers: usize, pin: PinCores) -> Vec<Option<Vec<usize>>> {
@@ -237,8 +250,26 @@ pub fn launch_logging(
                 .filter_map(|(r, s)| s.filter(|s| !s.success()).map(|s| (r, s)))
                 .collect();
             // Exit status 1 is a worker reporting an error (often a peer's death); a crash,
-            // a signal or an abrupt exit is the likelier cause, so it is named first.
-            failed.sort_by_key(|(r, s)| (s.code() == Some(1), *r));
+            // a signal or an abrupt exit is the likelier cause, so it is named first. Among
+            // errors, one that blames another failed worker ("rank 1: receive: ...") comes
+            // after that worker's own.
+            let failed_ranks: Vec<usize> = failed.iter().map(|(r, _)| *r).collect();
+            let blames_another = |r: usize| {
+                let tail = children.0[r]
+                    .1
+                    .lock()
+                    .map(|t| t.clone())
+                    .unwrap_or_default();
+                tail.iter()
+                    .rev()
+                    .find(|l| l.starts_with("error:"))
+                    .is_some_and(|l| {
+                        ranks_named(l)
+                            .into_iter()
+                            .any(|q| q != r && failed_ranks.contains(&q))
+                    })
+            };
+            failed.sort_by_key(|&(r, s)| (s.code() == Some(1), blames_another(r), r));
             children.stop_running();
             // Let the pumps print what is left.
             std::thread::sleep(Duration::from_millis(100));
@@ -271,5 +302,19 @@ pub fn launch_logging(
             return Ok(());
         }
         std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ranks_named;
+
+    #[test]
+    fn error_lines_name_ranks_as_rank_n_colon() {
+        assert_eq!(
+            ranks_named("error: rank 0: resuming: allgather: rank 12: receive: reset"),
+            [0, 12]
+        );
+        assert!(ranks_named("error: rank1.safetensors: a header; ranks 3").is_empty());
     }
 }

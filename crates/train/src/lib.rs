@@ -25,7 +25,21 @@ use anyhow::{Context, Result};
 /// Runs this process's part of a job: one worker when RANK/WORLD_SIZE are set, the whole
 /// job (in this process) for one worker, or the launcher for several.
 pub fn run(cfg: &Config, resume: bool, raw_args: &[std::ffi::OsString]) -> Result<Option<Summary>> {
-    let in_job = std::env::var("RANK").is_ok() && std::env::var("WORLD_SIZE").is_ok();
+    let (rank_set, world_set) = (
+        std::env::var_os("RANK").is_some(),
+        std::env::var_os("WORLD_SIZE").is_some(),
+    );
+    if rank_set != world_set {
+        anyhow::bail!(
+            "{} is set without {}: set both to run as one worker of a job (see the README), or neither to start a job here",
+            if rank_set { "RANK" } else { "WORLD_SIZE" },
+            if rank_set { "WORLD_SIZE" } else { "RANK" }
+        );
+    }
+    let in_job = rank_set && world_set;
+    if !in_job {
+        comm::CommConfig::check_local_job_env().context("the workers' settings")?;
+    }
     if in_job {
         // First of all: validation may initialise the CUDA driver, whose threads would
         // keep the whole CPU set (affinity is per thread, inherited at creation).

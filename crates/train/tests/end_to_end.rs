@@ -1049,6 +1049,20 @@ fn wrong_configurations_fail_before_any_worker_starts() {
         "expected `tcp` or `nccl`",
     );
     let _ = std::fs::remove_dir_all(&dir);
+    // The workers' environment is checked by the launcher, once, before any starts; and
+    // half of a job's variables is an error, not a job of one run here.
+    for (env, want) in [
+        (
+            ("GRADEX_TIMEOUT_SECS", "abc"),
+            "GRADEX_TIMEOUT_SECS=\"abc\" is not a finite number",
+        ),
+        (("RANK", "1"), "RANK is set without WORLD_SIZE"),
+    ] {
+        let o = train(&BASE, &[env]);
+        let t = text(&o);
+        assert!(!o.status.success() && t.contains(want), "{env:?}: {t}");
+        assert!(!t.contains("[rank"), "a worker started: {t}");
+    }
     let o = train(&["--help"], &[]);
     let help = text(&o);
     assert!(help.contains("momentum_correction") && help.contains("--method-opt"));

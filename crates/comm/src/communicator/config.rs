@@ -82,6 +82,23 @@ impl CommConfig {
         Self::from_lookup(|k| std::env::var(k).ok())
     }
 
+    /// Checks, before a launcher starts any worker, the settings its local workers will
+    /// read from this environment (`GRADEX_TIMEOUT_SECS`, `GRADEX_MAX_FRAME`,
+    /// `GRADEX_PORT_RANGE`): a bad value is then one error here, not one from every
+    /// worker after they have all started. The job's own variables (rank, size, master,
+    /// token) are the launcher's to set and are not read.
+    pub fn check_local_job_env() -> Result<()> {
+        Self::from_lookup(|k| match k {
+            "RANK" | "MASTER_PORT" => Some("0".into()),
+            "WORLD_SIZE" => Some("1".into()),
+            "MASTER_ADDR" => Some("127.0.0.1".into()),
+            "GRADEX_TOKEN" => Some("checked".into()),
+            "GRADEX_TOKEN_FILE" | "LOCAL_RANK" | "GRADEX_MASTER_FD" => None,
+            _ => std::env::var(k).ok(),
+        })
+        .map(|_| ())
+    }
+
     /// [`CommConfig::from_env`] with the variables read through `get`.
     pub(crate) fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self> {
         let var = |k: &str| {
