@@ -426,7 +426,8 @@ fn deepspeech_training_on_a_ragged_batch_matches_deepspeech_pytorch() {
             .unwrap();
         let mut record = |what: String, err: f64| {
             report.push(format!("{name}: {what}: {err:.3e}"));
-            if !(err <= TOL) {
+            // A NaN error fails too.
+            if err.is_nan() || err > TOL {
                 failures.push(format!("{name}: {what}: relative error {err:e}"));
             }
         };

@@ -155,8 +155,8 @@ mod tests {
                     }
                     d *= 2;
                 }
-                for q in 0..p {
-                    assert_eq!(Some(bruck_relay(p, r, q)), from[q], "p {p}, r {r}, q {q}");
+                for (q, &came_from) in from.iter().enumerate() {
+                    assert_eq!(Some(bruck_relay(p, r, q)), came_from, "p {p}, r {r}, q {q}");
                 }
             }
         }
