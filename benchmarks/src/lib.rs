@@ -17,6 +17,17 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Instant;
 
+/// Ends a binary's `main`: an error is printed as one line with its causes
+/// (`error: … : …`) and the process exits with status 1. Returning the error from
+/// `main` instead prints its Debug form, which with `RUST_BACKTRACE=1` set (as many
+/// shells have it) adds a stack backtrace to every bad flag or missing file.
+pub fn exit_on_error(result: Result<()>) {
+    if let Err(e) = result {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
 /// Threads to use: `--threads` if given, else `RAYON_NUM_THREADS`, else all cores.
 /// Configures rayon's global pool, which our kernels (and `gemm`) run on.
 pub fn init_threads(requested: Option<usize>) -> Result<usize> {

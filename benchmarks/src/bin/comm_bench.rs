@@ -552,7 +552,11 @@ fn validate(args: &Args) -> Result<()> {
     Ok(())
 }
 
-fn main() -> Result<()> {
+fn main() {
+    benchmarks::exit_on_error(run());
+}
+
+fn run() -> Result<()> {
     let args = Args::parse();
     validate(&args)?;
     if args.backend != "tcp" {

@@ -60,7 +60,11 @@ const COLUMNS: [&str; 17] = [
     "mean_step_seconds",
 ];
 
-fn main() -> Result<()> {
+fn main() {
+    benchmarks::exit_on_error(run());
+}
+
+fn run() -> Result<()> {
     let args = Args::parse();
     if !args.labels.is_empty() && args.labels.len() != args.runs.len() {
         bail!(

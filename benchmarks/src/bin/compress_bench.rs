@@ -196,7 +196,11 @@ fn bench_method(label: &str, grad: &[f32], repeats: usize) -> Result<Value> {
     }))
 }
 
-fn main() -> Result<()> {
+fn main() {
+    benchmarks::exit_on_error(run());
+}
+
+fn run() -> Result<()> {
     let args = Args::parse();
     let methods = validate(&args)?;
     init_threads(Some(args.threads))?;

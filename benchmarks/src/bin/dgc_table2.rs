@@ -123,7 +123,11 @@ fn preset(args: &Args) -> Result<Preset> {
     })
 }
 
-fn main() -> Result<()> {
+fn main() {
+    benchmarks::exit_on_error(run());
+}
+
+fn run() -> Result<()> {
     let args = Args::parse();
     if table::run_worker_if_asked(args.common.worker_config.as_deref())? {
         return Ok(());

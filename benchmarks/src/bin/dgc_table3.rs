@@ -217,7 +217,11 @@ fn job_config(args: &Args, m: &Model, method: &str, warmup_epochs: f64) -> Confi
     }
 }
 
-fn main() -> Result<()> {
+fn main() {
+    benchmarks::exit_on_error(run());
+}
+
+fn run() -> Result<()> {
     let args = Args::parse();
     if table::run_worker_if_asked(args.common.worker_config.as_deref())? {
         return Ok(());

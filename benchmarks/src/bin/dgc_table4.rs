@@ -211,7 +211,11 @@ const PAPER: [(&str, &str, &str, f64, f64); 4] = [
     ),
 ];
 
-fn main() -> Result<()> {
+fn main() {
+    benchmarks::exit_on_error(run());
+}
+
+fn run() -> Result<()> {
     let args = Args::parse();
     if table::run_worker_if_asked(args.common.worker_config.as_deref())? {
         return Ok(());

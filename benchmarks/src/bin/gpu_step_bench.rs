@@ -200,7 +200,11 @@ fn bench(name: &str, args: &Args, device: Device) -> Result<(usize, f64)> {
     Ok((batch, ms))
 }
 
-fn main() -> Result<()> {
+fn main() {
+    benchmarks::exit_on_error(run());
+}
+
+fn run() -> Result<()> {
     let args = Args::parse();
     if !cuda::is_available(0) {
         bail!(

@@ -625,7 +625,11 @@ fn write_charts(args: &Args, worlds: &[usize], fit_world: usize, rows: &[Value])
     )
 }
 
-fn main() -> Result<()> {
+fn main() {
+    benchmarks::exit_on_error(run());
+}
+
+fn run() -> Result<()> {
     let args = Args::parse();
     validate(&args)?;
     if std::env::var("RANK").is_ok() {

@@ -68,7 +68,11 @@ fn step_seconds(in_channels: usize, hw: usize, batch: usize) -> Result<f64> {
     })
 }
 
-fn main() -> Result<()> {
+fn main() {
+    benchmarks::exit_on_error(run());
+}
+
+fn run() -> Result<()> {
     let args = Args::parse();
     let threads = init_threads(args.threads)?;
     let f = &args.fashion_dir;

@@ -234,7 +234,11 @@ fn method_options(r: &RowSpec, args: &Args) -> Vec<String> {
     o
 }
 
-fn main() -> Result<()> {
+fn main() {
+    benchmarks::exit_on_error(run());
+}
+
+fn run() -> Result<()> {
     let args = Args::parse();
     if table::run_worker_if_asked(args.common.worker_config.as_deref())? {
         return Ok(());

@@ -312,7 +312,11 @@ fn reference(e: &Entry, args: &Args, threads: usize) -> Option<(&'static str, Ve
     }
 }
 
-fn main() -> Result<()> {
+fn main() {
+    benchmarks::exit_on_error(run());
+}
+
+fn run() -> Result<()> {
     let args = Args::parse();
     let threads = init_threads(args.threads)?;
     if args.lm_batch == 0 || args.batch == 0 {

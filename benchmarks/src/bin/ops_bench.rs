@@ -64,7 +64,11 @@ fn ratio(ours: f64, reference: Option<f64>) -> Option<f64> {
     reference.map(|r| ours / r)
 }
 
-fn main() -> Result<()> {
+fn main() {
+    benchmarks::exit_on_error(run());
+}
+
+fn run() -> Result<()> {
     let args = Args::parse();
     let threads = init_threads(args.threads)?;
     let reference = if args.no_reference {

@@ -221,7 +221,11 @@ fn row(args: &Args) -> Result<Row> {
     })
 }
 
-fn main() -> Result<()> {
+fn main() {
+    benchmarks::exit_on_error(run());
+}
+
+fn run() -> Result<()> {
     let args = Args::parse();
     if table::run_worker_if_asked(args.common.worker_config.as_deref())? {
         return Ok(());

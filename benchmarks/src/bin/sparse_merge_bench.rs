@@ -57,7 +57,11 @@ fn top_merge_by_sort(a: &SparseVec, b: &SparseVec, k: usize) -> SparseVec {
     SparseVec::new(p)
 }
 
-fn main() -> Result<()> {
+fn main() {
+    benchmarks::exit_on_error(run());
+}
+
+fn run() -> Result<()> {
     let args = Args::parse();
     let n = args.values;
     let k = ((n as f64 * args.density).round() as usize).max(1);

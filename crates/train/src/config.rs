@@ -389,8 +389,17 @@ impl Config {
             Some(path) => {
                 let text = std::fs::read_to_string(path)
                     .with_context(|| format!("reading the config file {}", path.display()))?;
-                toml::from_str::<Config>(&text)
-                    .with_context(|| format!("parsing the config file {}", path.display()))?
+                let c = toml::from_str::<Config>(&text)
+                    .with_context(|| format!("parsing the config file {}", path.display()))?;
+                // Permission to replace a run is given per command: in a file it would
+                // replace a finished run every time the file is used, without a word.
+                if c.overwrite {
+                    bail!(
+                        "{}: overwrite = true is not a configuration key; give --overwrite on the command that may replace a run",
+                        path.display()
+                    );
+                }
+                c
             }
             None => Config::default(),
         };

@@ -1042,6 +1042,32 @@ fn wrong_configurations_fail_before_any_worker_starts() {
         &["--config", dir.join("c.toml").to_str().unwrap()],
         "learning_rate",
     );
+    // Permission to replace a run is per command, never a configuration key.
+    std::fs::write(dir.join("o.toml"), "overwrite = true\n").unwrap();
+    refused(
+        &["--config", dir.join("o.toml").to_str().unwrap()],
+        "overwrite = true is not a configuration key",
+    );
+    // A test text too short to evaluate is refused before training, not after an epoch.
+    let words = "the cat sat on the mat and the dog sat on the log\n".repeat(20);
+    std::fs::write(dir.join("ptb.train.txt"), &words).unwrap();
+    std::fs::write(dir.join("ptb.valid.txt"), &words).unwrap();
+    std::fs::write(dir.join("ptb.test.txt"), "").unwrap();
+    refused(
+        &[
+            "--model",
+            "lstm_lm",
+            "--hidden",
+            "8",
+            "--dataset",
+            "ptb",
+            "--data-dir",
+            dir.to_str().unwrap(),
+            "--out",
+            dir.join("run").to_str().unwrap(),
+        ],
+        "too few to evaluate",
+    );
     // A config key takes the same values as its flag.
     std::fs::write(dir.join("b.toml"), "backend = \"mpi\"\n").unwrap();
     refused(

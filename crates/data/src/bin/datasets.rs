@@ -115,7 +115,16 @@ fn corpus_name(name: &str) -> &'static str {
     }
 }
 
-fn main() -> Result<()> {
+fn main() {
+    // One line with its causes, not main's Debug form (which adds a backtrace wherever
+    // RUST_BACKTRACE=1 is set).
+    if let Err(e) = run() {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<()> {
     match Args::parse().command {
         Cmd::Prepare {
             name,

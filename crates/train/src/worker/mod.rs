@@ -375,6 +375,12 @@ impl Worker {
                 epochs,
                 per_epoch
             ));
+            if resume && self.pos.step >= total_steps {
+                say_err(&format!(
+                    "note: the checkpoint stands at step {}, at or past this run's end (step {total_steps}): nothing is trained, and the summary is the checkpoint's (raise --steps or --epochs to continue)",
+                    self.pos.step
+                ));
+            }
             // A run that ends inside the warm-up never sends at the density asked for:
             // say so, since its ratio and accuracy are then the warm-up's.
             let run_epochs = total_steps as f64 / per_epoch.max(1) as f64;
