@@ -232,22 +232,7 @@ fn a_resnet20_training_step_matches_pytorch() {
     );
     assert_eq!(model.param_count(), usize_of(&f["param_count"]));
     // The fixture's deterministic parameters (its "param_rule").
-    for (p, param) in params.iter().enumerate() {
-        let t = &param.tensor;
-        let fan_in: usize = t.dims()[1..].iter().product();
-        let values: Vec<f64> = (0..t.elem_count())
-            .map(|j| {
-                let base = (1.3 * j as f64 + 0.7 * p as f64).sin();
-                match (param.name.ends_with(".weight"), t.rank()) {
-                    (true, r) if r >= 2 => base / (fan_in as f64).sqrt(),
-                    (true, _) => 1.0 + 0.1 * base,
-                    _ => 0.1 * base,
-                }
-            })
-            .collect();
-        t.assign(&Tensor::from_vec(values, t.dims().to_vec(), Device::Cpu).unwrap())
-            .unwrap();
-    }
+    assign_param_rule(&params, 0.1);
     let shape: Vec<usize> = f["input_shape"]
         .as_array()
         .unwrap()
@@ -387,22 +372,7 @@ fn deepspeech_training_on_a_ragged_batch_matches_deepspeech_pytorch() {
             "{name}: parameter names and order differ from deepspeech.pytorch's"
         );
         // The fixture's "param_rule".
-        for (p, param) in params.iter().enumerate() {
-            let t = &param.tensor;
-            let fan_in: usize = t.dims()[1..].iter().product();
-            let values: Vec<f64> = (0..t.elem_count())
-                .map(|j| {
-                    let base = (1.3 * j as f64 + 0.7 * p as f64).sin();
-                    match (param.name.ends_with(".weight"), t.rank()) {
-                        (_, r) if r >= 2 => base / (fan_in as f64).sqrt(),
-                        (true, _) => 1.0 + 0.2 * base,
-                        _ => 0.2 * base,
-                    }
-                })
-                .collect();
-            t.assign(&Tensor::from_vec(values, t.dims().to_vec(), Device::Cpu).unwrap())
-                .unwrap();
-        }
+        assign_param_rule(&params, 0.2);
         // The fixture's "input_rule": sin(0.7 j), zero past each sample's length.
         let shape = usizes(&c["input_shape"]);
         let lengths = usizes(&c["lengths"]);
@@ -497,4 +467,26 @@ fn deepspeech_training_on_a_ragged_batch_matches_deepspeech_pytorch() {
         report.len(),
         failures.join("\n")
     );
+}
+
+/// The fixtures' deterministic parameters (their "param_rule"): parameter p's element j
+/// is b = sin(1.3 j + 0.7 p), as b / √fan_in for a matrix or convolution kernel, as
+/// 1 + `spread`·b for a vector weight (a norm's scale) and as `spread`·b for a bias.
+fn assign_param_rule(params: &[nn::NamedTensor], spread: f64) {
+    for (p, param) in params.iter().enumerate() {
+        let t = &param.tensor;
+        let fan_in: usize = t.dims()[1..].iter().product();
+        let values: Vec<f64> = (0..t.elem_count())
+            .map(|j| {
+                let base = (1.3 * j as f64 + 0.7 * p as f64).sin();
+                match (param.name.ends_with(".weight"), t.rank()) {
+                    (_, r) if r >= 2 => base / (fan_in as f64).sqrt(),
+                    (true, _) => 1.0 + spread * base,
+                    _ => spread * base,
+                }
+            })
+            .collect();
+        t.assign(&Tensor::from_vec(values, t.dims().to_vec(), Device::Cpu).unwrap())
+            .unwrap();
+    }
 }

@@ -618,16 +618,12 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-/// A launcher killed outright (SIGKILL: no chance to stop its workers itself) takes its
-/// workers with it: they do not train on, unsupervised, into the run directory.
-#[test]
-fn workers_die_with_a_killed_launcher() {
-    use std::io::{BufRead, BufReader};
-    let dir = tmp("orphans");
-    // Epochs of 312,500 steps with no log lines in them: the workers print nothing after
-    // their start, so a closed pipe would not stop them either (a small --lr: at 0.1 this
-    // job diverges within 40 steps and ends by itself).
-    let mut launcher = Command::new(env!("CARGO_BIN_EXE_train"))
+/// A two-worker job into `dir` that runs until killed: epochs of 312,500 steps with no
+/// log lines in them, so that the workers print nothing after their start and a closed
+/// pipe would not stop them either (a small --lr: at 0.1 this job diverges within 40
+/// steps and ends by itself). Its standard output is piped, its errors dropped.
+fn endless_job(dir: &Path) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_train"))
         .args([
             "--model",
             "lenet5",
@@ -644,14 +640,23 @@ fn workers_die_with_a_killed_launcher() {
             "dense",
             "--lr",
             "0.01",
-            "--out",
         ])
-        .arg(&dir)
+        .arg("--out")
+        .arg(dir)
         .env("GRADEX_TIMEOUT_SECS", "20")
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()
-        .expect("running train");
+        .expect("running train")
+}
+
+/// A launcher killed outright (SIGKILL: no chance to stop its workers itself) takes its
+/// workers with it: they do not train on, unsupervised, into the run directory.
+#[test]
+fn workers_die_with_a_killed_launcher() {
+    use std::io::{BufRead, BufReader};
+    let dir = tmp("orphans");
+    let mut launcher = endless_job(&dir);
     // Once rank 0 reports its plan, both workers are running.
     let mut lines = BufReader::new(launcher.stdout.take().unwrap()).lines();
     assert!(
@@ -693,24 +698,7 @@ fn a_run_directory_in_use_is_refused() {
     use std::io::{BufRead, BufReader};
     let dir = tmp("in-use");
     let out = dir.to_str().unwrap();
-    // Epochs of 312,500 steps (as in the killed-launcher test): it runs until killed.
-    let mut first = Command::new(env!("CARGO_BIN_EXE_train"))
-        .args([
-            "--model",
-            "lenet5",
-            "--dataset",
-            "synthetic",
-            "--workers",
-            "2",
-        ])
-        .args(["--batch-size", "16", "--synthetic-samples", "10000000"])
-        .args(["--log-every", "1000000"])
-        .args(["--method", "dense", "--lr", "0.01", "--out", out])
-        .env("GRADEX_TIMEOUT_SECS", "20")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("running train");
+    let mut first = endless_job(&dir);
     let mut lines = BufReader::new(first.stdout.take().unwrap()).lines();
     assert!(
         lines.any(|l| l.is_ok_and(|l| l.contains("training lenet5"))),
