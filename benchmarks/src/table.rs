@@ -72,6 +72,15 @@ pub fn check_counts(counts: &[(&str, Option<usize>)]) -> Result<()> {
     Ok(())
 }
 
+/// Refuses a density outside (0, 1] (`flag` names it): the fraction of a gradient's
+/// values a sparse method or collective sends.
+pub fn check_density(flag: &str, value: f64) -> Result<()> {
+    if !(value > 0.0 && value <= 1.0) {
+        anyhow::bail!("{flag} {value}: must be in (0, 1] (the fraction of the values sent)");
+    }
+    Ok(())
+}
+
 /// Refuses a negative or non-finite number of epochs (`flag` names it); 0 is allowed
 /// (no warm-up).
 pub fn check_epochs(flag: &str, value: Option<f64>) -> Result<()> {
@@ -366,7 +375,8 @@ impl Job {
         match std::fs::metadata(dir) {
             Ok(m) if m.is_dir() => {}
             Ok(_) => anyhow::bail!(
-                "{} is not a directory: a run is the directory the trainer wrote (--out),                  holding summary.json and metrics.jsonl",
+                "{} is not a directory: a run is the directory the trainer wrote (--out), \
+                 holding summary.json and metrics.jsonl",
                 dir.display()
             ),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {

@@ -532,11 +532,8 @@ const MAX_BYTES: usize = 4 << 32;
 /// number of f32 values, k = density × values must be a fraction of them, and the best
 /// of 0 timed calls is no measurement.
 fn validate(args: &Args) -> Result<()> {
-    anyhow::ensure!(
-        args.density.is_finite() && args.density > 0.0 && args.density <= 1.0,
-        "--density {}: must be in (0, 1] (the fraction of the values the sparse collectives send)",
-        args.density
-    );
+    benchmarks::table::check_density("--density", args.density)?;
+    benchmarks::table::check_counts(&[("--repeats", Some(args.repeats))])?;
     anyhow::ensure!(!args.sizes.is_empty(), "--sizes needs at least one size");
     for &bytes in &args.sizes {
         anyhow::ensure!(
@@ -545,10 +542,6 @@ fn validate(args: &Args) -> Result<()> {
              {MAX_BYTES} (2^32 values, the most a u32 index reaches)"
         );
     }
-    anyhow::ensure!(
-        args.repeats >= 1,
-        "--repeats 0: must be at least 1 (the best of that many timed calls is reported)"
-    );
     Ok(())
 }
 

@@ -117,30 +117,18 @@ fn build_method(label: &str) -> Result<Box<dyn compress::Method>> {
 /// only after the gradient is generated and the earlier methods have been timed.
 /// Returns the method labels to run.
 fn validate(args: &Args) -> Result<Vec<String>> {
-    ensure!(
-        args.values >= 1,
-        "--values 0: must be at least 1 (the gradient's length)"
-    );
+    benchmarks::table::check_counts(&[
+        ("--values", Some(args.values)),
+        ("--threads", Some(args.threads)),
+        ("--repeats", Some(args.repeats)),
+    ])?;
+    benchmarks::table::check_density("--density", args.density)?;
     // The sparse methods' indices are u32.
     ensure!(
         args.values <= u32::MAX as usize,
         "--values {}: must be at most {} (indices are u32)",
         args.values,
         u32::MAX
-    );
-    ensure!(
-        args.threads >= 1,
-        "--threads 0: must be at least 1 (the rayon pool's size)"
-    );
-    ensure!(
-        args.repeats >= 1,
-        "--repeats 0: must be at least 1 (the best of that many timed repetitions is reported)"
-    );
-    ensure!(
-        args.density.is_finite() && args.density > 0.0 && args.density <= 1.0,
-        "--density {}: must be in (0, 1] (the fraction of the values the sparsifying methods \
-         and the selection keep)",
-        args.density
     );
     let methods = if args.methods.is_empty() {
         default_methods(args.density)

@@ -135,10 +135,7 @@ fn validate(args: &Args) -> Result<()> {
     );
     // Best of 0 timed calls would be no measurement at all (slowest_best would time
     // one call anyway and the table would say "best of 0").
-    ensure!(
-        args.repeats >= 1,
-        "--repeats 0: must be at least 1 (the best of that many timed calls is reported)"
-    );
+    benchmarks::table::check_counts(&[("--repeats", Some(args.repeats))])?;
     ensure!(
         args.paper_alpha >= 0.0 && args.paper_beta > 0.0,
         "--paper-alpha must be >= 0 and --paper-beta > 0"

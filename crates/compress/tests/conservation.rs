@@ -9,8 +9,8 @@
 
 mod common;
 
-use common::{heavy_tailed, job};
-use compress::{build, Context, Method, MethodSpec, ParamSpec, StepInfo, UpdateKind};
+use common::{built, heavy_tailed, job};
+use compress::{Context, Method, StepInfo, UpdateKind};
 
 const SIZES: [usize; 3] = [5000, 1200, 40];
 
@@ -26,15 +26,7 @@ fn ctx(rank: usize, world: usize, momentum: f64) -> Context {
 }
 
 fn method(name: &str, opts: &[&str], c: &Context) -> Box<dyn Method> {
-    let opts: Vec<String> = opts.iter().map(|s| s.to_string()).collect();
-    let mut m = build(&MethodSpec::parse(name, &opts).unwrap(), c).unwrap();
-    let params: Vec<ParamSpec> = SIZES
-        .iter()
-        .enumerate()
-        .map(|(i, &n)| ParamSpec::new(format!("p{i}"), &[n]))
-        .collect();
-    m.init(&params).unwrap();
-    m
+    built(name, opts, c, SIZES.map(|n| [n]))
 }
 
 fn grad(rank: usize, step: usize, p: usize) -> Vec<f32> {
@@ -363,15 +355,7 @@ fn dgc_dense_1d_sends_every_vector_dense_and_sparsifies_the_rest() {
                 "sampling=false",
             ];
             all.extend(opts);
-            let opts: Vec<String> = all.iter().map(|s| s.to_string()).collect();
-            let ctx = ctx(rank, 2, 0.9);
-            let mut m = build(&MethodSpec::parse("dgc", &opts).unwrap(), &ctx).unwrap();
-            let params: Vec<ParamSpec> = shapes
-                .iter()
-                .enumerate()
-                .map(|(i, s)| ParamSpec::new(format!("p{i}"), s))
-                .collect();
-            m.init(&params).unwrap();
+            let mut m = built("dgc", &all, &ctx(rank, 2, 0.9), shapes);
             m.begin_step(StepInfo {
                 step: 0,
                 epoch: 0.0,

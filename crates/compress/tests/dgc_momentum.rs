@@ -5,8 +5,8 @@
 
 mod common;
 
-use common::{heavy_tailed, job};
-use compress::{build, Context, MethodSpec, ParamSpec, StepInfo, UpdateKind};
+use common::{built, heavy_tailed, job};
+use compress::{Context, StepInfo, UpdateKind};
 
 const SIZES: [usize; 2] = [1000, 37];
 const DENSITY: f64 = 0.05;
@@ -77,13 +77,7 @@ fn run(nesterov: bool, masking: bool) -> Run {
         weight_decay: DECAY as f64,
     };
     let mut out = job(1, |_, c| {
-        let mut m = build(&MethodSpec::parse("dgc", &opts).unwrap(), &ctx).unwrap();
-        let params: Vec<ParamSpec> = SIZES
-            .iter()
-            .enumerate()
-            .map(|(i, &n)| ParamSpec::new(format!("p{i}"), &[n]))
-            .collect();
-        m.init(&params).unwrap();
+        let mut m = built("dgc", &opts, &ctx, SIZES.map(|n| [n]));
         let mut reference: Vec<Reference> = SIZES
             .iter()
             .map(|&n| Reference {

@@ -7,8 +7,8 @@
 
 mod common;
 
-use common::TestSgd;
-use compress::{build, Context, MethodSpec, ParamSpec, StepInfo};
+use common::{built, TestSgd};
+use compress::{Context, StepInfo};
 use tensor::Rng;
 
 const SIZES: [usize; 2] = [12_000, 16];
@@ -60,13 +60,7 @@ fn worker(rank: usize, name: &str, opts: &[String]) {
         nesterov: false,
         weight_decay: 0.0,
     };
-    let mut m = build(&MethodSpec::parse(name, opts).expect("spec"), &ctx).expect("build");
-    let specs: Vec<ParamSpec> = SIZES
-        .iter()
-        .enumerate()
-        .map(|(i, &n)| ParamSpec::new(format!("p{i}"), &[n]))
-        .collect();
-    m.init(&specs).expect("init");
+    let mut m = built(name, opts, &ctx, SIZES.map(|n| [n]));
     let mut x: Vec<Vec<f32>> = SIZES.iter().map(|&n| vec![0.0; n]).collect();
     let mut opt = TestSgd::new(0.02, 0.5, &SIZES);
     let (t, cv): (Vec<_>, Vec<_>) = (0..SIZES.len())

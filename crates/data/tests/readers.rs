@@ -325,3 +325,80 @@ fn datasets_prepare_speech_refuses_an_empty_split() {
     assert!(text.contains("--utterances 0"), "{text}");
     assert!(!out.exists());
 }
+
+/// Fashion-MNIST's four file names, as `datasets prepare fashion-mnist` copies them.
+const FASHION_FILES: [&str; 4] = [
+    "train-images-idx3-ubyte.gz",
+    "train-labels-idx1-ubyte.gz",
+    "t10k-images-idx3-ubyte.gz",
+    "t10k-labels-idx1-ubyte.gz",
+];
+
+/// A Fashion-MNIST source of four small, valid IDX files (3 training and 2 test images
+/// of 4 × 4).
+fn fashion_source(name: &str) -> PathBuf {
+    let d = dir(name);
+    let files = [
+        idx_bytes(&[3, 4, 4], &[7; 48]),
+        idx_bytes(&[3], &[0, 5, 9]),
+        idx_bytes(&[2, 4, 4], &[1; 32]),
+        idx_bytes(&[2], &[1, 2]),
+    ];
+    for (f, bytes) in FASHION_FILES.iter().zip(files) {
+        write(&d.join(f), &gzip(&bytes));
+    }
+    d
+}
+
+#[test]
+fn prepare_fashion_mnist_copies_a_valid_source_with_nothing_left_over() {
+    let src = fashion_source("prep-ok");
+    let out = src.with_extension("out");
+    let _ = std::fs::remove_dir_all(&out);
+    let counts = data::prepare::prepare_fashion_mnist(&src, &out).unwrap();
+    assert_eq!(counts, (3, 2));
+    let mut names: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    let mut want: Vec<String> = FASHION_FILES.iter().map(|f| f.to_string()).collect();
+    want.sort();
+    assert_eq!(names, want, "no temporary file is left");
+    let _ = std::fs::remove_dir_all(&src);
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// A damaged source file is named as damaged, in the source; nothing is written:
+/// neither the output folder nor, where it existed, its earlier files change.
+#[test]
+fn prepare_fashion_mnist_leaves_the_output_untouched_on_a_damaged_source() {
+    use data::prepare::prepare_fashion_mnist;
+    let src = fashion_source("prep-bad");
+    let out = src.with_extension("out");
+    let _ = std::fs::remove_dir_all(&out);
+    let labels = src.join(FASHION_FILES[3]);
+    let good = std::fs::read(&labels).unwrap();
+    // Truncated gzip stream, labels out of range, a count that disagrees.
+    for bad in [
+        good[..good.len() - 6].to_vec(),
+        gzip(&idx_bytes(&[2], &[1, 10])),
+        gzip(&idx_bytes(&[3], &[1, 2, 3])),
+    ] {
+        write(&labels, &bad);
+        let e = err(prepare_fashion_mnist(&src, &out));
+        assert!(e.contains("is damaged"), "{e}");
+        assert!(e.contains(&labels.display().to_string()), "{e}");
+        assert!(!e.contains("apt-get"), "{e}");
+        assert!(!out.exists(), "{} was created", out.display());
+    }
+    // Over an earlier corpus: left as it was.
+    write(&labels, &good);
+    prepare_fashion_mnist(&src, &out).unwrap();
+    write(&labels, &gzip(&idx_bytes(&[2], &[1, 10])));
+    assert!(prepare_fashion_mnist(&src, &out).is_err());
+    assert_eq!(std::fs::read(out.join(FASHION_FILES[3])).unwrap(), good);
+    assert_eq!(std::fs::read_dir(&out).unwrap().count(), 4);
+    let _ = std::fs::remove_dir_all(&src);
+    let _ = std::fs::remove_dir_all(&out);
+}

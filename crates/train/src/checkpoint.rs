@@ -248,9 +248,10 @@ pub fn load(file: &Path) -> Result<Saved> {
         .map_err(|e| anyhow::anyhow!("{}: {e:?}", file.display()))?;
     let meta = meta.metadata().clone().unwrap_or_default();
     let position = position_from(file, &meta)?;
+    // In name order: the checksum's, and the order `tensors` is returned in.
+    let mut views = st.tensors();
+    views.sort_by(|a, b| a.0.cmp(&b.0));
     if let Some(want) = meta.get(CRC_KEY) {
-        let mut views = st.tensors();
-        views.sort_by(|a, b| a.0.cmp(&b.0));
         let got = checksum(views.iter().map(|(n, v)| (n.as_str(), v.data())));
         if format!("{got:08x}") != *want {
             bail!(
@@ -260,7 +261,7 @@ pub fn load(file: &Path) -> Result<Saved> {
         }
     }
     let mut tensors = Vec::new();
-    for (name, view) in st.tensors() {
+    for (name, view) in views {
         if view.dtype() != Dtype::F32 {
             bail!(
                 "{}: tensor {name} is {:?}, expected F32",
@@ -275,7 +276,6 @@ pub fn load(file: &Path) -> Result<Saved> {
             .collect();
         tensors.push((name, data, view.shape().to_vec()));
     }
-    tensors.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(Saved { tensors, position })
 }
 

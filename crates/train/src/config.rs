@@ -547,7 +547,7 @@ impl Config {
         // whatever the number of workers.
         if let Some(n) = self.eval_samples {
             if crate::task::is_language_model(&self.model) {
-                let least = 2 * crate::task::EVAL_STREAMS;
+                let least = crate::task::EVAL_MIN_TOKENS;
                 if n < least {
                     bail!(
                         "--eval-samples {n} is too few: a language model's test text is cut into {} streams of at least 2 tokens, {least} tokens",

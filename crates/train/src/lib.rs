@@ -36,7 +36,7 @@ pub fn run(cfg: &Config, resume: bool, raw_args: &[std::ffi::OsString]) -> Resul
             if rank_set { "WORLD_SIZE" } else { "RANK" }
         );
     }
-    let in_job = rank_set && world_set;
+    let in_job = rank_set; // and world_set: both or neither, checked above
     if !in_job {
         comm::CommConfig::check_local_job_env().context("the workers' settings")?;
     }

@@ -8,6 +8,25 @@ use compress::{Update, UpdateKind};
 use std::time::Duration;
 use tensor::Rng;
 
+/// Method `name` with `opts` (`key=value`) built for `ctx` and initialised with one
+/// parameter per shape, named `p0`, `p1`, …
+pub fn built<S: AsRef<[usize]>>(
+    name: &str,
+    opts: &[impl ToString],
+    ctx: &compress::Context,
+    shapes: impl IntoIterator<Item = S>,
+) -> Box<dyn compress::Method> {
+    let opts: Vec<String> = opts.iter().map(|o| o.to_string()).collect();
+    let mut m = compress::build(&compress::MethodSpec::parse(name, &opts).unwrap(), ctx).unwrap();
+    let params: Vec<compress::ParamSpec> = shapes
+        .into_iter()
+        .enumerate()
+        .map(|(i, s)| compress::ParamSpec::new(format!("p{i}"), s.as_ref()))
+        .collect();
+    m.init(&params).unwrap();
+    m
+}
+
 /// A rank's context with seed 1, no momentum and no weight decay (struct-update the rest).
 pub fn ctx(rank: usize, world: usize) -> compress::Context {
     compress::Context {

@@ -50,6 +50,9 @@ const SPEECH_MODELS: [&str; 2] = ["deepspeech", "an4_lstm"];
 /// Streams of the language model's evaluation, over the whole test text whatever the
 /// number of workers (PyTorch's word-LM example uses 10).
 pub const EVAL_STREAMS: usize = 10;
+/// The fewest test tokens a language model can be evaluated on: each of the
+/// [`EVAL_STREAMS`] streams needs an input and its next token.
+pub const EVAL_MIN_TOKENS: usize = 2 * EVAL_STREAMS;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {

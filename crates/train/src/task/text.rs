@@ -49,7 +49,7 @@ pub(super) fn text_data(c: &Config) -> Result<(Vec<u32>, Vec<u32>, usize)> {
     }
     // Checked here, before training, rather than at the first evaluation, which comes
     // after an epoch's work that would then be lost.
-    let least = 2 * crate::task::EVAL_STREAMS;
+    let least = crate::task::EVAL_MIN_TOKENS;
     if test.len() < least {
         bail!(
             "{prefix}.test.txt in {} has {} tokens, too few to evaluate: the test text is cut into {} streams of at least 2 tokens, {least} in all",
