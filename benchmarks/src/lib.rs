@@ -23,6 +23,8 @@ use std::time::Instant;
 /// shells have it) adds a stack backtrace to every bad flag or missing file.
 pub fn exit_on_error(result: Result<()>) {
     if let Err(e) = result {
+        // A Ctrl-C: the job's workers saved their checkpoints; exits with 130.
+        train::interrupt::exit_if_interrupted(&e);
         eprintln!("error: {e:#}");
         std::process::exit(1);
     }

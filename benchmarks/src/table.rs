@@ -351,6 +351,8 @@ pub fn run_job(cfg: &Config, label: &str, common: &CommonArgs) -> Result<Job> {
         .with_context(|| format!("writing {}", job_file.display()))?;
     eprintln!("== {label}, {} workers -> {}", cfg.workers, dir.display());
     let started = Instant::now();
+    // A Ctrl-C waits for the workers to save their checkpoints (see `train::interrupt`).
+    train::interrupt::install().context("installing the Ctrl-C handler")?;
     // The workers' logs go to standard error: standard output is the table (or JSON).
     train::launcher::launch_logging(
         cfg.workers,
@@ -358,6 +360,7 @@ pub fn run_job(cfg: &Config, label: &str, common: &CommonArgs) -> Result<Job> {
         &[WORKER_FLAG.into(), job_file.clone().into_os_string()],
         train::launcher::WorkerLogs::Stderr,
     )
+    .map_err(|e| train::interrupt::in_run(e, dir, cfg.checkpoint_every > 0))
     .with_context(|| format!("the job '{label}'"))?;
     Ok(Job {
         wall_seconds: started.elapsed().as_secs_f64(),

@@ -359,6 +359,10 @@ pub struct Args {
     pub bucket_elems: Option<usize>,
 }
 
+/// The most samples (tokens, for a language model) `--dataset synthetic` generates: 2³⁰,
+/// whose shuffled order is 8 GiB.
+pub const MAX_SYNTHETIC_SAMPLES: usize = 1 << 30;
+
 const METHOD_HELP: &str = "Methods and their options (--method NAME --method-opt key=value):
 (run with --help to see them all; the table is compress::help_text)";
 
@@ -558,6 +562,16 @@ impl Config {
                 bail!(
                     "--eval-samples {n} is too few for {} workers: each evaluates its own share, at least a sample",
                     self.workers
+                );
+            }
+        }
+        // Every epoch shuffles an index a sample (a generated text is held whole): a set
+        // past this bound would be an abort on allocation, or the OOM killer, minutes in.
+        if self.dataset == "synthetic" {
+            let n = self.synthetic_samples.max(self.eval_samples.unwrap_or(0));
+            if n > MAX_SYNTHETIC_SAMPLES {
+                bail!(
+                    "--synthetic-samples / --eval-samples {n} is more than a generated set may have (at most {MAX_SYNTHETIC_SAMPLES}: each epoch's shuffled order takes 8 bytes a sample, a generated text 4 bytes a token); for a longer run give --epochs or --steps"
                 );
             }
         }
@@ -895,6 +909,20 @@ mod tests {
                     ..synthetic()
                 },
                 "--log-every must be at least 1",
+            ),
+            (
+                Config {
+                    synthetic_samples: MAX_SYNTHETIC_SAMPLES + 1,
+                    ..synthetic()
+                },
+                "more than a generated set may have",
+            ),
+            (
+                Config {
+                    eval_samples: Some(MAX_SYNTHETIC_SAMPLES + 1),
+                    ..synthetic()
+                },
+                "more than a generated set may have",
             ),
             (
                 Config {

@@ -6,6 +6,9 @@
 //! names the rank and repeats its last lines of output. When several have failed by then
 //! (peers of a dead worker fail with an error naming it), a crashed or abruptly exited
 //! worker is named before one that reported an error.
+//!
+//! An interrupt (Ctrl-C, SIGTERM; see [`crate::interrupt`]) is not a failure: the
+//! launcher passes it on to its workers and waits while they save their checkpoints.
 
 use crate::affinity;
 use crate::config::PinCores;
@@ -184,12 +187,15 @@ pub fn launch_logging(
         // started the worker, so `launch` must run on one that outlives the job, as the
         // main thread does.)
         // SAFETY: the closure runs in the child between fork and exec and only calls
-        // prctl, which is async-signal-safe.
+        // prctl and signal, which are async-signal-safe.
+        // SIGUSR1 (an interrupt passed on) is ignored until the worker installs its
+        // handler, instead of killing it: the launcher sends it again until it stops.
         unsafe {
             command.pre_exec(|| {
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
+                libc::signal(libc::SIGUSR1, libc::SIG_IGN);
                 Ok(())
             });
         }
@@ -228,11 +234,47 @@ pub fn launch_logging(
     // Rank 0 has its own copy now.
     drop(master);
     let mut status: Vec<Option<ExitStatus>> = vec![None; workers];
+    let mut last_forward: Option<std::time::Instant> = None;
     loop {
         for (s, (c, _)) in status.iter_mut().zip(&mut children.0) {
             if s.is_none() {
                 *s = c.try_wait()?;
             }
+        }
+        let interrupted = crate::interrupt::requested();
+        if interrupted && last_forward.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+            // The workers had the terminal's Ctrl-C too, but not a signal sent to the
+            // launcher alone; again each second, for one that had not yet installed
+            // its handler.
+            for (s, (c, _)) in status.iter().zip(&children.0) {
+                if s.is_none() {
+                    crate::interrupt::forward(c.id());
+                }
+            }
+            last_forward = Some(std::time::Instant::now());
+        }
+        let stopped = |s: &ExitStatus| stopped_by_interrupt(s, interrupted);
+        let failed_other = status
+            .iter()
+            .any(|s| s.is_some_and(|s| !s.success() && !stopped(&s)));
+        if !failed_other && status.iter().any(|s| s.is_some_and(|s| stopped(&s))) {
+            // Workers stopping for an interrupt: wait for the rest, which are saving.
+            if status.iter().all(|s| s.is_some()) {
+                progress.finish();
+                let saved = status
+                    .iter()
+                    .flatten()
+                    .all(|s| s.code() == Some(crate::interrupt::EXIT_STATUS));
+                return Err(crate::interrupt::Interrupted {
+                    step: None,
+                    total: None,
+                    saved,
+                    out: std::path::PathBuf::new(),
+                }
+                .into());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+            continue;
         }
         if status.iter().any(|s| s.is_some_and(|s| !s.success())) {
             // A worker that dies takes its peers down with it within moments (their
@@ -303,6 +345,19 @@ pub fn launch_logging(
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// Whether a worker's exit is its stop for an interrupt: the status it exits with after
+/// saving, or (once the launcher was interrupted itself) death by the signal, which a
+/// worker still starting had no handler for.
+fn stopped_by_interrupt(s: &ExitStatus, launcher_interrupted: bool) -> bool {
+    use std::os::unix::process::ExitStatusExt;
+    s.code() == Some(crate::interrupt::EXIT_STATUS)
+        || (launcher_interrupted
+            && matches!(
+                s.signal(),
+                Some(libc::SIGINT | libc::SIGTERM | libc::SIGUSR1)
+            ))
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@ pub mod bucket;
 pub mod checkpoint;
 pub mod config;
 pub mod exchanger;
+pub mod interrupt;
 pub mod launcher;
 pub mod metrics;
 pub mod plot;
@@ -37,6 +38,8 @@ pub fn run(cfg: &Config, resume: bool, raw_args: &[std::ffi::OsString]) -> Resul
         );
     }
     let in_job = rank_set; // and world_set: both or neither, checked above
+                           // From here a Ctrl-C or SIGTERM stops the run where its ranks agree, with a checkpoint.
+    interrupt::install().context("installing the Ctrl-C handler")?;
     if !in_job {
         comm::CommConfig::check_local_job_env().context("the workers' settings")?;
     }
@@ -94,7 +97,8 @@ pub fn run(cfg: &Config, resume: bool, raw_args: &[std::ffi::OsString]) -> Resul
                 anyhow::bail!("--backend nccl needs a GPU per worker: --workers {} on a machine with {gpus} GPU(s); use --backend tcp to share GPUs", cfg.workers);
             }
         }
-        launcher::launch(cfg.workers, cfg.pin_cores, raw_args)?;
+        launcher::launch(cfg.workers, cfg.pin_cores, raw_args)
+            .map_err(|e| interrupt::in_run(e, &cfg.out, cfg.checkpoint_every > 0))?;
         let text = std::fs::read_to_string(cfg.out.join("summary.json"))
             .with_context(|| format!("reading {}", cfg.out.join("summary.json").display()))?;
         return Ok(Some(serde_json::from_str(&text)?));

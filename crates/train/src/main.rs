@@ -44,6 +44,9 @@ fn main() {
         Ok(())
     })();
     if let Err(e) = result {
+        // A stop asked for is not a failure: rank 0 of a job says where it stopped (and
+        // its launcher says it again), and the process exits with 130.
+        train::interrupt::exit_if_interrupted(&e);
         say_err(&format!("error: {e:#}"));
         std::process::exit(1);
     }

@@ -443,6 +443,43 @@ fn a_run_stopped_inside_an_epoch_resumes_bit_for_bit() {
         assert!(o.status.success(), "{}", text(&o));
     }
     assert_same_run(&a, &b);
+    // Interrupted (the test hook: one rank only, as if it alone had the signal) and
+    // resumed: the ranks agree to stop at the next log line, step 8 inside the first
+    // epoch or step 16 at its end (evaluated there, as the straight run is), and resume
+    // bit for bit.
+    for (hook, stop) in [("1:6", 8), ("0:13", 16)] {
+        let c = tmp(&format!("interrupted-{stop}"));
+        let v = args(&c, "24", false);
+        let refs: Vec<&str> = v.iter().map(|s| s.as_str()).collect();
+        let o = train(&refs, &[("GRADEX_INTERRUPT_STEP", hook)]);
+        let t = text(&o);
+        assert_eq!(o.status.code(), Some(130), "{t}");
+        assert!(
+            t.contains(&format!(
+                "interrupted after step {stop} of 24: checkpoint saved"
+            )),
+            "{t}"
+        );
+        assert!(!t.contains("error"), "{t}");
+        assert!(
+            !c.join("summary.json").exists(),
+            "an unfinished run has no summary"
+        );
+        for rank in 0..2 {
+            let saved = train::checkpoint::load(&train::checkpoint::path(&c, rank)).unwrap();
+            assert_eq!(saved.position.step, stop, "rank {rank}");
+        }
+        let evals = records_of(&c, "eval").len();
+        assert_eq!(
+            evals,
+            usize::from(stop == 16),
+            "evaluations before the stop"
+        );
+        let o = train(&["--resume", "--out", c.to_str().unwrap()], &[]);
+        assert!(o.status.success(), "{}", text(&o));
+        assert_same_run(&a, &c);
+        let _ = std::fs::remove_dir_all(c);
+    }
     // `--epochs` on the command line replaces the recorded `steps = 24`: 2 epochs of 16.
     let o = train(
         &["--resume", "--epochs", "2", "--out", b.to_str().unwrap()],
@@ -623,31 +660,152 @@ fn copy_dir(from: &Path, to: &Path) {
 /// pipe would not stop them either (a small --lr: at 0.1 this job diverges within 40
 /// steps and ends by itself). Its standard output is piped, its errors dropped.
 fn endless_job(dir: &Path) -> std::process::Child {
-    Command::new(env!("CARGO_BIN_EXE_train"))
-        .args([
-            "--model",
-            "lenet5",
-            "--dataset",
-            "synthetic",
-            "--workers",
-            "2",
-        ])
-        .args(["--batch-size", "16", "--synthetic-samples", "10000000"])
-        .args([
-            "--log-every",
-            "1000000",
-            "--method",
-            "dense",
-            "--lr",
-            "0.01",
-        ])
-        .arg("--out")
-        .arg(dir)
-        .env("GRADEX_TIMEOUT_SECS", "20")
-        .stdout(std::process::Stdio::piped())
+    endless_command(dir, "1000000")
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("running train")
+}
+
+/// [`endless_job`]'s command, logging every `log_every` steps, its standard output piped.
+fn endless_command(dir: &Path, log_every: &str) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_train"));
+    c.args([
+        "--model",
+        "lenet5",
+        "--dataset",
+        "synthetic",
+        "--workers",
+        "2",
+    ])
+    .args(["--batch-size", "16", "--synthetic-samples", "10000000"])
+    .args([
+        "--log-every",
+        log_every,
+        "--method",
+        "dense",
+        "--lr",
+        "0.01",
+    ])
+    .arg("--out")
+    .arg(dir)
+    .env("GRADEX_TIMEOUT_SECS", "20")
+    .stdout(std::process::Stdio::piped());
+    c
+}
+
+/// Whether process `p` is running (gone, or a zombie waiting to be reaped, is not).
+fn running(p: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{p}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit(") ").next().map(|r| !r.starts_with('Z')))
+        .unwrap_or(false)
+}
+
+/// The pids of `launcher`'s workers.
+fn workers_of(launcher: &std::process::Child) -> Vec<u32> {
+    let pid = launcher.id();
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap()
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect()
+}
+
+/// Ctrl-C as a terminal sends it: SIGINT to the job's whole process group.
+fn ctrl_c(job: &std::process::Child) {
+    // SAFETY: kill with a process group this test created (`process_group(0)`).
+    let rc = unsafe { libc::kill(-(job.id() as libc::pid_t), libc::SIGINT) };
+    assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
+}
+
+/// Waits up to `secs` for `job` to exit.
+fn exit_within(job: &mut std::process::Child, secs: u64) -> std::process::ExitStatus {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    loop {
+        if let Some(s) = job.try_wait().unwrap() {
+            return s;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = job.kill();
+            panic!("the job did not stop within {secs} s of the interrupt");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// Ctrl-C stops every worker after the same step, each with its checkpoint, and the
+/// launcher exits with 130; a second Ctrl-C stops a job at once, saving nothing.
+#[test]
+fn ctrl_c_saves_a_checkpoint_and_a_second_stops_at_once() {
+    use std::io::{BufRead, BufReader};
+    use std::os::unix::process::CommandExt;
+    let dir = tmp("ctrl-c");
+    let mut job = endless_command(&dir, "3")
+        .stderr(std::process::Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .expect("running train");
+    let mut lines = BufReader::new(job.stdout.take().unwrap()).lines();
+    assert!(
+        lines.any(|l| l.is_ok_and(|l| l.contains("step 3/"))),
+        "the job did not train"
+    );
+    ctrl_c(&job);
+    let status = exit_within(&mut job, 60);
+    let out: Vec<String> = lines.map_while(Result::ok).collect();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut job.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(130), "{status}: {err}");
+    assert!(err.contains("interrupted after step"), "{err}");
+    assert!(!err.contains("error"), "{err}");
+    let step0 = train::checkpoint::load(&train::checkpoint::path(&dir, 0))
+        .unwrap()
+        .position
+        .step;
+    let step1 = train::checkpoint::load(&train::checkpoint::path(&dir, 1))
+        .unwrap()
+        .position
+        .step;
+    assert_eq!(step0, step1, "the ranks stopped after different steps");
+    assert!(step0.is_multiple_of(3) && step0 >= 3, "{step0}");
+    assert!(
+        out.iter().any(|l| l.contains(&format!("step {step0}/"))),
+        "{out:?}"
+    );
+    assert!(!dir.join("summary.json").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+
+    // Twice: the first is not acted on before a log line, which never comes.
+    let mut job = endless_command(&dir, "1000000")
+        .stderr(std::process::Stdio::null())
+        .process_group(0)
+        .spawn()
+        .expect("running train");
+    let mut lines = BufReader::new(job.stdout.take().unwrap()).lines();
+    assert!(
+        lines.any(|l| l.is_ok_and(|l| l.contains("training lenet5"))),
+        "the job did not start"
+    );
+    let workers = workers_of(&job);
+    ctrl_c(&job);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(
+        job.try_wait().unwrap().is_none(),
+        "one Ctrl-C stopped at once"
+    );
+    ctrl_c(&job);
+    let status = exit_within(&mut job, 10);
+    assert_eq!(status.code(), Some(130), "{status}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while workers.iter().any(|&p| running(p)) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "workers {workers:?} kept running"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(!train::checkpoint::path(&dir, 0).exists());
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// A launcher killed outright (SIGKILL: no chance to stop its workers itself) takes its
@@ -663,22 +821,10 @@ fn workers_die_with_a_killed_launcher() {
         lines.any(|l| l.is_ok_and(|l| l.contains("training lenet5"))),
         "the job did not start"
     );
-    let pid = launcher.id();
-    let workers: Vec<u32> = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-        .unwrap()
-        .split_whitespace()
-        .map(|p| p.parse().unwrap())
-        .collect();
+    let workers = workers_of(&launcher);
     assert_eq!(workers.len(), 2, "{workers:?}");
     launcher.kill().unwrap();
     launcher.wait().unwrap();
-    // Gone, or a zombie waiting for whoever adopted it to reap it: not running.
-    let running = |p: u32| {
-        std::fs::read_to_string(format!("/proc/{p}/stat"))
-            .ok()
-            .and_then(|s| s.rsplit(") ").next().map(|r| !r.starts_with('Z')))
-            .unwrap_or(false)
-    };
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while workers.iter().any(|&p| running(p)) {
         assert!(

@@ -82,6 +82,10 @@ pub struct Worker {
     method_warmup: f64,
     /// Rank 0's output: a bar on a terminal (launched workers are piped: plain lines).
     progress: crate::progress::Progress,
+    /// Whether rank 0 has said where an interrupted run will stop.
+    interrupt_noted: bool,
+    /// The step before which the test hook interrupts this rank (see `note_interrupt`).
+    interrupt_hook: Option<usize>,
 }
 
 /// Test hook: with GRADEX_FAULT_RANK=r and GRADEX_FAULT_STEP=s, rank r dies abruptly
@@ -225,6 +229,11 @@ impl Worker {
             progress: crate::progress::Progress::new(),
             method_config,
             method_warmup,
+            interrupt_noted: false,
+            interrupt_hook: std::env::var("GRADEX_INTERRUPT_STEP").ok().and_then(|v| {
+                let (r, s) = v.split_once(':')?;
+                (r.parse::<usize>().ok()? == rank).then(|| s.parse::<usize>().ok())?
+            }),
         })
     }
 
@@ -361,6 +370,8 @@ impl Worker {
         };
         let mut step = self.pos.step;
         let mut stopped_window: Option<Window> = None;
+        // Set where the ranks agree to stop for an interrupt (see `interrupt`).
+        let mut interrupted = false;
         let mut last = Evaluation::none();
         if lead {
             self.progress.line(&format!(
@@ -406,6 +417,7 @@ impl Worker {
                 ran = true;
                 let batch = batch?;
                 fault_injection(self.rank, step);
+                self.note_interrupt(step, cfg.log_every);
                 let epoch_f = step as f64 / per_epoch as f64;
                 let lr = schedule.lr(cfg.lr, epoch_f);
                 self.train_step(&batch, step, epoch_f, lr, &mut window)?;
@@ -434,6 +446,12 @@ impl Worker {
                         lr,
                         &dense_ring,
                     )?;
+                    // Just after a log line the window is empty: a checkpoint here
+                    // resumes into a fresh one, as the uninterrupted run's would be.
+                    if step < total_steps && self.stop_agreed()? {
+                        interrupted = true;
+                        break;
+                    }
                 }
                 if cfg.eval_every > 0
                     && step.is_multiple_of(cfg.eval_every)
@@ -449,8 +467,14 @@ impl Worker {
             if !ran {
                 break; // resumed where the run had already stopped
             }
-            if step >= (epoch + 1) * per_epoch {
+            let epoch_ended = step >= (epoch + 1) * per_epoch;
+            if epoch_ended {
                 self.pos.epoch = epoch + 1;
+            }
+            if interrupted && !epoch_ended {
+                // Inside the epoch: no evaluation, just the checkpoint.
+                let wall = wall_before + started.elapsed().as_secs_f64();
+                return self.stop_interrupted(&window, wall, total_steps);
             }
             let wall = wall_before + started.elapsed().as_secs_f64();
             // Whole at an epoch's end; a fraction where --steps stopped within one.
@@ -464,6 +488,12 @@ impl Worker {
             self.pos.wall_seconds = wall_before + started.elapsed().as_secs_f64();
             (self.pos.bytes_sent, self.pos.bytes_received) = self.traffic()?;
             self.flush_message_bytes(&mut window.wire);
+            if !interrupted && step < total_steps {
+                interrupted = self.stop_agreed()?;
+            }
+            if interrupted {
+                return self.stop_interrupted(&window, self.pos.wall_seconds, total_steps);
+            }
             let every = cfg.checkpoint_every;
             if every > 0 && (self.pos.epoch.is_multiple_of(every) || step >= total_steps) {
                 self.save_checkpoint(stopped_window.as_ref().unwrap_or(&window))?;
@@ -517,6 +547,62 @@ impl Worker {
             self.progress.finish();
         }
         Ok(summary)
+    }
+
+    /// Whether any rank has been interrupted (collective: every rank calls it at the same
+    /// points, its log lines and epoch ends). A one-float allreduce, kept out of the
+    /// method's byte counts like the other bookkeeping collectives.
+    fn stop_agreed(&self) -> Result<bool> {
+        let mine = if crate::interrupt::requested() {
+            1.0
+        } else {
+            0.0
+        };
+        let all = self.ex.allreduce(vec![mine])?;
+        Ok(all.first().is_some_and(|&n| n > 0.0))
+    }
+
+    /// On rank 0, the first step after an interrupt says where the run will stop. Test
+    /// hook: `GRADEX_INTERRUPT_STEP=RANK:STEP` interrupts that rank before that step.
+    fn note_interrupt(&mut self, step: usize, log_every: usize) {
+        if self.interrupt_hook == Some(step) {
+            crate::interrupt::request();
+        }
+        if self.rank == 0 && !self.interrupt_noted && crate::interrupt::requested() {
+            self.interrupt_noted = true;
+            say_err(&format!(
+                "interrupt: stopping at the next log line (--log-every {log_every}) or epoch end, with a checkpoint; interrupt again to stop at once, losing the steps since the last checkpoint"
+            ));
+        }
+    }
+
+    /// The end of an interrupted run: the checkpoint (unless `--checkpoint-every 0`) at
+    /// the step the ranks agreed on, rank 0's charts of what was logged, no summary.
+    fn stop_interrupted(
+        &mut self,
+        window: &Window,
+        wall_seconds: f64,
+        total_steps: usize,
+    ) -> Result<Summary> {
+        self.pos.wall_seconds = wall_seconds;
+        (self.pos.bytes_sent, self.pos.bytes_received) = self.traffic()?;
+        let mut window = window.clone();
+        self.flush_message_bytes(&mut window.wire);
+        let saved = self.cfg.checkpoint_every > 0;
+        if saved {
+            self.save_checkpoint(&window)?;
+        }
+        if self.rank == 0 {
+            crate::plot::run_charts(&self.cfg.out, self.task.metric_name)?;
+            self.progress.finish();
+        }
+        Err(crate::interrupt::Interrupted {
+            step: Some(self.pos.step),
+            total: Some(total_steps),
+            saved,
+            out: self.cfg.out.clone(),
+        }
+        .into())
     }
 
     /// The run's payload bytes sent and received so far (a resumed run's include the
