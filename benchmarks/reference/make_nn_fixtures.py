@@ -1,6 +1,8 @@
 """Golden values from PyTorch for the nn crate's tests (crates/nn/tests/golden.rs).
 
-Float64, fixed seeds, byte-for-byte reproducible. Writes into crates/nn/tests/fixtures/:
+Float64, fixed seeds, byte-for-byte reproducible with the PyTorch that wrote each file
+(PyTorch 2.15, which wrote lrn.json and ctc_zero_infinity.json, moves the last bits of
+the older files' values, well inside the tests' tolerances, so those were left as they were). Writes into crates/nn/tests/fixtures/:
   lstm.json, gru.json   torch.nn.LSTM / GRU: outputs, final states, gradients of the input
                         and of every parameter (PyTorch names) for loss = sum(y * grad_y)
   ctc.json              F.ctc_loss (blank 0) through log_softmax: loss and d loss/d logits
@@ -8,6 +10,11 @@ Float64, fixed seeds, byte-for-byte reproducible. Writes into crates/nn/tests/fi
                         deterministic parameters (rule below): logits, loss, selected
                         gradients, and running statistics after the step
   optim.json            five steps of SGD (Nesterov, weight decay) and Adam (weight decay)
+  lrn.json              F.local_response_norm (AlexNet's size 5, and a large alpha so that
+                        the window matters): output and d loss/d x for loss = sum(y * grad_y)
+  ctc_zero_infinity.json  F.ctc_loss with zero_infinity=True on a batch where one sample
+                        cannot be aligned (more frames needed than it has): its loss and
+                        gradient are 0, the others' as usual (mean and sum reductions)
 Arrays are {"shape": [...], "data": [...]} in row-major order.
 
     pip install torch
@@ -79,6 +86,41 @@ def ctc_cases():
     return cases
 
 
+def lrn_cases():
+    g = torch.Generator().manual_seed(7)
+    cases = []
+    for name, shape, size, alpha, beta, k in [
+        ("AlexNet's: size 5, alpha 1e-4, beta 0.75, k 2; 7 channels", (2, 7, 3, 4), 5, 1e-4, 0.75, 2.0),
+        ("size 3, alpha 0.5, beta 0.6, k 1 (the window dominates)", (2, 4, 2, 3), 3, 0.5, 0.6, 1.0),
+        ("size 5 over 2 channels (the window wider than the channels)", (1, 2, 3, 3), 5, 2.0, 0.75, 1.0),
+    ]:
+        x = (2 * torch.randn(*shape, generator=g)).requires_grad_()
+        y = F.local_response_norm(x, size, alpha=alpha, beta=beta, k=k)
+        grad_y = torch.randn(y.shape, generator=g)
+        (y * grad_y).sum().backward()
+        cases.append({"name": name, "size": size, "alpha": alpha, "beta": beta, "k": k, "x": arr(x), "y": arr(y),
+                      "grad_y": arr(grad_y), "grad_x": arr(x.grad)})
+    return cases
+
+
+def ctc_zero_infinity_cases():
+    g = torch.Generator().manual_seed(8)
+    cases = []
+    # Sample 1's target [2, 2, 2] needs 5 frames (a blank between repeats); it has 4.
+    for name, reduction in [("one unalignable sample, mean", "mean"), ("one unalignable sample, sum", "sum")]:
+        t, n, c = 6, 3, 4
+        targets, lengths = [[1, 3], [2, 2, 2], [3]], [6, 4, 5]
+        logits = torch.randn(t, n, c, generator=g, requires_grad=True)
+        flat = torch.tensor([v for tg in targets for v in tg])
+        loss = F.ctc_loss(logits.log_softmax(2), flat, torch.tensor(lengths), torch.tensor([len(tg) for tg in targets]),
+                          blank=0, reduction=reduction, zero_infinity=True)
+        loss.backward()
+        cases.append({"name": name, "logits": arr(logits), "targets": targets, "input_lengths": lengths,
+                      "target_lengths": [len(tg) for tg in targets], "reduction": reduction,
+                      "loss": float(loss.detach()), "grad_logits": arr(logits.grad)})
+    return cases
+
+
 def resnet20_step():
     model = ResNetCifar(20, 3, 10)
     with torch.no_grad():
@@ -132,7 +174,8 @@ def main():
                            {"lr": 1e-2, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 1e-4}),
     }
     for fname, obj in [("lstm.json", rnn_cases(torch.nn.LSTM, True)), ("gru.json", rnn_cases(torch.nn.GRU, False)),
-                       ("ctc.json", ctc_cases()), ("resnet20_step.json", resnet20_step()), ("optim.json", optim)]:
+                       ("ctc.json", ctc_cases()), ("resnet20_step.json", resnet20_step()), ("optim.json", optim),
+                       ("lrn.json", lrn_cases()), ("ctc_zero_infinity.json", ctc_zero_infinity_cases())]:
         path = os.path.join(OUT, fname)
         with open(path, "w") as f:
             json.dump(obj, f)

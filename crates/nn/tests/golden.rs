@@ -1,5 +1,6 @@
 //! Golden values from PyTorch (float64): LSTM and GRU (outputs, final states, gradients
-//! of input and every parameter), CTC (loss and gradient through log-softmax), and a few
+//! of input and every parameter), CTC (loss and gradient through log-softmax; with
+//! `zero_infinity` on an unalignable sample), local response normalisation, and a few
 //! steps of SGD-Nesterov with weight decay and of Adam. Fixtures are written by
 //! `benchmarks/reference/make_nn_fixtures.py`, except `deepspeech_ragged.json` (a
 //! training step of DeepSpeech on a ragged batch), written by
@@ -123,7 +124,40 @@ fn gru_matches_pytorch() {
 
 #[test]
 fn ctc_matches_pytorch() {
-    for c in load("ctc.json").as_array().unwrap() {
+    ctc_cases("ctc.json", false);
+}
+
+/// An unalignable sample (its target needs more frames than it has) contributes 0 to
+/// the loss and its gradient, as `zero_infinity=True` does in PyTorch; the others' are
+/// as usual (the mean still divides by the whole batch).
+#[test]
+fn ctc_zero_infinity_matches_pytorch() {
+    ctc_cases("ctc_zero_infinity.json", true);
+}
+
+/// LocalResponseNorm's output and input gradient against `F.local_response_norm`,
+/// AlexNet's configuration and windows reaching past the channels.
+#[test]
+fn local_response_norm_matches_pytorch() {
+    for c in load("lrn.json").as_array().unwrap() {
+        let name = c["name"].as_str().unwrap();
+        let lrn = nn::layers::LocalResponseNorm {
+            size: usize_of(&c["size"]),
+            alpha: c["alpha"].as_f64().unwrap(),
+            beta: c["beta"].as_f64().unwrap(),
+            k: c["k"].as_f64().unwrap(),
+        };
+        let x = tensor(&c["x"]).to_var();
+        let y = lrn.forward(&x, &mut Ctx::eval()).unwrap();
+        check(&format!("{name}: y"), &y, &c["y"]);
+        let g = y.backward_with_grad(&tensor(&c["grad_y"])).unwrap();
+        check(&format!("{name}: grad_x"), g.get(&x).unwrap(), &c["grad_x"]);
+    }
+}
+
+/// The cases of a CTC fixture: loss and gradient through log-softmax.
+fn ctc_cases(file: &str, zero_infinity: bool) {
+    for c in load(file).as_array().unwrap() {
         let name = c["name"].as_str().unwrap();
         let logits = tensor(&c["logits"]).to_var();
         let targets: Vec<Vec<u32>> = c["targets"]
@@ -154,7 +188,7 @@ fn ctc_matches_pytorch() {
             &targets,
             &lengths,
             reduction,
-            false,
+            zero_infinity,
         )
         .unwrap();
         let want = c["loss"].as_f64().unwrap();

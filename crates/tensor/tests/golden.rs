@@ -1,11 +1,12 @@
 //! Golden values from PyTorch (float64) for the ops where conventions matter: grouped and
 //! dilated convolution, batch norm in training and evaluation, cross-entropy with
-//! `ignore_index`. Fixtures are produced by `benchmarks/reference/make_tensor_fixtures.py`.
+//! `ignore_index`, max pooling's ties (the gradient to the window's first maximum) and
+//! padding, average pooling's divisor. Fixtures are produced by `benchmarks/reference/make_tensor_fixtures.py`.
 
 mod common;
 use common::assert_close;
 use serde_json::Value;
-use tensor::{Conv2dOptions, Device, Tensor};
+use tensor::{Conv2dOptions, Device, Pool2dOptions, Tensor};
 
 const TOL: f64 = 1e-10;
 
@@ -155,5 +156,29 @@ fn cross_entropy_matches_pytorch() {
             g.get(&logits).unwrap(),
             &c["grad_logits"],
         );
+    }
+}
+
+#[test]
+fn pooling_matches_pytorch_ties_and_padding_included() {
+    let cases = load("pool2d.json");
+    assert!(cases.len() >= 6);
+    for c in &cases {
+        let name = c["name"].as_str().unwrap();
+        let x = tensor(&c["x"]).to_var();
+        let o = Pool2dOptions {
+            kernel: pair(&c["kernel"]),
+            stride: pair(&c["stride"]),
+            padding: pair(&c["padding"]),
+        };
+        let y = match c["kind"].as_str().unwrap() {
+            "max" => x.max_pool2d(o),
+            "avg" => x.avg_pool2d(o),
+            other => panic!("{name}: unknown kind {other}"),
+        }
+        .unwrap();
+        check(name, "y", &y, &c["y"]);
+        let g = y.backward_with_grad(&tensor(&c["grad_y"])).unwrap();
+        check(name, "grad_x", g.get(&x).unwrap(), &c["grad_x"]);
     }
 }
