@@ -1011,6 +1011,9 @@ fn a_diverging_run_stops_with_an_error_naming_the_step_once() {
     assert!(!o.status.success());
     let t = text(&o);
     assert!(t.contains("the loss is") && t.contains("too high?"), "{t}");
+    // LeNet-5's recipe rate is named, the flag to give it with.
+    assert!(t.contains("lenet5 usually trains at 0.01"), "{t}");
+    assert!(t.contains("--lr 0.01"), "{t}");
     // The rank is named once per line: by the launcher's prefix and run()'s context.
     assert!(!t.contains("rank 0: rank 0"), "{t}");
     let _ = std::fs::remove_dir_all(&dir);

@@ -52,7 +52,14 @@ impl Worker {
         let loss_value = loss.to_scalar::<f32>()? as f64;
         if !loss_value.is_finite() {
             // run()'s caller adds the rank to the message.
-            bail!("the loss is {loss_value} at step {step} (learning rate {lr} too high?)");
+            let hint = match crate::task::usual_lr(&self.cfg.model) {
+                Some((usual, from)) if lr > usual => format!(
+                    "learning rate {lr} too high? {} usually trains at {usual} ({from}): --lr {usual}",
+                    self.cfg.model
+                ),
+                _ => format!("learning rate {lr} too high?"),
+            };
+            bail!("the loss is {loss_value} at step {step} ({hint})");
         }
         loss.backward()?;
         let backward_end = Instant::now();
