@@ -68,22 +68,24 @@ def rnn_cases(cls, with_cell):
     return cases
 
 
+def ctc_case(g, name, t, n, c, targets, lengths, reduction, zero_infinity):
+    """One F.ctc_loss case (blank 0) through log_softmax, logits drawn from `g`."""
+    logits = torch.randn(t, n, c, generator=g, requires_grad=True)
+    flat = torch.tensor([v for tg in targets for v in tg])
+    loss = F.ctc_loss(logits.log_softmax(2), flat, torch.tensor(lengths), torch.tensor([len(tg) for tg in targets]),
+                      blank=0, reduction=reduction, zero_infinity=zero_infinity)
+    loss.backward()
+    return {"name": name, "logits": arr(logits), "targets": targets, "input_lengths": lengths,
+            "target_lengths": [len(tg) for tg in targets], "reduction": reduction,
+            "loss": float(loss.detach()), "grad_logits": arr(logits.grad)}
+
+
 def ctc_cases():
     g = torch.Generator().manual_seed(5)
-    cases = []
-    for name, t, n, c, targets, lengths, reduction in [
+    return [ctc_case(g, *spec, zero_infinity=False) for spec in [
         ("repeated label, mean", 6, 2, 5, [[1, 2], [3, 3, 1]], [6, 5], "mean"),
         ("three samples, sum", 8, 3, 4, [[1], [2, 3, 2], [1, 1]], [8, 8, 6], "sum"),
-    ]:
-        logits = torch.randn(t, n, c, generator=g, requires_grad=True)
-        flat = torch.tensor([v for tg in targets for v in tg])
-        loss = F.ctc_loss(logits.log_softmax(2), flat, torch.tensor(lengths), torch.tensor([len(tg) for tg in targets]),
-                          blank=0, reduction=reduction, zero_infinity=False)
-        loss.backward()
-        cases.append({"name": name, "logits": arr(logits), "targets": targets, "input_lengths": lengths,
-                      "target_lengths": [len(tg) for tg in targets], "reduction": reduction,
-                      "loss": float(loss.detach()), "grad_logits": arr(logits.grad)})
-    return cases
+    ]]
 
 
 def lrn_cases():
@@ -105,20 +107,10 @@ def lrn_cases():
 
 def ctc_zero_infinity_cases():
     g = torch.Generator().manual_seed(8)
-    cases = []
     # Sample 1's target [2, 2, 2] needs 5 frames (a blank between repeats); it has 4.
-    for name, reduction in [("one unalignable sample, mean", "mean"), ("one unalignable sample, sum", "sum")]:
-        t, n, c = 6, 3, 4
-        targets, lengths = [[1, 3], [2, 2, 2], [3]], [6, 4, 5]
-        logits = torch.randn(t, n, c, generator=g, requires_grad=True)
-        flat = torch.tensor([v for tg in targets for v in tg])
-        loss = F.ctc_loss(logits.log_softmax(2), flat, torch.tensor(lengths), torch.tensor([len(tg) for tg in targets]),
-                          blank=0, reduction=reduction, zero_infinity=True)
-        loss.backward()
-        cases.append({"name": name, "logits": arr(logits), "targets": targets, "input_lengths": lengths,
-                      "target_lengths": [len(tg) for tg in targets], "reduction": reduction,
-                      "loss": float(loss.detach()), "grad_logits": arr(logits.grad)})
-    return cases
+    targets, lengths = [[1, 3], [2, 2, 2], [3]], [6, 4, 5]
+    return [ctc_case(g, name, 6, 3, 4, targets, lengths, reduction, zero_infinity=True)
+            for name, reduction in [("one unalignable sample, mean", "mean"), ("one unalignable sample, sum", "sum")]]
 
 
 def resnet20_step():

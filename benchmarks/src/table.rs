@@ -39,6 +39,8 @@ pub fn run_worker_if_asked(worker_config: Option<&Path>) -> Result<bool> {
     let Some(path) = worker_config else {
         return Ok(false);
     };
+    // As early as a worker can: a Ctrl-C while it starts is then a stop, not a death.
+    train::interrupt::install().context("installing the Ctrl-C handler")?;
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading the job file {}", path.display()))?;
     let cfg: Config = toml::from_str(&text)
@@ -351,8 +353,18 @@ pub fn run_job(cfg: &Config, label: &str, common: &CommonArgs) -> Result<Job> {
         .with_context(|| format!("writing {}", job_file.display()))?;
     eprintln!("== {label}, {} workers -> {}", cfg.workers, dir.display());
     let started = Instant::now();
-    // A Ctrl-C waits for the workers to save their checkpoints (see `train::interrupt`).
+    // A Ctrl-C waits for the workers to save their checkpoints (see `train::interrupt`);
+    // one that came after the last job's last chance to stop starts no other.
     train::interrupt::install().context("installing the Ctrl-C handler")?;
+    if train::interrupt::requested() {
+        return Err(train::interrupt::Interrupted {
+            step: None,
+            total: None,
+            saved: false,
+            out: dir.clone(),
+        }
+        .into());
+    }
     // The workers' logs go to standard error: standard output is the table (or JSON).
     train::launcher::launch_logging(
         cfg.workers,

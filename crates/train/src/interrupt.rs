@@ -18,11 +18,17 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
+/// Asked to stop, by any route (a signal of its own, the launcher's, the test hook).
 static REQUESTED: AtomicBool = AtomicBool::new(false);
+/// A SIGINT or SIGTERM of this process's own has come: the next one is the second. Kept
+/// apart from `REQUESTED`, so that a worker told by its launcher first and signalled
+/// itself a moment later (a scheduler signalling every process) still saves.
+static OWN_SIGNAL: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_signal(_: libc::c_int) {
-    // Only async-signal-safe work here: an atomic swap and `_exit`.
-    if REQUESTED.swap(true, Ordering::SeqCst) {
+    // Only async-signal-safe work here: atomics and `_exit`.
+    REQUESTED.store(true, Ordering::SeqCst);
+    if OWN_SIGNAL.swap(true, Ordering::SeqCst) {
         // SAFETY: `_exit` is async-signal-safe; it ends the process without unwinding.
         unsafe { libc::_exit(EXIT_STATUS) }
     }
@@ -31,6 +37,10 @@ extern "C" fn on_signal(_: libc::c_int) {
 extern "C" fn on_forwarded(_: libc::c_int) {
     REQUESTED.store(true, Ordering::SeqCst);
 }
+
+/// Set by the launcher on its workers: their launcher reports an interrupt, so they do
+/// not (one line for the job, not one per rank).
+pub const LAUNCHED_ENV: &str = "GRADEX_LAUNCHED";
 
 /// The status a process stopped by an interrupt exits with (128 + SIGINT, as shells
 /// report a Ctrl-C).
@@ -111,6 +121,7 @@ impl std::fmt::Display for Interrupted {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match (self.step, self.total) {
             (Some(s), Some(t)) => write!(f, "interrupted after step {s} of {t}")?,
+            (Some(s), None) => write!(f, "interrupted after step {s}")?,
             _ => write!(f, "interrupted")?,
         }
         if self.saved {
@@ -122,7 +133,7 @@ impl std::fmt::Display for Interrupted {
         } else {
             write!(
                 f,
-                ": no checkpoint saved (--checkpoint-every 0, or stopped before training); the records so far are in {}",
+                ": nothing saved since the last checkpoint, if any (--checkpoint-every 0 writes none); the run's records are in {}",
                 self.out.display()
             )
         }
@@ -137,28 +148,35 @@ pub fn of(e: &anyhow::Error) -> Option<&Interrupted> {
 }
 
 /// A launcher's interrupt (which knows neither the step nor the run directory) told
-/// with the run directory `out` and whether its workers write checkpoints; other
-/// errors unchanged.
+/// with the run directory `out`, whether its workers write checkpoints, and the step
+/// rank 0's checkpoint stands at; other errors unchanged.
 pub fn in_run(e: anyhow::Error, out: &std::path::Path, checkpoints: bool) -> anyhow::Error {
-    match of(&e) {
-        Some(i) => Interrupted {
-            saved: i.saved && checkpoints,
-            out: out.to_path_buf(),
-            ..*i
-        }
-        .into(),
-        None => e,
+    let Some(i) = of(&e) else { return e };
+    let saved = i.saved && checkpoints;
+    let step = if saved {
+        crate::checkpoint::read_position(&crate::checkpoint::path(out, 0))
+            .ok()
+            .flatten()
+            .map(|p| p.step)
+    } else {
+        None
+    };
+    Interrupted {
+        step,
+        total: None,
+        saved,
+        out: out.to_path_buf(),
     }
+    .into()
 }
 
-/// For a binary's `main`: where `e` is an interrupt, says so (not as an error; in a job
-/// only rank 0 does, the others' would repeat it) and exits with [`EXIT_STATUS`].
+/// For a binary's `main`: where `e` is an interrupt, says so (not as an error, and only
+/// once a job: by its launcher, else by rank 0) and exits with [`EXIT_STATUS`].
 pub fn exit_if_interrupted(e: &anyhow::Error) {
-    if of(e).is_none() {
-        return;
-    }
-    if std::env::var("RANK").ok().is_none_or(|r| r == "0") {
-        crate::progress::say_err(&format!("{e:#}"));
+    let Some(i) = of(e) else { return };
+    let launched = std::env::var_os(LAUNCHED_ENV).is_some();
+    if !launched && std::env::var("RANK").ok().is_none_or(|r| r == "0") {
+        crate::progress::say_err(&i.to_string());
     }
     std::process::exit(EXIT_STATUS);
 }

@@ -168,6 +168,13 @@ pub fn launch_logging(
     // rank 0 accepts its peers: another job on this machine cannot take it meanwhile.
     let master = comm::bind_loopback_master().context("binding the job's master listener")?;
     let token = token()?;
+    // How long workers stopping for an interrupt may take, after the first has stopped,
+    // before the launcher gives up on the rest: a peer stuck in a collective fails
+    // within the communication timeout, and saving takes far less.
+    let stop_grace = comm::CommConfig::local_job_timeout()
+        .context("the workers' settings")?
+        .saturating_mul(2)
+        .saturating_add(Duration::from_secs(10));
     let shares = cpu_shares(workers, pin);
     let progress = Arc::new(match logs {
         WorkerLogs::Stdout => Progress::new(),
@@ -201,6 +208,7 @@ pub fn launch_logging(
         }
         comm::prepare_local_worker(&mut command, rank, workers, &master, &token)
             .context("the job's master listener")?;
+        command.env(crate::interrupt::LAUNCHED_ENV, "1");
         let piped = logs != WorkerLogs::Inherit;
         let pipe = || {
             if piped {
@@ -235,6 +243,7 @@ pub fn launch_logging(
     drop(master);
     let mut status: Vec<Option<ExitStatus>> = vec![None; workers];
     let mut last_forward: Option<std::time::Instant> = None;
+    let mut first_stop: Option<(usize, std::time::Instant)> = None;
     loop {
         for (s, (c, _)) in status.iter_mut().zip(&mut children.0) {
             if s.is_none() {
@@ -259,6 +268,25 @@ pub fn launch_logging(
             .any(|s| s.is_some_and(|s| !s.success() && !stopped(&s)));
         if !failed_other && status.iter().any(|s| s.is_some_and(|s| stopped(&s))) {
             // Workers stopping for an interrupt: wait for the rest, which are saving.
+            let (first, since) = *first_stop.get_or_insert_with(|| {
+                let r = status
+                    .iter()
+                    .position(|s| s.is_some_and(|s| stopped(&s)))
+                    .unwrap_or(0);
+                (r, std::time::Instant::now())
+            });
+            if since.elapsed() > stop_grace && status.iter().any(|s| s.is_none()) {
+                let left: Vec<String> = (0..workers)
+                    .filter(|&r| status[r].is_none())
+                    .map(|r| r.to_string())
+                    .collect();
+                children.stop_running();
+                bail!(
+                    "worker(s) {} had not stopped {} s after worker {first} stopped for the interrupt, and were killed; `--resume` continues from the newest checkpoint every rank holds",
+                    left.join(", "),
+                    stop_grace.as_secs()
+                );
+            }
             if status.iter().all(|s| s.is_some()) {
                 progress.finish();
                 let saved = status
@@ -311,7 +339,8 @@ pub fn launch_logging(
                             .any(|q| q != r && failed_ranks.contains(&q))
                     })
             };
-            failed.sort_by_key(|&(r, s)| (s.code() == Some(1), blames_another(r), r));
+            // A worker that stopped for an interrupt is not the cause: it comes last.
+            failed.sort_by_key(|&(r, s)| (stopped(&s), s.code() == Some(1), blames_another(r), r));
             children.stop_running();
             // Let the pumps print what is left.
             std::thread::sleep(Duration::from_millis(100));

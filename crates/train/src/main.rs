@@ -8,6 +8,12 @@ use train::{Args, Config};
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() {
+    // First of all, so that a Ctrl-C while a worker starts is a stop, not a death its
+    // peers would report as a failure (`train::run` installs it for library callers).
+    if let Err(e) = train::interrupt::install() {
+        say_err(&format!("error: installing the Ctrl-C handler: {e}"));
+        std::process::exit(1);
+    }
     // As the OS gave them (`args()` panics on one that is not UTF-8, say a run directory
     // named in Latin-1): the launcher passes them on to its workers unchanged.
     let raw: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();

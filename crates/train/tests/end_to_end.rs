@@ -426,7 +426,7 @@ fn a_run_stopped_inside_an_epoch_resumes_bit_for_bit() {
     let (a, b) = (tmp("steps-straight"), tmp("steps-resumed"));
     let args = |out: &Path, steps: &str, resume: bool| -> Vec<String> {
         let mut v = dgc_job();
-        v.extend(["--log-every", "4", "--steps", steps].map(String::from));
+        v.extend(["--log-every", "4", "--eval-every", "8", "--steps", steps].map(String::from));
         if resume {
             v.push("--resume".into());
         }
@@ -455,9 +455,7 @@ fn a_run_stopped_inside_an_epoch_resumes_bit_for_bit() {
         let t = text(&o);
         assert_eq!(o.status.code(), Some(130), "{t}");
         assert!(
-            t.contains(&format!(
-                "interrupted after step {stop} of 24: checkpoint saved"
-            )),
+            t.contains(&format!("interrupted after step {stop}: checkpoint saved")),
             "{t}"
         );
         assert!(!t.contains("error"), "{t}");
@@ -469,15 +467,20 @@ fn a_run_stopped_inside_an_epoch_resumes_bit_for_bit() {
             let saved = train::checkpoint::load(&train::checkpoint::path(&c, rank)).unwrap();
             assert_eq!(saved.position.step, stop, "rank {rank}");
         }
-        let evals = records_of(&c, "eval").len();
-        assert_eq!(
-            evals,
-            usize::from(stop == 16),
-            "evaluations before the stop"
-        );
+        // The stop comes after the step's evaluation (--eval-every 8), which the resumed
+        // run does not repeat.
+        let eval_steps = |d: &Path| -> Vec<u64> {
+            records_of(d, "eval")
+                .iter()
+                .map(|r| r["step"].as_u64().unwrap())
+                .collect()
+        };
+        let before: Vec<u64> = (1..=stop / 8).map(|i| 8 * i as u64).collect();
+        assert_eq!(eval_steps(&c), before, "evaluations before the stop");
         let o = train(&["--resume", "--out", c.to_str().unwrap()], &[]);
         assert!(o.status.success(), "{}", text(&o));
         assert_same_run(&a, &c);
+        assert_eq!(eval_steps(&c), eval_steps(&a));
         let _ = std::fs::remove_dir_all(c);
     }
     // `--epochs` on the command line replaces the recorded `steps = 24`: 2 epochs of 16.
@@ -711,6 +714,31 @@ fn workers_of(launcher: &std::process::Child) -> Vec<u32> {
         .collect()
 }
 
+/// [`endless_command`] in a process group of its own (as a shell starts a job), its
+/// errors piped; returns once a line of its output contains `until`, with the rest.
+fn endless_in_own_group(
+    dir: &Path,
+    log_every: &str,
+    until: &str,
+) -> (
+    std::process::Child,
+    std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
+) {
+    use std::io::BufRead;
+    use std::os::unix::process::CommandExt;
+    let mut job = endless_command(dir, log_every)
+        .stderr(std::process::Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .expect("running train");
+    let mut lines = std::io::BufReader::new(job.stdout.take().unwrap()).lines();
+    assert!(
+        lines.any(|l| l.is_ok_and(|l| l.contains(until))),
+        "the job printed no line with {until:?}"
+    );
+    (job, lines)
+}
+
 /// Ctrl-C as a terminal sends it: SIGINT to the job's whole process group.
 fn ctrl_c(job: &std::process::Child) {
     // SAFETY: kill with a process group this test created (`process_group(0)`).
@@ -737,19 +765,8 @@ fn exit_within(job: &mut std::process::Child, secs: u64) -> std::process::ExitSt
 /// launcher exits with 130; a second Ctrl-C stops a job at once, saving nothing.
 #[test]
 fn ctrl_c_saves_a_checkpoint_and_a_second_stops_at_once() {
-    use std::io::{BufRead, BufReader};
-    use std::os::unix::process::CommandExt;
     let dir = tmp("ctrl-c");
-    let mut job = endless_command(&dir, "3")
-        .stderr(std::process::Stdio::piped())
-        .process_group(0)
-        .spawn()
-        .expect("running train");
-    let mut lines = BufReader::new(job.stdout.take().unwrap()).lines();
-    assert!(
-        lines.any(|l| l.is_ok_and(|l| l.contains("step 3/"))),
-        "the job did not train"
-    );
+    let (mut job, lines) = endless_in_own_group(&dir, "3", "step 3/");
     ctrl_c(&job);
     let status = exit_within(&mut job, 60);
     let out: Vec<String> = lines.map_while(Result::ok).collect();
@@ -776,16 +793,7 @@ fn ctrl_c_saves_a_checkpoint_and_a_second_stops_at_once() {
     let _ = std::fs::remove_dir_all(&dir);
 
     // Twice: the first is not acted on before a log line, which never comes.
-    let mut job = endless_command(&dir, "1000000")
-        .stderr(std::process::Stdio::null())
-        .process_group(0)
-        .spawn()
-        .expect("running train");
-    let mut lines = BufReader::new(job.stdout.take().unwrap()).lines();
-    assert!(
-        lines.any(|l| l.is_ok_and(|l| l.contains("training lenet5"))),
-        "the job did not start"
-    );
+    let (mut job, _lines) = endless_in_own_group(&dir, "1000000", "training lenet5");
     let workers = workers_of(&job);
     ctrl_c(&job);
     std::thread::sleep(std::time::Duration::from_millis(300));
@@ -805,6 +813,38 @@ fn ctrl_c_saves_a_checkpoint_and_a_second_stops_at_once() {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     assert!(!train::checkpoint::path(&dir, 0).exists());
+    let _ = std::fs::remove_dir_all(&dir);
+
+    // SIGTERM to the launcher alone (`kill PID`), which passes the stop on; a worker's
+    // own SIGTERM a moment later (a scheduler signalling every process) is its first,
+    // not a second: every rank still saves.
+    // Logging every 20 steps (a second or so here): the workers are still training when
+    // worker 1's own signal comes.
+    let (mut job, _lines) = endless_in_own_group(&dir, "20", "step 20/");
+    let workers = workers_of(&job);
+    let term = |pid: u32| {
+        // SAFETY: kill with a pid this test started (the launcher) or its child.
+        assert_eq!(unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) }, 0);
+    };
+    term(job.id());
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert!(running(workers[1]), "worker 1 stopped before its own signal");
+    term(workers[1]);
+    let status = exit_within(&mut job, 60);
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut job.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(130), "{status}: {err}");
+    let steps: Vec<usize> = (0..2)
+        .map(|r| {
+            let p = train::checkpoint::read_position(&train::checkpoint::path(&dir, r));
+            p.unwrap().expect("a checkpoint").step
+        })
+        .collect();
+    assert_eq!(steps[0], steps[1], "{err}");
+    assert!(
+        err.contains(&format!("interrupted after step {}", steps[0])),
+        "{err}"
+    );
     let _ = std::fs::remove_dir_all(dir);
 }
 

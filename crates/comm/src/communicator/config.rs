@@ -88,6 +88,17 @@ impl CommConfig {
     /// worker after they have all started. The job's own variables (rank, size, master,
     /// token) are the launcher's to set and are not read.
     pub fn check_local_job_env() -> Result<()> {
+        Self::local_job().map(|_| ())
+    }
+
+    /// The timeout a local job's workers will take (`GRADEX_TIMEOUT_SECS`, else 60 s),
+    /// checked as [`CommConfig::check_local_job_env`] checks it.
+    pub fn local_job_timeout() -> Result<std::time::Duration> {
+        Self::local_job().map(|c| c.timeout)
+    }
+
+    /// This process's settings as a local job's worker would read them.
+    fn local_job() -> Result<Self> {
         Self::from_lookup(|k| match k {
             "RANK" | "MASTER_PORT" => Some("0".into()),
             "WORLD_SIZE" => Some("1".into()),
@@ -96,7 +107,6 @@ impl CommConfig {
             "GRADEX_TOKEN_FILE" | "LOCAL_RANK" | "GRADEX_MASTER_FD" => None,
             _ => std::env::var(k).ok(),
         })
-        .map(|_| ())
     }
 
     /// [`CommConfig::from_env`] with the variables read through `get`.

@@ -29,6 +29,10 @@
 //! per epoch). Bytes and wall time continue from the checkpoint's, and `metrics.jsonl`
 //! loses what the interrupted run logged after it.
 //!
+//! An interrupt (Ctrl-C, SIGTERM: `crate::interrupt`) is agreed on at log lines (after
+//! their step's evaluation) and epoch ends; the ranks then save as at an epoch's end and
+//! return `Interrupted` instead of a summary.
+//!
 //! Here: the worker's setup and its run, epoch by epoch; `step.rs` is one training
 //! step, `record.rs` the log lines and evaluations, `resume.rs` the checkpoints.
 
@@ -448,10 +452,7 @@ impl Worker {
                     )?;
                     // Just after a log line the window is empty: a checkpoint here
                     // resumes into a fresh one, as the uninterrupted run's would be.
-                    if step < total_steps && self.stop_agreed()? {
-                        interrupted = true;
-                        break;
-                    }
+                    interrupted = step < total_steps && self.stop_agreed()?;
                 }
                 if cfg.eval_every > 0
                     && step.is_multiple_of(cfg.eval_every)
@@ -462,6 +463,10 @@ impl Worker {
                     let wall = wall_before + started.elapsed().as_secs_f64();
                     let epoch_f = step as f64 / per_epoch as f64;
                     self.evaluate_and_record(&mut metrics, step, epoch_f, wall)?;
+                }
+                // After this step's evaluation, which a resumed run would not repeat.
+                if interrupted {
+                    break;
                 }
             }
             if !ran {
