@@ -387,6 +387,31 @@ impl Config {
         }
     }
 
+    /// A fresh run writes its resolved configuration to `OUT/config.toml`: where that is
+    /// the `--config` file itself, the user's file (its comments, its layout) would be
+    /// replaced. Refused; `--resume` reads and rewrites it, as it is the run's own.
+    pub fn check_config_kept(args: &Args, out: &Path) -> Result<()> {
+        let Some(given) = args.config.as_deref().filter(|_| !args.resume) else {
+            return Ok(());
+        };
+        let written = out.join("config.toml");
+        let same = match (
+            std::fs::canonicalize(given),
+            std::fs::canonicalize(&written),
+        ) {
+            (Ok(a), Ok(b)) => a == b,
+            _ => false,
+        };
+        if same {
+            bail!(
+                "--config {} is the file this run writes its configuration to ({}): copy it elsewhere to start a new run from it, or give --resume to continue the run it belongs to",
+                given.display(),
+                written.display()
+            );
+        }
+        Ok(())
+    }
+
     /// Defaults, then the `--config` file, then the flags.
     pub fn resolve(args: &Args) -> Result<Config> {
         let mut c = match &args.config {

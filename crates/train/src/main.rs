@@ -34,6 +34,7 @@ fn main() {
             args.config = Some(out.join("config.toml"));
         }
         let cfg = Config::resolve(&args)?;
+        Config::check_config_kept(&args, &cfg.out)?;
         if let Some(s) = train::run(&cfg, args.resume, &raw)? {
             if std::env::var("RANK").is_err() {
                 let ratio = s

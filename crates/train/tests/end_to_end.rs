@@ -828,7 +828,10 @@ fn ctrl_c_saves_a_checkpoint_and_a_second_stops_at_once() {
     };
     term(job.id());
     std::thread::sleep(std::time::Duration::from_millis(200));
-    assert!(running(workers[1]), "worker 1 stopped before its own signal");
+    assert!(
+        running(workers[1]),
+        "worker 1 stopped before its own signal"
+    );
     term(workers[1]);
     let status = exit_within(&mut job, 60);
     let mut err = String::new();
@@ -1218,6 +1221,23 @@ fn wrong_configurations_fail_before_any_worker_starts() {
     refused(
         &["--config", dir.join("c.toml").to_str().unwrap()],
         "learning_rate",
+    );
+    // A user's file in the run directory, where the run would write its own over it;
+    // the file is left as it was.
+    let own = "# my experiment\nmodel = \"lenet5\"\n";
+    std::fs::write(dir.join("config.toml"), own).unwrap();
+    refused(
+        &[
+            "--config",
+            dir.join("config.toml").to_str().unwrap(),
+            "--out",
+            dir.to_str().unwrap(),
+        ],
+        "is the file this run writes its configuration to",
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("config.toml")).unwrap(),
+        own
     );
     // Permission to replace a run is per command, never a configuration key.
     std::fs::write(dir.join("o.toml"), "overwrite = true\n").unwrap();
