@@ -402,10 +402,25 @@ impl Job {
         let summary_path = dir.join("summary.json");
         let text = match std::fs::read_to_string(&summary_path) {
             Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => anyhow::bail!(
-                "{} has no summary.json: not a finished run (the trainer writes it at the end)",
-                dir.display()
-            ),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                // One stopped with a checkpoint (interrupted, or dead after an epoch)
+                // can be finished: say how.
+                let resumable = train::checkpoint::read_position(&train::checkpoint::path(dir, 0))
+                    .ok()
+                    .flatten();
+                let how = match resumable {
+                    Some(p) => format!(
+                        "; its checkpoint stands at step {}: `train --resume --out {}` finishes it",
+                        p.step,
+                        dir.display()
+                    ),
+                    None => String::new(),
+                };
+                anyhow::bail!(
+                    "{} has no summary.json: not a finished run (the trainer writes it at the end){how}",
+                    dir.display()
+                )
+            }
             Err(e) => return Err(e).with_context(|| format!("reading {}", summary_path.display())),
         };
         let summary: Value = serde_json::from_str(&text)

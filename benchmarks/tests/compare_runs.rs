@@ -213,6 +213,17 @@ fn wrong_arguments_fail_before_anything_is_written() {
     let other_a = fake_run(&root.join("elsewhere"), "a", warmed("dgc", 0.9, 4));
     let unfinished = root.join("unfinished");
     std::fs::create_dir_all(&unfinished).unwrap();
+    // Stopped with a checkpoint (interrupted): the error says how to finish it.
+    let stopped = root.join("stopped");
+    let at = train::checkpoint::Position {
+        step: 12,
+        ..Default::default()
+    };
+    let w = ("param/w".to_string(), vec![1.0f32], vec![1]);
+    train::checkpoint::save(&train::checkpoint::path(&stopped, 0), &[w], &at).unwrap();
+    let stopped = stopped.to_string_lossy().into_owned();
+    let resume_hint =
+        format!("its checkpoint stands at step 12: `train --resume --out {stopped}` finishes it");
     // A typo'd path is not "an unfinished run": it is not there at all.
     let nonexistent = root.join("nonexist").to_string_lossy().into_owned();
     let file = root.join("a-file");
@@ -231,6 +242,7 @@ fn wrong_arguments_fail_before_anything_is_written() {
             (&[a, b, "--labels", "one"][..], "--labels names 1 runs"),
             (&[a, lm], "reports accuracy but"),
             (&[a, unfinished], "has no summary.json: not a finished run"),
+            (&[a, &stopped], &resume_hint),
             (&[a, &nonexistent], "nonexist does not exist: no run there"),
             (&[a, &file], "is not a directory"),
             (&[a, b, "--after-epoch=-1"], "--after-epoch must be"),
