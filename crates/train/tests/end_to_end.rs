@@ -672,27 +672,21 @@ fn endless_job(dir: &Path) -> std::process::Child {
 /// [`endless_job`]'s command, logging every `log_every` steps, its standard output piped.
 fn endless_command(dir: &Path, log_every: &str) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_train"));
-    c.args([
-        "--model",
-        "lenet5",
-        "--dataset",
-        "synthetic",
-        "--workers",
-        "2",
-    ])
-    .args(["--batch-size", "16", "--synthetic-samples", "10000000"])
-    .args([
-        "--log-every",
-        log_every,
-        "--method",
-        "dense",
-        "--lr",
-        "0.01",
-    ])
-    .arg("--out")
-    .arg(dir)
-    .env("GRADEX_TIMEOUT_SECS", "20")
-    .stdout(std::process::Stdio::piped());
+    // BASE's model, data, workers and batch, with many more samples.
+    c.args(&BASE[..8])
+        .args(["--synthetic-samples", "10000000"])
+        .args([
+            "--log-every",
+            log_every,
+            "--method",
+            "dense",
+            "--lr",
+            "0.01",
+        ])
+        .arg("--out")
+        .arg(dir)
+        .env("GRADEX_TIMEOUT_SECS", "20")
+        .stdout(std::process::Stdio::piped());
     c
 }
 
@@ -702,6 +696,19 @@ fn running(p: u32) -> bool {
         .ok()
         .and_then(|s| s.rsplit(") ").next().map(|r| !r.starts_with('Z')))
         .unwrap_or(false)
+}
+
+/// Waits up to `secs` for every process of `pids` to be gone (or a zombie), failing
+/// with "workers ... {what}".
+fn all_gone_within(pids: &[u32], secs: u64, what: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while pids.iter().any(|&p| running(p)) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "workers {pids:?} {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
 }
 
 /// The pids of `launcher`'s workers.
@@ -804,14 +811,7 @@ fn ctrl_c_saves_a_checkpoint_and_a_second_stops_at_once() {
     ctrl_c(&job);
     let status = exit_within(&mut job, 10);
     assert_eq!(status.code(), Some(130), "{status}");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while workers.iter().any(|&p| running(p)) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "workers {workers:?} kept running"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    all_gone_within(&workers, 10, "kept running");
     assert!(!train::checkpoint::path(&dir, 0).exists());
     let _ = std::fs::remove_dir_all(&dir);
 
@@ -868,14 +868,7 @@ fn workers_die_with_a_killed_launcher() {
     assert_eq!(workers.len(), 2, "{workers:?}");
     launcher.kill().unwrap();
     launcher.wait().unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while workers.iter().any(|&p| running(p)) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "workers {workers:?} outlived their launcher"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    all_gone_within(&workers, 10, "outlived their launcher");
     let _ = std::fs::remove_dir_all(dir);
 }
 
