@@ -1,14 +1,18 @@
 //! Ctrl-C and SIGTERM: a run stops where its ranks agree, saves, and says how to go on.
 //!
-//! The first SIGINT or SIGTERM only sets a flag. Each rank reads it at its log lines and
-//! epoch ends, and the ranks agree through a one-float allreduce (a rank interrupted alone
-//! stops the job too, and all stop after the same step, so their checkpoints are one
-//! generation). They then save their checkpoints as at an epoch's end, rank 0 draws the
-//! charts from what was logged, and every process exits with status 130. No summary is
-//! written: the run is not finished, and `--resume` continues it bit for bit.
+//! The first SIGINT or SIGTERM only sets a flag. Each rank reads it at its log lines
+//! (after their step's evaluation) and epoch ends, and the ranks agree through a
+//! one-float allreduce (a rank interrupted alone stops the job too, and all stop after
+//! the same step, so their checkpoints are one generation). They then save their
+//! checkpoints as at an epoch's end, rank 0 draws the charts from what was logged, and
+//! every process exits with status 130; the job's launcher (else rank 0) says where it
+//! stopped. No summary is written: the run is not finished, and `--resume` continues it
+//! bit for bit. A flag raised after the run's last log line lets the run finish.
 //!
 //! A second signal ends the process at once (`_exit(130)`), losing the steps since the
-//! last checkpoint; the launcher's workers die with it (their parent-death signal).
+//! last checkpoint; the launcher's workers die with it (their parent-death signal). A
+//! worker that has not stopped within twice the communication timeout (plus 10 s) of the
+//! first that did is killed by the launcher.
 //!
 //! The launcher installs the same handler: on the first signal it keeps waiting for its
 //! workers, which got the same Ctrl-C from the terminal; and it passes the stop on with
