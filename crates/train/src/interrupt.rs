@@ -84,7 +84,9 @@ pub fn install() -> std::io::Result<()> {
     }
 }
 
-/// Whether this process has been asked to stop.
+/// Whether this process has been asked to stop. Never cleared: a library caller that
+/// runs `train::run` again in an interrupted process sees that run stop at its first
+/// log line (the binaries exit instead).
 pub fn requested() -> bool {
     REQUESTED.load(Ordering::SeqCst)
 }
