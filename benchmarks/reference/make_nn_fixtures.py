@@ -157,6 +157,14 @@ def optim_case(make, hyper):
     return case
 
 
+def write_json(path, obj):
+    """Writes one fixture file (JSON and a newline) and says so."""
+    with open(path, "w") as f:
+        json.dump(obj, f)
+        f.write("\n")
+    print(f"wrote {os.path.normpath(path)} ({os.path.getsize(path)} bytes)")
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     optim = {
@@ -168,11 +176,7 @@ def main():
     for fname, obj in [("lstm.json", rnn_cases(torch.nn.LSTM, True)), ("gru.json", rnn_cases(torch.nn.GRU, False)),
                        ("ctc.json", ctc_cases()), ("resnet20_step.json", resnet20_step()), ("optim.json", optim),
                        ("lrn.json", lrn_cases()), ("ctc_zero_infinity.json", ctc_zero_infinity_cases())]:
-        path = os.path.join(OUT, fname)
-        with open(path, "w") as f:
-            json.dump(obj, f)
-            f.write("\n")
-        print(f"wrote {os.path.normpath(path)} ({os.path.getsize(path)} bytes)")
+        write_json(os.path.join(OUT, fname), obj)
 
 
 if __name__ == "__main__":

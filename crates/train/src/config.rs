@@ -395,14 +395,7 @@ impl Config {
             return Ok(());
         };
         let written = out.join("config.toml");
-        let same = match (
-            std::fs::canonicalize(given),
-            std::fs::canonicalize(&written),
-        ) {
-            (Ok(a), Ok(b)) => a == b,
-            _ => false,
-        };
-        if same {
+        if data::prepare::same_file(given, &written) {
             bail!(
                 "--config {} is the file this run writes its configuration to ({}): copy it elsewhere to start a new run from it, or give --resume to continue the run it belongs to",
                 given.display(),
@@ -591,7 +584,7 @@ impl Config {
             }
         }
         // Every epoch shuffles an index a sample (a generated text is held whole): a set
-        // past this bound would be an abort on allocation, or the OOM killer, minutes in.
+        // past this bound ends in an abort on allocation or the OOM killer (10^11: exit 137).
         if self.dataset == "synthetic" {
             let n = self.synthetic_samples.max(self.eval_samples.unwrap_or(0));
             if n > MAX_SYNTHETIC_SAMPLES {

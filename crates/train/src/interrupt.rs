@@ -53,8 +53,9 @@ pub const EXIT_STATUS: i32 = 130;
 /// Routes SIGINT, SIGTERM and SIGUSR1 to the flag (once per process; later calls do
 /// nothing).
 pub fn install() -> std::io::Result<()> {
-    static INSTALLED: std::sync::OnceLock<std::io::Result<()>> = std::sync::OnceLock::new();
-    let r = INSTALLED.get_or_init(|| {
+    // The errno of a failed sigaction, kept so that every call reports it.
+    static INSTALLED: std::sync::OnceLock<Option<i32>> = std::sync::OnceLock::new();
+    let failed = INSTALLED.get_or_init(|| {
         let own = on_signal as extern "C" fn(libc::c_int);
         let forwarded = on_forwarded as extern "C" fn(libc::c_int);
         for (sig, handler) in [
@@ -73,14 +74,18 @@ pub fn install() -> std::io::Result<()> {
                 libc::sigaction(sig, &act, std::ptr::null_mut())
             };
             if rc != 0 {
-                return Err(std::io::Error::last_os_error());
+                return Some(
+                    std::io::Error::last_os_error()
+                        .raw_os_error()
+                        .unwrap_or(libc::EINVAL),
+                );
             }
         }
-        Ok(())
+        None
     });
-    match r {
-        Ok(()) => Ok(()),
-        Err(e) => Err(std::io::Error::new(e.kind(), e.to_string())),
+    match failed {
+        None => Ok(()),
+        Some(errno) => Err(std::io::Error::from_raw_os_error(*errno)),
     }
 }
 

@@ -38,7 +38,8 @@ pub fn run(cfg: &Config, resume: bool, raw_args: &[std::ffi::OsString]) -> Resul
         );
     }
     let in_job = rank_set; // and world_set: both or neither, checked above
-                           // From here a Ctrl-C or SIGTERM stops the run where its ranks agree, with a checkpoint.
+                           // From here a Ctrl-C or SIGTERM stops the run where its ranks agree, with a checkpoint
+                           // (the `train` binary has installed it already; this is for library callers).
     interrupt::install().context("installing the Ctrl-C handler")?;
     if !in_job {
         comm::CommConfig::check_local_job_env().context("the workers' settings")?;

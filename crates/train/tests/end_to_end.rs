@@ -792,8 +792,10 @@ fn ctrl_c_saves_a_checkpoint_and_a_second_stops_at_once() {
         .step;
     assert_eq!(step0, step1, "the ranks stopped after different steps");
     assert!(step0.is_multiple_of(3) && step0 >= 3, "{step0}");
+    // The line of the step it stopped at was logged: step 3's was read before the
+    // Ctrl-C (a signal that beats step 3's agreement stops there), a later one's after.
     assert!(
-        out.iter().any(|l| l.contains(&format!("step {step0}/"))),
+        step0 == 3 || out.iter().any(|l| l.contains(&format!("step {step0}/"))),
         "{out:?}"
     );
     assert!(!dir.join("summary.json").exists());

@@ -1,6 +1,7 @@
 //! Fashion-MNIST from Debian's `dataset-fashion-mnist` package: the four IDX files are
 //! verified and copied into the output directory under their usual names.
 
+use super::same_file;
 use crate::error::{DataError, Result};
 use crate::idx::read_mnist;
 use std::path::Path;
@@ -67,13 +68,4 @@ pub fn prepare_fashion_mnist(source: &Path, out: &Path) -> Result<(usize, usize)
     }
     use crate::loader::Dataset;
     Ok((train.len(), test.len()))
-}
-
-/// Whether two paths name one file (same device and inode): false where `b` is missing.
-fn same_file(a: &Path, b: &Path) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    match (std::fs::metadata(a), std::fs::metadata(b)) {
-        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
-        _ => false,
-    }
 }

@@ -476,19 +476,17 @@ impl Worker {
             if epoch_ended {
                 self.pos.epoch = epoch + 1;
             }
-            if interrupted && !epoch_ended {
-                // Inside the epoch: no evaluation, just the checkpoint.
+            // An interrupt inside the epoch skips its evaluation, not its checkpoint.
+            if !interrupted || epoch_ended {
                 let wall = wall_before + started.elapsed().as_secs_f64();
-                return self.stop_interrupted(&window, wall, total_steps);
+                // Whole at an epoch's end; a fraction where --steps stopped within one.
+                let epoch_at = if per_epoch > 0 {
+                    step as f64 / per_epoch as f64
+                } else {
+                    (epoch + 1) as f64
+                };
+                last = self.evaluate_and_record(&mut metrics, step, epoch_at, wall)?;
             }
-            let wall = wall_before + started.elapsed().as_secs_f64();
-            // Whole at an epoch's end; a fraction where --steps stopped within one.
-            let epoch_at = if per_epoch > 0 {
-                step as f64 / per_epoch as f64
-            } else {
-                (epoch + 1) as f64
-            };
-            last = self.evaluate_and_record(&mut metrics, step, epoch_at, wall)?;
             // The evaluation's time counts towards the run's.
             self.pos.wall_seconds = wall_before + started.elapsed().as_secs_f64();
             (self.pos.bytes_sent, self.pos.bytes_received) = self.traffic()?;
@@ -496,12 +494,14 @@ impl Worker {
             if !interrupted && step < total_steps {
                 interrupted = self.stop_agreed()?;
             }
-            if interrupted {
-                return self.stop_interrupted(&window, self.pos.wall_seconds, total_steps);
-            }
             let every = cfg.checkpoint_every;
-            if every > 0 && (self.pos.epoch.is_multiple_of(every) || step >= total_steps) {
+            if every > 0
+                && (self.pos.epoch.is_multiple_of(every) || step >= total_steps || interrupted)
+            {
                 self.save_checkpoint(stopped_window.as_ref().unwrap_or(&window))?;
+            }
+            if interrupted {
+                return self.stop_interrupted(total_steps);
             }
             if step >= total_steps {
                 break;
@@ -581,22 +581,11 @@ impl Worker {
         }
     }
 
-    /// The end of an interrupted run: the checkpoint (unless `--checkpoint-every 0`) at
-    /// the step the ranks agreed on, rank 0's charts of what was logged, no summary.
-    fn stop_interrupted(
-        &mut self,
-        window: &Window,
-        wall_seconds: f64,
-        total_steps: usize,
-    ) -> Result<Summary> {
-        self.pos.wall_seconds = wall_seconds;
-        (self.pos.bytes_sent, self.pos.bytes_received) = self.traffic()?;
-        let mut window = window.clone();
-        self.flush_message_bytes(&mut window.wire);
+    /// The end of an interrupted run, once its checkpoint is saved (unless
+    /// `--checkpoint-every 0`) as at an epoch's end: rank 0's charts of what was logged,
+    /// and no summary.
+    fn stop_interrupted(&mut self, total_steps: usize) -> Result<Summary> {
         let saved = self.cfg.checkpoint_every > 0;
-        if saved {
-            self.save_checkpoint(&window)?;
-        }
         if self.rank == 0 {
             crate::plot::run_charts(&self.cfg.out, self.task.metric_name)?;
             self.progress.finish();
