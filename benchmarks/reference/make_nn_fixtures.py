@@ -38,6 +38,21 @@ PARAM_RULE = ("parameter p (named_parameters order), element j: weights of rank 
               "rank-1 weights (batch norm): 1 + 0.1*sin(1.3*j + 0.7*p); biases: 0.1*sin(1.3*j + 0.7*p)")
 
 
+def assign_param_rule(named_params, spread):
+    """Sets every parameter by PARAM_RULE, with `spread` where it says 0.1."""
+    with torch.no_grad():
+        for p, (name, v) in enumerate(named_params):
+            j = torch.arange(v.numel(), dtype=torch.float64)
+            base = torch.sin(1.3 * j + 0.7 * p)
+            if v.dim() >= 2:
+                values = base / math.sqrt(v[0].numel())
+            elif name.endswith(".weight"):
+                values = 1 + spread * base
+            else:
+                values = spread * base
+            v.copy_(values.reshape(v.shape))
+
+
 def arr(t):
     t = t.detach().contiguous()
     return {"shape": list(t.shape), "data": [float(v) for v in t.reshape(-1).tolist()]}
@@ -115,17 +130,7 @@ def ctc_zero_infinity_cases():
 
 def resnet20_step():
     model = ResNetCifar(20, 3, 10)
-    with torch.no_grad():
-        for p, (name, param) in enumerate(model.named_parameters()):
-            j = torch.arange(param.numel(), dtype=torch.float64)
-            base = torch.sin(1.3 * j + 0.7 * p)
-            if name.endswith(".weight") and param.dim() >= 2:
-                values = base / math.sqrt(param[0].numel())
-            elif name.endswith(".weight"):
-                values = 1 + 0.1 * base
-            else:
-                values = 0.1 * base
-            param.copy_(values.reshape(param.shape))
+    assign_param_rule(model.named_parameters(), 0.1)
     model.train()
     shape = (4, 3, 16, 16)
     x = torch.sin(0.1 * torch.arange(math.prod(shape), dtype=torch.float64)).reshape(shape)
