@@ -249,7 +249,8 @@ pub struct Args {
     /// Stop after this many steps (overrides --epochs).
     #[arg(long)]
     pub steps: Option<usize>,
-    /// Base learning rate (default 0.1; LeNet-5 wants less, e.g. 0.01).
+    /// Base learning rate (default 0.1; for lenet5 and alexnet 0.01, for deepspeech and
+    /// an4_lstm 3e-4: their recipes' rates, as 0.1 diverges).
     #[arg(long)]
     pub lr: Option<f64>,
     /// Learning-rate schedule (default constant).
@@ -405,14 +406,21 @@ impl Config {
         Ok(())
     }
 
-    /// Defaults, then the `--config` file, then the flags.
+    /// Defaults, then the `--config` file, then the flags. A rate given by neither the
+    /// file nor `--lr` is the model's usual one ([`crate::task::usual_lr`]: 0.01 for
+    /// LeNet-5 and AlexNet, 3e-4 for the speech models) where that is below the default
+    /// 0.1, at which those diverge (LeNet-5 on Fashion-MNIST: NaN at step 29).
     pub fn resolve(args: &Args) -> Result<Config> {
+        let mut lr_given = args.lr.is_some();
         let mut c = match &args.config {
             Some(path) => {
                 let text = std::fs::read_to_string(path)
                     .with_context(|| format!("reading the config file {}", path.display()))?;
                 let c = toml::from_str::<Config>(&text)
                     .with_context(|| format!("parsing the config file {}", path.display()))?;
+                // Parsed above as a Config, so it is a table; `lr` is a top-level key.
+                lr_given |=
+                    toml::from_str::<toml::Table>(&text).is_ok_and(|t| t.contains_key("lr"));
                 // Permission to replace a run is given per command: in a file it would
                 // replace a finished run every time the file is used, without a word.
                 if c.overwrite {
@@ -489,6 +497,11 @@ impl Config {
         }
         if args.overwrite {
             c.overwrite = true;
+        }
+        if !lr_given {
+            if let Some((usual, _)) = crate::task::usual_lr(&c.model) {
+                c.lr = usual;
+            }
         }
         Ok(c)
     }
@@ -1014,6 +1027,37 @@ mod tests {
         ] {
             assert!(help.contains(&want), "--help lacks {want:?}");
         }
+    }
+
+    /// Without `--lr` or an `lr` key in the `--config` file, a model whose recipe trains
+    /// below 0.1 gets its recipe's rate; a rate given either way is kept, 0.1 included.
+    #[test]
+    fn a_rate_left_out_is_the_models_usual_one() {
+        use clap::Parser;
+        let lr = |argv: &[&str]| {
+            let argv = ["train"].iter().chain(argv).copied();
+            Config::resolve(&Args::try_parse_from(argv).unwrap())
+                .unwrap()
+                .lr
+        };
+        assert_eq!(lr(&[]), Config::default().lr);
+        assert_eq!(lr(&["--model", "resnet56"]), 0.1);
+        assert_eq!(lr(&["--model", "lenet5"]), 0.01);
+        assert_eq!(lr(&["--model", "deepspeech"]), 3e-4);
+        assert_eq!(lr(&["--model", "lenet5", "--lr", "0.1"]), 0.1);
+        let dir = std::env::temp_dir().join(format!("gradex-usual-lr-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (with, without) = (dir.join("with.toml"), dir.join("without.toml"));
+        std::fs::write(&with, "model = \"alexnet\"\nlr = 0.1\n").unwrap();
+        std::fs::write(&without, "model = \"alexnet\"\n").unwrap();
+        let (with, without) = (with.to_str().unwrap(), without.to_str().unwrap());
+        assert_eq!(lr(&["--config", with]), 0.1);
+        assert_eq!(lr(&["--config", without]), 0.01);
+        assert_eq!(lr(&["--config", without, "--lr", "0.02"]), 0.02);
+        // The model named by the flag, over the file's.
+        assert_eq!(lr(&["--config", with, "--model", "lenet5"]), 0.1);
+        assert_eq!(lr(&["--config", without, "--model", "resnet20"]), 0.1);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// `--lr -0.1` is a negative rate (refused as one), not an unknown flag `-0`.

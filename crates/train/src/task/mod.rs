@@ -47,9 +47,10 @@ pub fn is_language_model(model: &str) -> bool {
 }
 const SPEECH_MODELS: [&str; 2] = ["deepspeech", "an4_lstm"];
 
-/// The learning rate `model`'s recipe trains it at, where that is below the default 0.1,
-/// for the hint when a loss diverges (LeNet-5 on Fashion-MNIST at 0.1 with momentum 0.9,
-/// 2 workers × 32: NaN at step 29).
+/// The learning rate `model`'s recipe trains it at, where that is below the default 0.1:
+/// the rate such a model gets when none is given (`Config::resolve`), and the hint when a
+/// loss diverges (LeNet-5 on Fashion-MNIST at 0.1 with momentum 0.9, dense, 2 workers ×
+/// 32: NaN at step 29).
 pub fn usual_lr(model: &str) -> Option<(f64, &'static str)> {
     match model {
         "lenet5" => Some((0.01, "Caffe's LeNet solver")),
