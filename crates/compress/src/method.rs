@@ -63,7 +63,8 @@ pub struct WireStats {
     pub elements: usize,
     /// Values this rank contributed (nonzeros for sparse methods, all for dense ones).
     pub sent_values: usize,
-    /// Bytes of this rank's encoded message (what the paper's compression ratio counts).
+    /// Bytes of this rank's encoded message, as the paper's compression ratio counts them
+    /// (SBC's leave out the count and b* that its wire format adds: `methods::sbc`).
     pub message_bytes: usize,
     /// Bytes the same tensor takes as dense f32 (4 per element).
     pub dense_bytes: usize,

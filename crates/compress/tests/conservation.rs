@@ -232,6 +232,38 @@ fn sbc_without_masking_names_no_positions() {
     }
 }
 
+/// SBC's message measure is the paper's: μ (4 bytes) and the Golomb-coded positions
+/// (padded to a byte), not the count and b* that the wire carries besides.
+#[test]
+fn sbc_counts_the_mean_and_the_positions_as_its_message() {
+    use compress::codec::golomb::optimal_b;
+    let world = 2;
+    let out = job(world, |rank, c| {
+        let mut m = method("sbc", &["delay=1", "density=0.01"], &ctx(rank, world, 0.0));
+        let mut w: Vec<f32> = vec![0.25; SIZES[0]];
+        m.begin_step(StepInfo::default());
+        let u = m.exchange(c, 0, &w, &grad(rank, 0, 0)).unwrap();
+        for (x, d) in w.iter_mut().zip(&u.values) {
+            *x -= 0.5 * d;
+        }
+        let stats = m.after_step(c, 0, &mut w).unwrap().unwrap();
+        (stats.message_bytes, m.take_momentum_mask(0))
+    });
+    for (bytes, positions) in out {
+        let b = optimal_b(positions.len() as f64 / SIZES[0] as f64);
+        let mut prev = -1i64;
+        let bits: u64 = positions
+            .iter()
+            .map(|&p| {
+                let gap = (p as i64 - prev - 1) as u64;
+                prev = p as i64;
+                (gap >> b) + 1 + b as u64
+            })
+            .sum();
+        assert_eq!(bytes, 4 + bits.div_ceil(8) as usize);
+    }
+}
+
 #[test]
 fn sbc_conserves_the_weight_updates() {
     // Each rank takes local steps w -= lr·g; every `delay` steps SBC exchanges. What the

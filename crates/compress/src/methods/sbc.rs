@@ -6,7 +6,12 @@
 //! negative entries, the side whose mean is larger in magnitude is kept, every kept entry
 //! set to that mean `μ`; the rest stays in the residual `R = A − B`. The message is the
 //! count, `μ` (32 bits), b* and the Golomb–Rice coded gaps between positions with the
-//! paper's optimal b* (`codec::golomb`). Every rank then sets
+//! paper's optimal b* (`codec::golomb`). The paper counts `μ` and the positions alone
+//! (§II, "one mean value … per tensor"), and so does the message measure
+//! (`WireStats::message_bytes`); the count and b* ([`COUNT_AND_B`], 5 bytes a tensor)
+//! count on the wire only. A receiver needs them: the count to stop before the padding,
+//! whose zero bits would read as gaps, and b* because deriving it from the count takes
+//! `ln`, whose last bit the platforms' maths libraries need not agree on. Every rank then sets
 //! `W = W_sync + (1/N)·Σᵢ Bᵢ` and `W_sync = W`, so all ranks hold the same weights after
 //! each exchange. Momentum correction is implicit (the update already contains the
 //! optimizer's momentum). Momentum masking (§VII-A, adopted from DGC; option `masking`,
@@ -70,6 +75,10 @@ pub fn binarize(a: &[f32], p: f64) -> (f32, Vec<u32>) {
         (mn as f32, pn)
     }
 }
+
+/// The bytes of an [`encode`]d message that the paper does not count: the position count
+/// (u32) and b* (u8).
+pub const COUNT_AND_B: usize = 5;
 
 /// `count (u32) | μ (f32) | b (u8) | Golomb bits`, little-endian.
 pub fn encode(mean: f32, positions: &[u32], n: usize) -> Result<Vec<u8>> {
@@ -238,6 +247,8 @@ impl Method for Sbc {
         allgather_decode(comm, &mut m, "sbc", index, &message, |b| {
             decode_add(b, &mut sum).map(|_| ())
         })?;
+        // The paper's measure: μ and the positions (see the module comment).
+        m.stats.message_bytes -= COUNT_AND_B;
         let inv = 1.0 / self.world as f32;
         m.decompress(|| {
             for (w, s) in ws.iter_mut().zip(&sum) {
