@@ -76,9 +76,11 @@ pub fn binarize(a: &[f32], p: f64) -> (f32, Vec<u32>) {
     }
 }
 
-/// The bytes of an [`encode`]d message that the paper does not count: the position count
-/// (u32) and b* (u8).
-pub const COUNT_AND_B: usize = 5;
+/// The header of an [`encode`]d message: the position count (u32), μ (f32) and b* (u8).
+const HEADER: usize = 9;
+
+/// The header bytes that the paper does not count: all but μ's four.
+pub const COUNT_AND_B: usize = HEADER - 4;
 
 /// `count (u32) | μ (f32) | b (u8) | Golomb bits`, little-endian.
 pub fn encode(mean: f32, positions: &[u32], n: usize) -> Result<Vec<u8>> {
@@ -89,7 +91,7 @@ pub fn encode(mean: f32, positions: &[u32], n: usize) -> Result<Vec<u8>> {
     };
     let bits = golomb::encode(positions, b)
         .map_err(|e| crate::CompressError::Usage(format!("sbc encode: {e}")))?;
-    let mut out = Vec::with_capacity(9 + bits.len());
+    let mut out = Vec::with_capacity(HEADER + bits.len());
     out.extend((positions.len() as u32).to_le_bytes());
     out.extend(mean.to_le_bytes());
     out.push(b as u8);
@@ -99,7 +101,9 @@ pub fn encode(mean: f32, positions: &[u32], n: usize) -> Result<Vec<u8>> {
 
 /// Adds `μ` at every position of the message into `out` (the tensor's length).
 pub fn decode_add(bytes: &[u8], out: &mut [f32]) -> std::result::Result<usize, CodecError> {
-    let head = bytes.get(..9).ok_or(CodecError::Truncated("sbc header"))?;
+    let head = bytes
+        .get(..HEADER)
+        .ok_or(CodecError::Truncated("sbc header"))?;
     let count = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
     let mean = f32::from_le_bytes([head[4], head[5], head[6], head[7]]);
     if count > out.len() {
@@ -111,7 +115,7 @@ pub fn decode_add(bytes: &[u8], out: &mut [f32]) -> std::result::Result<usize, C
     if !mean.is_finite() {
         return Err(CodecError::Invalid(format!("mean {mean}")));
     }
-    let positions = golomb::decode(&bytes[9..], count, head[8] as u32, out.len())?;
+    let positions = golomb::decode(&bytes[HEADER..], count, head[8] as u32, out.len())?;
     for p in positions {
         out[p as usize] += mean;
     }
