@@ -40,6 +40,7 @@ mod op;
 mod ops;
 mod rng;
 mod shape;
+pub mod sparsify;
 pub mod storage;
 mod tensor;
 

@@ -147,6 +147,22 @@ pub const MODULES: &[KernelModule] = &[
         kernels: &["sgd_momentum_f32", "sgd_momentum_f64"],
     },
     KernelModule {
+        name: "sparsify",
+        source: include_str!("../../kernels/sparsify.cu"),
+        kernels: &[
+            "mag_hist",
+            "mag_pick",
+            "mag_tile_count",
+            "mag_tile_scan",
+            "mag_tile_write",
+            "zero_at",
+            "gather_strided",
+            "sum_sq_partial",
+            "sum_sq_final",
+            "dgc_accumulate",
+        ],
+    },
+    KernelModule {
         name: "ctc",
         source: include_str!("../../kernels/ctc.cu"),
         kernels: &[

@@ -34,6 +34,7 @@ mod reduce;
 mod rnn;
 mod select;
 mod softmax;
+pub(crate) mod sparsify;
 mod storage;
 mod stream;
 
@@ -41,7 +42,7 @@ pub use blas::{set_allow_tf32, tf32_allowed};
 pub use device::{device, device_count, driver_library_present, CudaDevice};
 pub use kernels::nvrtc_available;
 pub use storage::CudaStorage;
-pub use stream::{record_compute_event, synchronize, Event, SideStream};
+pub use stream::{record_compute_event, record_timed_event, synchronize, Event, SideStream};
 
 /// Whether tensors can live on CUDA device `ordinal`: a driver is loadable, the device
 /// exists, a context opens and cuBLAS loads. Never panics; the first call opens the

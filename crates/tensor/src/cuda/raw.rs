@@ -31,7 +31,7 @@ pub fn compute_stream(device: Device) -> Result<Arc<CudaStream>> {
 }
 
 /// The element range of `t` in its buffer, after checking it is a contiguous f32 tensor.
-fn f32_range(op: &'static str, t: &Tensor) -> Result<Range<usize>> {
+pub(crate) fn f32_range(op: &'static str, t: &Tensor) -> Result<Range<usize>> {
     if t.dtype() != DType::F32 {
         return Err(Error::UnsupportedDType {
             op,
@@ -89,4 +89,27 @@ pub fn with_f32_view_mut<R>(
     };
     let mut view = slice.slice_mut(range);
     Ok(f(&mut view, &dev.stream))
+}
+
+/// Runs `f` with a read-only view of `t`'s elements (contiguous, U32, on a CUDA device):
+/// indices produced on the device (crate::sparsify).
+pub(crate) fn with_u32_view<R>(t: &Tensor, f: impl FnOnce(&CudaView<'_, u32>) -> R) -> Result<R> {
+    const OP: &str = "cuda::with_u32_view";
+    cuda_device(OP, t.device())?;
+    let range = t.layout().contiguous_range().ok_or_else(|| {
+        Error::msg(format!(
+            "{OP}: the tensor (shape {:?}) is not contiguous",
+            t.dims()
+        ))
+    })?;
+    let storage = t.storage();
+    let Storage::Cuda(s) = &*storage else {
+        return Err(Error::msg(format!(
+            "{OP}: the tensor's storage is not on a CUDA device"
+        )));
+    };
+    let CudaData::U32(slice) = &s.data else {
+        return Err(Error::msg(format!("{OP}: the buffer is not u32")));
+    };
+    Ok(f(&slice.slice(range)))
 }

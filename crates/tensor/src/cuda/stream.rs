@@ -31,7 +31,7 @@ impl Event {
     pub fn is_complete(&self) -> bool {
         self.event.is_complete()
     }
-    /// Milliseconds between this event and a later one (both recorded with timing).
+    /// Milliseconds between this event and a later one (both from [`record_timed_event`]).
     pub fn elapsed_ms(&self, later: &Event) -> Result<f32> {
         self.event
             .elapsed_ms(&later.event)
@@ -52,6 +52,17 @@ pub fn record_compute_event(device: Device) -> Result<Event> {
     let event = d
         .stream
         .record_event(None)
+        .map_err(cuda_err("record event"))?;
+    Ok(Event { event })
+}
+
+/// Records an event with timing on `device`'s compute stream, for [`Event::elapsed_ms`]
+/// (events for ordering alone are recorded without: they cost less to wait on).
+pub fn record_timed_event(device: Device) -> Result<Event> {
+    let d = cuda_device(device)?;
+    let event = d
+        .stream
+        .record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
         .map_err(cuda_err("record event"))?;
     Ok(Event { event })
 }
