@@ -18,6 +18,9 @@ pub enum CompressError {
     Config(String),
     #[error("{0}")]
     Usage(String),
+    /// A tensor operation of a method running on tensors (allocation, a kernel, a copy).
+    #[error("tensor operation: {0}")]
+    Tensor(#[from] tensor::Error),
 }
 
 pub type Result<T> = std::result::Result<T, CompressError>;

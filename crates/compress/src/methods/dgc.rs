@@ -39,10 +39,11 @@ use crate::exchange::{
     allgather_average, check_len, check_warmup, dense_average, keep_count, warmup_density, Meter,
 };
 use crate::method::{Method, ParamSpec, StateTensors, StepInfo, Update, UpdateKind};
-use crate::select::{exact_topk, sampled_threshold};
+use crate::select::{exact_topk, sampled_threshold, sampled_threshold_tensor};
 use crate::{CompressError, Result};
 use comm::Communicator;
-use tensor::Rng;
+use tensor::sparsify::{self, Accumulate, AccumulateRule, Selected};
+use tensor::{Device, Rng, Tensor};
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct DgcConfig {
@@ -119,38 +120,6 @@ impl DgcConfig {
     }
 }
 
-/// Momentum correction (Eq. 7, or Alg. 4 with Nesterov) for one tensor, with weight decay
-/// `wd·w` added to the (clipped, `gs`-scaled) gradient. Zipped iterators rather than
-/// indexing: no bounds checks, so the loop vectorizes (measured with compress_bench on
-/// 25 M values: DGC compression went from 42 to 193 M values/s).
-#[allow(clippy::too_many_arguments)]
-#[inline(always)]
-fn accumulate(
-    u: &mut [f32],
-    v: &mut [f32],
-    grad: &[f32],
-    weights: impl Iterator<Item = f32>,
-    gs: f32,
-    mo: f32,
-    wd: f32,
-    nesterov: bool,
-) {
-    let uv = u.iter_mut().zip(v.iter_mut());
-    let gw = grad.iter().zip(weights);
-    if nesterov {
-        for ((u, v), (&g, w)) in uv.zip(gw) {
-            let gi = gs * g + wd * w;
-            *u = mo * (*u + gi);
-            *v += *u + gi;
-        }
-    } else {
-        for ((u, v), (&g, w)) in uv.zip(gw) {
-            *u = mo * *u + (gs * g + wd * w);
-            *v += *u;
-        }
-    }
-}
-
 /// The factor that clips `grad` to `clip · √world` (1 when it is within, or `clip` is 0):
 /// the paper's per-node threshold `clip / √N` on its 1/N share, on our mean gradient.
 /// A NaN norm gives 1 and an infinite one 0 (under which the inf entries become NaN):
@@ -159,16 +128,44 @@ fn clip_factor(grad: &[f32], clip: f64, world: usize) -> f32 {
     if clip <= 0.0 {
         return 1.0;
     }
+    clip_from_sum_sq(
+        grad.iter().map(|&x| (x as f64) * (x as f64)).sum(),
+        clip,
+        world,
+    )
+}
+
+/// [`clip_factor`] from Σ g², which the tensor path takes on the gradient's device.
+fn clip_from_sum_sq(sum_sq: f64, clip: f64, world: usize) -> f32 {
+    if clip <= 0.0 {
+        return 1.0;
+    }
     let limit = clip * (world as f64).sqrt();
-    let norm = grad
-        .iter()
-        .map(|&x| (x as f64) * (x as f64))
-        .sum::<f64>()
-        .sqrt();
+    let norm = sum_sq.sqrt();
     if norm > limit {
         (limit / norm) as f32
     } else {
         1.0
+    }
+}
+
+impl DgcConfig {
+    /// Whether a parameter of this shape is exchanged dense (`dense_below`, `dense_1d`).
+    fn is_dense(&self, p: &ParamSpec) -> bool {
+        p.numel() < self.dense_below || (self.dense_1d && p.shape.len() <= 1)
+    }
+    /// The accumulation this configuration runs, with clipping factor `scale`.
+    fn accumulation(&self, scale: f32) -> Accumulate {
+        Accumulate {
+            rule: match (self.momentum_correction, self.nesterov) {
+                (false, _) => AccumulateRule::Plain,
+                (true, false) => AccumulateRule::Momentum,
+                (true, true) => AccumulateRule::Nesterov,
+            },
+            scale,
+            momentum: self.momentum as f32,
+            weight_decay: self.weight_decay as f32,
+        }
     }
 }
 
@@ -202,6 +199,46 @@ impl Dgc {
     pub fn density_now(&self) -> f64 {
         self.cfg.density_at(self.epoch)
     }
+
+    /// The local half of [`Method::exchange`] for a parameter sent sparse: clipping,
+    /// accumulation, selection, and clearing what is sent from the accumulators (and the
+    /// velocity, with masking). Returns the chosen indices (ascending) and values.
+    /// `DgcOnDevice::compress` does the same on tensors and must choose the same entries.
+    pub fn compress(
+        &mut self,
+        index: usize,
+        weights: &[f32],
+        grad: &[f32],
+    ) -> Result<(Vec<u32>, Vec<f32>)> {
+        let n = grad.len();
+        if self.dense.get(index) != Some(&false) || self.v[index].len() != n {
+            return Err(CompressError::Usage(format!(
+                "dgc: parameter {index} is not one sent sparse with {n} elements"
+            )));
+        }
+        let c = &self.cfg;
+        let gs = clip_factor(grad, c.clip, self.world);
+        let (u, v) = (&mut self.u[index], &mut self.v[index]);
+        // Without weight decay the weights are not read (the trainer may pass an empty
+        // slice): zeros stand in for them.
+        let w = (!weights.is_empty()).then_some(weights);
+        let u_opt = c.momentum_correction.then_some(&mut u[..]);
+        sparsify::accumulate_slices(u_opt, v, grad, w, c.accumulation(gs));
+        let k = keep_count(c.density_at(self.epoch), n);
+        let idx = if c.sampling {
+            sampled_threshold(v, k, c.sample_fraction, &mut self.rng)
+        } else {
+            exact_topk(v, k)
+        };
+        let vals: Vec<f32> = idx.iter().map(|&i| v[i as usize]).collect();
+        for &i in &idx {
+            v[i as usize] = 0.0;
+            if c.masking {
+                u[i as usize] = 0.0;
+            }
+        }
+        Ok((idx, vals))
+    }
 }
 
 impl Method for Dgc {
@@ -218,10 +255,7 @@ impl Method for Dgc {
     }
     fn init(&mut self, params: &[ParamSpec]) -> Result<()> {
         self.sizes = params.iter().map(|p| p.numel()).collect();
-        self.dense = params
-            .iter()
-            .map(|p| p.numel() < self.cfg.dense_below || (self.cfg.dense_1d && p.shape.len() <= 1))
-            .collect();
+        self.dense = params.iter().map(|p| self.cfg.is_dense(p)).collect();
         let state = |with: bool| -> Vec<Vec<f32>> {
             (self.sizes.iter().zip(&self.dense))
                 .map(|(&n, &dense)| vec![0.0; if with && !dense { n } else { 0 }])
@@ -273,42 +307,14 @@ impl Method for Dgc {
             }
             return dense_average(comm, grad);
         }
-        let gs = clip_factor(grad, self.cfg.clip, self.world);
-        let density = self.density_now();
-        let c = &self.cfg;
-        let (u, v) = (&mut self.u[index], &mut self.v[index]);
-        let rng = &mut self.rng;
         let mut m = Meter::new(n);
         let message = m.compress(|| {
-            if c.momentum_correction {
-                let (mo, wd) = (c.momentum as f32, c.weight_decay as f32);
-                // Without weight decay the weights are not read (the trainer may pass an
-                // empty slice): a constant zero stands in for them.
-                if weights.is_empty() {
-                    accumulate(u, v, grad, std::iter::repeat(0.0), gs, mo, wd, c.nesterov);
-                } else {
-                    accumulate(u, v, grad, weights.iter().copied(), gs, mo, wd, c.nesterov);
-                }
-            } else {
-                v.iter_mut().zip(grad).for_each(|(v, &g)| *v += gs * g);
-            }
-            let k = keep_count(density, n);
-            let idx = if c.sampling {
-                sampled_threshold(v, k, c.sample_fraction, rng)
-            } else {
-                exact_topk(v, k)
-            };
-            let vals: Vec<f32> = idx.iter().map(|&i| v[i as usize]).collect();
-            for &i in &idx {
-                v[i as usize] = 0.0;
-                if c.masking {
-                    u[i as usize] = 0.0;
-                }
-            }
-            zero_run::encode_sparse(&idx, &vals).map(|b| (b, idx.len()))
+            let (idx, vals) = self.compress(index, weights, grad)?;
+            zero_run::encode_sparse(&idx, &vals)
+                .map(|b| (b, idx.len()))
+                .map_err(|e| CompressError::Usage(format!("dgc encode: {e}")))
         });
-        let (message, sent) =
-            message.map_err(|e| CompressError::Usage(format!("dgc encode: {e}")))?;
+        let (message, sent) = message?;
         m.stats.sent_values = sent;
         let out = allgather_average(comm, &mut m, "dgc", index, n, &message, |b, out| {
             zero_run::decode_add(b, out).map(|_| ())
@@ -330,5 +336,116 @@ impl Method for Dgc {
         let (rng, rest) = crate::methods::split_rng("dgc", state)?;
         self.rng = rng;
         crate::methods::load_named("dgc", &rest, &mut [("u", &mut self.u), ("v", &mut self.v)])
+    }
+}
+
+/// DGC's local half on tensors, on the device where the gradients live: the state
+/// (velocity `u`, accumulator `v`) is kept there, and each step runs the same clipping,
+/// accumulation, selection and clearing as [`Dgc::compress`] with the primitives of
+/// `tensor::sparsify`, so only the chosen (index, value) pairs are left to leave the
+/// device. Given the same gradients and the same generator it chooses the same entries
+/// as [`Dgc`] and leaves the same state, bit for bit (tests/dgc_device.rs, on the CPU
+/// here and on a GPU by scripts/gpu-check.sh).
+///
+/// This is the compression side only: the exchange (encoding, collective, decoding) of
+/// the pairs is still [`Dgc`]'s on the host.
+pub struct DgcOnDevice {
+    cfg: DgcConfig,
+    world: usize,
+    rng: Rng,
+    /// Velocity (with momentum correction) and accumulator per parameter sent sparse;
+    /// `None` for the parameters sent dense.
+    state: Vec<Option<(Option<Tensor>, Tensor)>>,
+    epoch: f64,
+}
+
+impl DgcOnDevice {
+    pub fn new(cfg: DgcConfig, world: usize, rng: Rng) -> Result<Self> {
+        cfg.validate()?;
+        Ok(DgcOnDevice {
+            cfg,
+            world,
+            rng,
+            state: Vec::new(),
+            epoch: 0.0,
+        })
+    }
+    /// Allocates the state of every parameter sent sparse, zeroed, on `device`.
+    pub fn init(&mut self, params: &[ParamSpec], device: Device) -> Result<()> {
+        let zeros = |n: usize| Tensor::zeros(n, tensor::DType::F32, device);
+        self.state = params
+            .iter()
+            .map(|p| -> Result<_> {
+                if self.cfg.is_dense(p) {
+                    return Ok(None);
+                }
+                let n = p.numel();
+                let u = self.cfg.momentum_correction.then(|| zeros(n)).transpose()?;
+                Ok(Some((u, zeros(n)?)))
+            })
+            .collect::<Result<_>>()?;
+        Ok(())
+    }
+    pub fn begin_step(&mut self, info: StepInfo) {
+        self.epoch = info.epoch;
+    }
+    /// Whether parameter `index` is exchanged dense (it then has no state here).
+    pub fn is_dense(&self, index: usize) -> bool {
+        !matches!(self.state.get(index), Some(Some(_)))
+    }
+    /// [`Dgc::compress`] on tensors: `grad` (and `weights`, read only with weight decay
+    /// under momentum correction; `None` reads as zeros) flat f32 on the state's device.
+    pub fn compress(
+        &mut self,
+        index: usize,
+        weights: Option<&Tensor>,
+        grad: &Tensor,
+    ) -> Result<Selected> {
+        let usage =
+            |e: tensor::Error| CompressError::Usage(format!("dgc (device) parameter {index}: {e}"));
+        let Some(Some((u, v))) = self.state.get(index) else {
+            return Err(CompressError::Usage(format!(
+                "dgc (device): parameter {index} is not one sent sparse"
+            )));
+        };
+        let c = &self.cfg;
+        let n = v.elem_count();
+        let gs = if c.clip > 0.0 {
+            clip_from_sum_sq(
+                sparsify::sum_of_squares(grad).map_err(usage)?,
+                c.clip,
+                self.world,
+            )
+        } else {
+            1.0
+        };
+        let w = weights.filter(|_| c.momentum_correction && c.weight_decay != 0.0);
+        sparsify::accumulate(u.as_ref(), v, grad, w, c.accumulation(gs)).map_err(usage)?;
+        let k = keep_count(c.density_at(self.epoch), n);
+        let sel = if c.sampling {
+            sampled_threshold_tensor(v, k, c.sample_fraction, &mut self.rng)
+        } else {
+            sparsify::topk_magnitude(v, k)
+        }
+        .map_err(usage)?;
+        sparsify::zero_at(v, &sel.indices).map_err(usage)?;
+        if let (true, Some(u)) = (c.masking, u) {
+            sparsify::zero_at(u, &sel.indices).map_err(usage)?;
+        }
+        Ok(sel)
+    }
+    /// The velocity and accumulator of parameter `index` on the host (empty where absent).
+    pub fn state_of(&self, index: usize) -> Result<(Vec<f32>, Vec<f32>)> {
+        let host = |t: &Tensor| {
+            t.to_vec::<f32>()
+                .map_err(|e| CompressError::Usage(format!("dgc (device): {e}")))
+        };
+        match self.state.get(index) {
+            Some(Some((u, v))) => Ok((
+                u.as_ref().map(host).transpose()?.unwrap_or_default(),
+                host(v)?,
+            )),
+            _ => Ok((Vec::new(), Vec::new())),
+        }
     }
 }

@@ -1,0 +1,161 @@
+//! DGC's local half on tensors (`DgcOnDevice`) against the slice implementation
+//! (`Dgc::compress`): over several steps and every switch, the same entries chosen, the
+//! same values and the same velocity and accumulator, bit for bit — on CPU tensors here,
+//! and on the GPU when one is present (`REQUIRE_GPU=1` makes its absence a failure, as
+//! scripts/gpu-check.sh sets it).
+
+mod common;
+
+use common::heavy_tailed;
+use compress::methods::dgc::{Dgc, DgcConfig, DgcOnDevice};
+use compress::{ParamSpec, StepInfo};
+use tensor::{cuda, Device, Rng, Tensor};
+
+fn devices() -> Vec<Device> {
+    let mut d = vec![Device::Cpu];
+    if cuda::is_available(0) {
+        d.push(Device::Cuda(0));
+    } else {
+        assert!(
+            std::env::var("REQUIRE_GPU")
+                .map(|v| v != "1")
+                .unwrap_or(true),
+            "REQUIRE_GPU=1 but no CUDA device is usable"
+        );
+        eprintln!("GPU half skipped: no GPU");
+    }
+    d
+}
+
+fn configs() -> Vec<(&'static str, DgcConfig)> {
+    let full = DgcConfig {
+        density: 0.001,
+        dense_below: 1000,
+        dense_1d: true,
+        momentum: 0.9,
+        nesterov: false,
+        weight_decay: 1e-4,
+        momentum_correction: true,
+        masking: true,
+        clip: 0.02,
+        clip_dense: false,
+        warmup_epochs: 1.0,
+        warmup_densities: vec![0.25, 0.0625, 0.015625, 0.004],
+        sampling: true,
+        sample_fraction: 0.01,
+    };
+    vec![
+        ("every technique, sampled", full.clone()),
+        (
+            "exact selection",
+            DgcConfig {
+                sampling: false,
+                ..full.clone()
+            },
+        ),
+        (
+            "nesterov, no clipping",
+            DgcConfig {
+                nesterov: true,
+                clip: 0.0,
+                ..full.clone()
+            },
+        ),
+        (
+            "no weight decay",
+            DgcConfig {
+                weight_decay: 0.0,
+                masking: false,
+                ..full.clone()
+            },
+        ),
+        (
+            "gradient dropping",
+            DgcConfig {
+                sampling: true,
+                ..DgcConfig::all_off(0.01)
+            },
+        ),
+        (
+            "small sample",
+            DgcConfig {
+                sample_fraction: 0.001,
+                density: 0.01,
+                ..full
+            },
+        ),
+    ]
+}
+
+#[test]
+fn dgc_on_tensors_chooses_what_dgc_on_slices_chooses() {
+    let shapes: [&[usize]; 3] = [&[512, 256, 3, 3], &[64], &[300_007]];
+    let params: Vec<ParamSpec> = shapes
+        .iter()
+        .enumerate()
+        .map(|(i, s)| ParamSpec::new(format!("p{i}"), s))
+        .collect();
+    for dev in devices() {
+        for (name, cfg) in configs() {
+            let mut host = Dgc::new(cfg.clone(), 4, Rng::new(7)).unwrap();
+            compress::Method::init(&mut host, &params).unwrap();
+            let mut on = DgcOnDevice::new(cfg.clone(), 4, Rng::new(7)).unwrap();
+            on.init(&params, dev).unwrap();
+            for step in 0..6u64 {
+                // Through the warm-up's stages and past it.
+                let info = StepInfo {
+                    step,
+                    epoch: step as f64 * 0.3,
+                };
+                compress::Method::begin_step(&mut host, info);
+                on.begin_step(info);
+                for (p, spec) in params.iter().enumerate() {
+                    if on.is_dense(p) {
+                        continue;
+                    }
+                    let n = spec.numel();
+                    let g = heavy_tailed(n, 1000 * step + p as u64);
+                    let w = heavy_tailed(n, 5000 + p as u64);
+                    let (idx, vals) = host.compress(p, &w, &g).unwrap();
+                    let gt = Tensor::from_vec(g, n, dev).unwrap();
+                    let wt = Tensor::from_vec(w, n, dev).unwrap();
+                    let sel = on.compress(p, Some(&wt), &gt).unwrap();
+                    let (di, dv) = sel.to_vecs().unwrap();
+                    let what = format!("{dev:?} {name}: step {step} param {p}");
+                    assert!(!idx.is_empty(), "{what}: nothing chosen");
+                    assert_eq!(di, idx, "{what}: indices");
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&dv), bits(&vals), "{what}: values");
+                    let (u, v) = on.state_of(p).unwrap();
+                    let hs = compress::Method::state(&host);
+                    let find = |key: String| {
+                        let found = hs.iter().find(|(k, _)| *k == key);
+                        found
+                            .map(|(_, t)| bits(t))
+                            .unwrap_or_else(|| panic!("no state {key}"))
+                    };
+                    assert_eq!(bits(&u), find(format!("u.{p}")), "{what}: velocity");
+                    assert_eq!(bits(&v), find(format!("v.{p}")), "{what}: accumulator");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn dgc_on_tensors_refuses_a_dense_parameter() {
+    let params = [ParamSpec::new("b", &[10])];
+    let mut on = DgcOnDevice::new(
+        DgcConfig {
+            dense_below: 100,
+            ..DgcConfig::all_off(0.1)
+        },
+        2,
+        Rng::new(1),
+    )
+    .unwrap();
+    on.init(&params, Device::Cpu).unwrap();
+    let g = Tensor::from_vec(vec![1.0f32; 10], 10, Device::Cpu).unwrap();
+    let e = on.compress(0, None, &g).unwrap_err().to_string();
+    assert!(e.contains("not one sent sparse"), "{e}");
+}
