@@ -267,7 +267,11 @@ fn deepspeech_padded_batch_step_matches_cpu() {
     for kind in [RnnKind::Gru, RnnKind::Lstm] {
         compare(
             &format!("deepspeech {kind:?} 2x32, frames [20, 13] padded to 20"),
-            &["conv.0.bias", "conv.3.bias"],
+            // No zero gradients here: the masks zero the padded frames after each
+            // convolution, before its batch norm, so a bias reaches the norm's statistics
+            // only through the real frames and no longer cancels (both devices gave
+            // 9.3e-2 for conv.0.bias on an H200); the biases are compared like the rest.
+            &[],
             |rng| {
                 Ok(Padded(
                     models::deepspeech(kind, 2, 32, 29, rng)?,
