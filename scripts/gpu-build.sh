@@ -6,6 +6,9 @@
 #   .gpu/tensor-errors     crates/tensor/tests/errors.rs
 #   .gpu/nn-cuda-models    crates/nn/tests/cuda_models.rs (ResNet-20, LSTM LM, DeepSpeech steps)
 #   .gpu/comm-nccl         crates/comm/tests/nccl.rs (the NCCL backend on one GPU)
+#   .gpu/tensor-sparsify   crates/tensor/tests/sparsify.rs (selection and DGC accumulation, GPU vs CPU)
+#   .gpu/compress-dgc-device  crates/compress/tests/dgc_device.rs (DGC on GPU tensors vs on slices)
+#   .gpu/compress_bench    benchmarks: DGC compression on the GPU against torch.topk (--device cuda)
 #   .gpu/gpu_step_bench    benchmarks: ResNet-50 and the 2x1500 LSTM against PyTorch
 #   .gpu/bin/train         the trainer (gpu-check.sh runs a short --device cuda job)
 #   .gpu/bin/comm_bench    collectives, for scripts/device-netem.sh (not run by gpu-check.sh)
@@ -30,7 +33,7 @@ rm -rf .gpu && mkdir -p .gpu/bin
 errlog="$CARGO_TARGET_DIR/gpu-build.err"
 mkdir -p "$CARGO_TARGET_DIR"
 trap 'echo "gpu-build.sh failed; the end of $errlog:" >&2; tail -n 30 "$errlog" >&2' ERR
-tests=$(cargo test --release -p tensor -p nn -p comm --no-run --message-format=json 2>"$errlog" |
+tests=$(cargo test --release -p tensor -p nn -p comm -p compress --no-run --message-format=json 2>"$errlog" |
   python3 -c '
 import json, sys
 for line in sys.stdin:
@@ -43,8 +46,11 @@ cp "$(pick cuda)" .gpu/tensor-cuda
 cp "$(pick errors)" .gpu/tensor-errors
 cp "$(pick cuda_models)" .gpu/nn-cuda-models
 cp "$(pick nccl)" .gpu/comm-nccl
-cargo build --release -p benchmarks --bin gpu_step_bench --bin comm_bench --bin sparse_merge_bench -p train --bin train
+cp "$(pick sparsify)" .gpu/tensor-sparsify
+cp "$(pick dgc_device)" .gpu/compress-dgc-device
+cargo build --release -p benchmarks --bin gpu_step_bench --bin compress_bench --bin comm_bench --bin sparse_merge_bench -p train --bin train
 cp "$CARGO_TARGET_DIR/release/gpu_step_bench" .gpu/gpu_step_bench
+cp "$CARGO_TARGET_DIR/release/compress_bench" .gpu/compress_bench
 cp "$CARGO_TARGET_DIR/release/train" .gpu/bin/train
 cp "$CARGO_TARGET_DIR/release/comm_bench" .gpu/bin/comm_bench
 cp "$CARGO_TARGET_DIR/release/sparse_merge_bench" .gpu/bin/sparse_merge_bench

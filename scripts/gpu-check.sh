@@ -13,7 +13,8 @@
 # - every run has a time limit, and all of them share GPU_CHECK_BUDGET seconds (default
 #   540); a run that would start with under 20 s left is skipped and says so.
 #   GPU_CHECK_ONLY="nn-cuda-models train-deepspeech-cuda" runs only the runs named (a
-#   second call for what the first skipped); a name that matches no run fails the check;
+#   second call for what the first skipped), the executables in the order named; a name
+#   that matches no run fails the check;
 # - each summary row is printed as its run ends, so a call cut off still shows them;
 # - the logs are written to a scratch folder and packed into $OUT/gpu-logs.tgz, with the
 #   rows in $OUT/summary.txt, on any exit (./gpu-logs without $OUT).
@@ -88,36 +89,21 @@ skip() {
   status=1
 }
 
-# Every site-packages/nvidia/*/lib folder (NVRTC, cuBLAS, ... from pip) and the CUDA
-# toolkit's lib64 when one is installed; the driver (libcuda) comes from the system.
-libs=""
-for py in python3 python; do
-  command -v "$py" >/dev/null || continue
-  roots=$("$py" -c 'import nvidia, os; print(" ".join(nvidia.__path__))' 2>/dev/null) || continue
-  for root in $roots; do
-    for d in "$root"/*/lib; do [ -d "$d" ] && libs="$libs:$d"; done
-  done
-  break
-done
-for d in "${CUDA_HOME:-/usr/local/cuda}/lib64" /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
-  [ -d "$d" ] && libs="$libs:$d"
-done
-# cudarc looks NCCL up as libnccl.so; pip's nvidia-nccl wheels ship only libnccl.so.2, so
-# a temporary directory with a libnccl.so link to it goes on the path too.
-nccl_dir=$(mktemp -d)
-for d in ${libs//:/ }; do
-  if [ -e "$d/libnccl.so.2" ] && [ ! -e "$d/libnccl.so" ]; then
-    ln -sf "$d/libnccl.so.2" "$nccl_dir/libnccl.so"
-    libs="$libs:$nccl_dir"
-    break
-  fi
-done
-export LD_LIBRARY_PATH="${libs#:}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# The CUDA libraries on the library path (NVRTC, cuBLAS, NCCL from pip; the driver from
+# the system).
+source scripts/gpu-env.sh
 export REQUIRE_GPU=1 REQUIRE_NVRTC=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$out/gpu.txt" 2>&1 || echo "nvidia-smi unavailable" > "$out/gpu.txt"
 
 shopt -s nullglob
 exes=(.gpu/*)
+# With GPU_CHECK_ONLY, the executables run in the order it names them (what matters most
+# first, so that a budget cut falls on the rest).
+if [ -n "${GPU_CHECK_ONLY:-}" ]; then
+  exes=()
+  for w in $GPU_CHECK_ONLY; do [ -f ".gpu/$w" ] && exes+=(".gpu/$w"); done
+  [ ${#exes[@]} -eq 0 ] && exes=(.gpu/*)
+fi
 if [ ${#exes[@]} -eq 0 ]; then
   echo "no executables in .gpu/ (run scripts/gpu-build.sh)" >&2
   exit 2
@@ -137,7 +123,9 @@ for exe in "${exes[@]}"; do
   wanted "$name" || continue
   lim=$(limit "$(own_limit "$name")") || { skip "$name"; continue; }
   case "$name" in
-    # BENCH_ARGS (e.g. --breakdown) goes to every benchmark binary.
+    # compress_bench times the GPU side only with --device cuda (and not BENCH_ARGS).
+    compress_bench) timed "$name" "$lim" "$exe" --device cuda --repeats 20 ;;
+    # BENCH_ARGS (e.g. --breakdown) goes to every other benchmark binary.
     *bench*) timed "$name" "$lim" "$exe" ${BENCH_ARGS:-} ;;
     *) timed "$name" "$lim" "$exe" --test-threads=1 --nocapture ;;
   esac
@@ -218,7 +206,10 @@ for log in "$out"/*bench*.log "$out"/train-*.log; do
   [ -f "$log" ] || continue
   echo "--- $(basename "$log" .log) (last lines) ---"
   grep -h "forward .* backward" "$log" || true
-  tail -n 6 "$log" | grep -v "^{"
+  case "$log" in
+    *compress_bench*) tail -n 14 "$log" ;;
+    *) tail -n 6 "$log" | grep -v "^{" ;;
+  esac
 done
 echo "GPU: $(cat "$out/gpu.txt")"
 printf '%s\n' "--- summary ---" "${summary[@]}"

@@ -26,6 +26,7 @@ parser.add_argument("--batch", type=int, default=64)
 parser.add_argument("--repeats", type=int, default=10)
 parser.add_argument("--warmup", type=int, default=3)
 parser.add_argument("--breakdown", action="store_true", help="also time forward, backward and the update separately")
+parser.add_argument("--profile", metavar="FILE", help="after timing, profile one step and write its GPU kernel table (torch.profiler) to FILE")
 args = parser.parse_args()
 
 torch.backends.cuda.matmul.allow_tf32 = False
@@ -134,6 +135,13 @@ if args.breakdown:
         torch.cuda.synchronize()
         u.append(time.perf_counter() - t)
     phases = {k: statistics.median(v) * 1e3 for k, v in (("forward_ms", f), ("backward_ms", b), ("update_ms", u))}
+if args.profile:
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        step()
+    with open(args.profile, "w") as f:
+        f.write(prof.key_averages().table(sort_by="cuda_time_total", row_limit=60, max_name_column_width=90))
 print(json.dumps({
     "model": args.model,
     "batch": args.batch,

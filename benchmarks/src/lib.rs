@@ -5,6 +5,7 @@
 use anyhow::{bail, Context, Result};
 
 pub mod collective;
+pub mod gpu_compress;
 pub mod table;
 
 /// A caching allocator for every benchmark binary. Training allocates and frees tensors

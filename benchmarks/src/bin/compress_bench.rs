@@ -40,6 +40,11 @@ struct Args {
     /// Print a JSON array instead of a table.
     #[arg(long)]
     json: bool,
+    /// `cpu`: every method through its exchange, as above. `cuda`: DGC's compression and
+    /// its selections on GPU 0 against a device copy and torch.topk on the same GPU
+    /// (benchmarks/src/gpu_compress.rs; --methods and --threads do not apply).
+    #[arg(long, default_value = "cpu", value_parser = ["cpu", "cuda"])]
+    device: String,
 }
 
 /// Gradient-like values: Gaussian bulk, Student-t tail (3 degrees of freedom), 5 % zeros.
@@ -195,6 +200,9 @@ fn run() -> Result<()> {
     let n = args.values;
     eprintln!("generating {n} heavy-tailed values ...");
     let grad = heavy_tailed(n, 42);
+    if args.device == "cuda" {
+        return benchmarks::gpu_compress::run(&grad, args.density, args.repeats.max(5), args.json);
+    }
     let mut rows = Vec::new();
     for label in &methods {
         eprintln!("{label} ...");

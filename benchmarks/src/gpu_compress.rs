@@ -1,0 +1,190 @@
+//! `compress_bench --device cuda`: DGC's compression and the selections it is built from,
+//! on one gradient on CUDA device 0, against a device-to-device copy of the same tensor
+//! (ours) and PyTorch's `torch.topk`, copy and sum on the same GPU, measured in the same
+//! run by `reference/gpu_select.py`.
+//!
+//! Every row is the median of `repeats` runs timed with CUDA events on the compute stream
+//! after `warmup` untimed ones. Rows whose code reads a count back to the host (the
+//! selections, to size their output and to apply DGC's 0.8–1.3·k rule) include that
+//! wait: it is part of their cost.
+
+use crate::run_reference;
+use anyhow::{ensure, Context as _, Result};
+use compress::methods::dgc::{DgcConfig, DgcOnDevice};
+use compress::{ParamSpec, StepInfo};
+use serde_json::{json, Value};
+use tensor::sparsify::{self, Accumulate, AccumulateRule};
+use tensor::{cuda, DType, Device, Rng, Tensor};
+
+fn time_ms(
+    dev: Device,
+    warmup: usize,
+    repeats: usize,
+    mut f: impl FnMut() -> Result<()>,
+) -> Result<f64> {
+    for _ in 0..warmup {
+        f()?;
+    }
+    cuda::synchronize(dev)?;
+    let mut t = Vec::with_capacity(repeats);
+    for _ in 0..repeats.max(1) {
+        let a = cuda::record_timed_event(dev)?;
+        f()?;
+        let b = cuda::record_timed_event(dev)?;
+        b.synchronize()?;
+        t.push(a.elapsed_ms(&b)? as f64);
+    }
+    t.sort_by(|a, b| a.total_cmp(b));
+    Ok(t[t.len() / 2])
+}
+
+/// DGC as the paper runs it: momentum correction with weight decay, masking, the sampled
+/// threshold (1 % sample), no warm-up.
+fn dgc_config(density: f64, sampling: bool) -> DgcConfig {
+    DgcConfig {
+        density,
+        momentum: 0.9,
+        weight_decay: 1e-4,
+        momentum_correction: true,
+        masking: true,
+        sampling,
+        sample_fraction: 0.01,
+        ..DgcConfig::all_off(density)
+    }
+}
+
+/// Runs the GPU rows on `grad` (host values, uploaded once) and prints a table (or JSON).
+pub fn run(grad: &[f32], density: f64, repeats: usize, as_json: bool) -> Result<()> {
+    let dev = Device::Cuda(0);
+    ensure!(
+        cuda::is_available(0),
+        "--device cuda: no usable CUDA device 0 (driver, cuBLAS and NVRTC must load; see crates/tensor/CUDA.md)"
+    );
+    let n = grad.len();
+    let k = ((n as f64) * density).ceil() as usize;
+    let g = Tensor::from_vec(grad.to_vec(), n, dev)?;
+    let w = Tensor::randn(n, 0.0, 0.05, DType::F32, dev, &mut Rng::new(3))?;
+    let dst = Tensor::zeros(n, DType::F32, dev)?;
+    let warmup = 3;
+    let mut rows: Vec<(String, f64, Option<usize>)> = Vec::new();
+
+    let copy = time_ms(dev, warmup, repeats, || {
+        cuda::raw::with_f32_view_mut(&dst, |d, stream| {
+            cuda::raw::with_f32_view(&g, |s, _| stream.memcpy_dtod(s, d))
+        })??
+        .context("device copy")
+    })?;
+    rows.push(("device copy (ours, cuMemcpy)".into(), copy, None));
+
+    let (u, v) = (
+        Tensor::zeros(n, DType::F32, dev)?,
+        Tensor::zeros(n, DType::F32, dev)?,
+    );
+    let acc = Accumulate {
+        rule: AccumulateRule::Momentum,
+        scale: 1.0,
+        momentum: 0.9,
+        weight_decay: 1e-4,
+    };
+    let t = time_ms(dev, warmup, repeats, || {
+        Ok(sparsify::accumulate(Some(&u), &v, &g, Some(&w), acc)?)
+    })?;
+    rows.push(("DGC accumulation alone (u, v; reads g, w)".into(), t, None));
+
+    let mut kept = 0;
+    let t = time_ms(dev, warmup, repeats, || {
+        kept = sparsify::topk_magnitude(&g, k)?.len();
+        Ok(())
+    })?;
+    rows.push((format!("exact top-k of |g| (k = {k})"), t, Some(kept)));
+
+    let mut rng = Rng::new(7);
+    let t = time_ms(dev, warmup, repeats, || {
+        kept = compress::select::sampled_threshold_tensor(&g, k, 0.01, &mut rng)?.len();
+        Ok(())
+    })?;
+    rows.push((
+        "sampled threshold of |g| (1 % strided sample)".into(),
+        t,
+        Some(kept),
+    ));
+
+    for sampling in [true, false] {
+        let mut dgc = DgcOnDevice::new(dgc_config(density, sampling), 1, Rng::new(1))?;
+        dgc.init(&[ParamSpec::new("w", &[n])], dev)?;
+        dgc.begin_step(StepInfo::default());
+        let t = time_ms(dev, warmup, repeats, || {
+            kept = dgc.compress(0, Some(&w), &g)?.len();
+            Ok(())
+        })?;
+        let what = if sampling { "sampled" } else { "exact" };
+        rows.push((
+            format!("DGC compression, {what} (accumulate, select, clear)"),
+            t,
+            Some(kept),
+        ));
+        let t = time_ms(dev, warmup, repeats, || {
+            let sel = dgc.compress(0, Some(&w), &g)?;
+            kept = sel.to_vecs()?.0.len();
+            Ok(())
+        })?;
+        rows.push((
+            format!("  the same, pairs copied to the host"),
+            t,
+            Some(kept),
+        ));
+    }
+
+    let reference = run_reference("gpu_select.py", &[format!("--n={n}"), format!("--k={k}")]);
+    let torch: Option<Value> = match reference {
+        Ok(v) => Some(v),
+        Err(e) => {
+            eprintln!("PyTorch reference not run: {e:#}");
+            None
+        }
+    };
+    let torch_ms = |key: &str| torch.as_ref().and_then(|t| t[key].as_f64());
+    let (topk, tcopy) = (torch_ms("topk_ms"), torch_ms("copy_ms"));
+    if as_json {
+        let out: Vec<Value> = rows
+            .iter()
+            .map(|(name, ms, kept)| json!({"row": name, "ms": ms, "kept": kept, "ours_copy_ms": copy}))
+            .collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &json!({"device": cuda::device(0)?.name(), "n": n, "k": k, "rows": out, "torch": torch})
+            )?
+        );
+        return Ok(());
+    }
+    println!(
+        "{n} values on {}, k = {k}, median of {repeats} (CUDA events)",
+        cuda::device(0)?.name()
+    );
+    if let Some(t) = &torch {
+        println!(
+            "PyTorch {}: torch.topk(|g|, k) {:.3} ms, copy {:.3} ms ({:.0} GB/s), torch.sum {:.3} ms",
+            t["torch_version"].as_str().unwrap_or("?"),
+            topk.unwrap_or(f64::NAN),
+            tcopy.unwrap_or(f64::NAN),
+            t["copy_gbps"].as_f64().unwrap_or(f64::NAN),
+            t["sum_ms"].as_f64().unwrap_or(f64::NAN)
+        );
+    }
+    println!(
+        "{:<56} {:>9} {:>11} {:>10} {:>12} {:>7}",
+        "row", "ms", "x our copy", "x torch cp", "topk/ours", "kept"
+    );
+    let fmt = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{x:.2}"));
+    for (name, ms, kept) in &rows {
+        println!(
+            "{name:<56} {ms:>9.4} {:>11.2} {:>10} {:>12} {:>7}",
+            ms / copy,
+            fmt(tcopy.map(|c| ms / c)),
+            fmt(topk.map(|t| t / ms)),
+            kept.map_or("-".to_string(), |k| k.to_string()),
+        );
+    }
+    Ok(())
+}
