@@ -2,7 +2,8 @@
 //! size) with a heavy-tailed distribution: values per second each way, the density
 //! reached, and the bytes of the message against dense f32. Then the selection
 //! algorithms (exact top-k, DGC's sampled threshold) against one memory pass over the
-//! same buffer (a sum, on the same threads), measured in the same run.
+//! same buffer (a sum in eight lanes and a copy, on the same threads; torch.sum and
+//! torch's copy beside them when PyTorch is installed), measured in the same run.
 //!
 //! Each method runs through its real `exchange` on a one-rank job, so the residual
 //! bookkeeping, encoding and decoding are exactly the training path's; the collective of
@@ -66,6 +67,18 @@ fn heavy_tailed(n: usize, seed: u64) -> Vec<f32> {
                 .collect::<Vec<_>>()
         })
         .collect()
+}
+
+/// Σ x over a chunk in eight independent f64 lanes (one chain of adds is latency-bound).
+fn sum_lanes(c: &[f32]) -> f64 {
+    let mut acc = [0f64; 8];
+    let mut it = c.chunks_exact(8);
+    for x in &mut it {
+        for (a, &v) in acc.iter_mut().zip(x) {
+            *a += v as f64;
+        }
+    }
+    acc.iter().sum::<f64>() + it.remainder().iter().map(|&v| v as f64).sum::<f64>()
 }
 
 fn default_methods(density: f64) -> Vec<String> {
@@ -208,16 +221,31 @@ fn run() -> Result<()> {
         eprintln!("{label} ...");
         rows.push(bench_method(label, &grad, args.repeats)?);
     }
-    // Selection against one memory pass over the same buffer.
+    // Selection against one memory pass over the same buffer: a sum with eight
+    // independent accumulators per thread, so that it is bound by memory bandwidth and
+    // not by the latency of one chain of adds (a single f64 chain took 10.6 ms here where
+    // torch.sum takes 3.1), and a copy; torch.sum and torch's copy beside them when
+    // PyTorch is installed.
     let k = ((n as f64) * args.density).ceil() as usize;
     let mut sink = 0f64;
     let memory = best_of(1, args.repeats, || {
-        sink += grad
-            .par_chunks(1 << 16)
-            .map(|c| c.iter().map(|&x| x as f64).sum::<f64>())
-            .sum::<f64>();
+        sink += grad.par_chunks(1 << 16).map(sum_lanes).sum::<f64>();
         Ok(())
     })?;
+    let mut dst = vec![0f32; n];
+    let copy = best_of(1, args.repeats, || {
+        dst.par_chunks_mut(1 << 16)
+            .zip(grad.par_chunks(1 << 16))
+            .for_each(|(d, s)| d.copy_from_slice(s));
+        Ok(())
+    })?;
+    drop(dst);
+    let torch = benchmarks::run_reference(
+        "cpu_pass.py",
+        &[format!("--n={n}"), format!("--threads={}", args.threads)],
+    )
+    .map_err(|e| eprintln!("PyTorch reference not run: {e:#}"))
+    .ok();
     let mut kept = (0, 0);
     let exact = best_of(0, args.repeats, || {
         kept.0 = compress::select::exact_topk(&grad, k).len();
@@ -231,6 +259,7 @@ fn run() -> Result<()> {
     std::hint::black_box(sink);
     let selection = [
         ("memory_pass", memory, n),
+        ("copy", copy, n),
         ("exact_topk", exact, kept.0),
         ("sampled_threshold", sampled, kept.1),
     ];
@@ -239,6 +268,7 @@ fn run() -> Result<()> {
         for (name, t, _) in selection {
             all.push(json!({"selection": name, "seconds": t}));
         }
+        all.push(json!({"torch_reference": torch}));
         println!("{}", serde_json::to_string_pretty(&all)?);
         return Ok(());
     }
@@ -267,6 +297,17 @@ fn run() -> Result<()> {
         );
     }
     println!("\nselection of k = {k} ({}):", args.density);
+    if let Some(t) = &torch {
+        let ms = |key: &str| t[key].as_f64().unwrap_or(f64::NAN);
+        println!(
+            "PyTorch {} on {} threads: torch.sum {:.2} ms ({:.2}x our memory pass), copy {:.2} ms",
+            t["torch_version"].as_str().unwrap_or("?"),
+            args.threads,
+            ms("sum_ms"),
+            ms("sum_ms") / (memory * 1e3),
+            ms("copy_ms"),
+        );
+    }
     for (name, t, kept) in selection {
         println!(
             "{name:<20} {:>9.2} ms  {:>6.2}x the memory pass  (kept {kept})",
