@@ -129,7 +129,7 @@ pub fn run(grad: &[f32], density: f64, repeats: usize, as_json: bool) -> Result<
             Ok(())
         })?;
         rows.push((
-            format!("  the same, pairs copied to the host"),
+            "  the same, pairs copied to the host".to_string(),
             t,
             Some(kept),
         ));

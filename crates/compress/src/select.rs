@@ -44,11 +44,13 @@ pub fn sampled_threshold_tensor(
 
 /// What the sampled rule needs of the values it selects from.
 pub trait Magnitudes {
+    /// What a selection returns (indices, or indices and values on a device).
     type Out;
     type Error;
     /// The entries that pass a threshold, counted (and, where cheap, already found).
     type Counted;
-    fn len(&self) -> usize;
+    /// How many values there are.
+    fn count(&self) -> usize;
     /// The `kth` largest magnitude among `count` entries from `start` every `stride`.
     fn sample_kth(
         &self,
@@ -74,7 +76,7 @@ pub fn sampled_rule<M: Magnitudes>(
     sample_fraction: f64,
     rng: &mut Rng,
 ) -> Result<M::Out, M::Error> {
-    let n = values.len();
+    let n = values.count();
     if k == 0 || n == 0 || k * 4 >= n {
         return values.topk(k);
     }
@@ -108,7 +110,7 @@ impl Magnitudes for &[f32] {
     type Out = Vec<u32>;
     type Error = std::convert::Infallible;
     type Counted = Vec<u32>;
-    fn len(&self) -> usize {
+    fn count(&self) -> usize {
         <[f32]>::len(self)
     }
     fn sample_kth(
@@ -153,7 +155,7 @@ impl Magnitudes for &Tensor {
     type Out = Selected;
     type Error = tensor::Error;
     type Counted = sparsify::Counted;
-    fn len(&self) -> usize {
+    fn count(&self) -> usize {
         self.elem_count()
     }
     fn sample_kth(
