@@ -77,7 +77,7 @@ pub fn sampled_rule<M: Magnitudes>(
     rng: &mut Rng,
 ) -> Result<M::Out, M::Error> {
     let n = values.count();
-    if k == 0 || n == 0 || k * 4 >= n {
+    if k == 0 || n == 0 || k.saturating_mul(4) >= n {
         return values.topk(k);
     }
     // At least 64 samples (and at least k) so that the threshold is not one draw's luck.
@@ -182,6 +182,7 @@ impl Magnitudes for &Tensor {
         Ok(Selected {
             indices: passed.indices.index_select(&top.indices, 0)?,
             values: top.values,
+            source_len: self.elem_count(),
         })
     }
     fn topk(&self, k: usize) -> tensor::Result<Selected> {

@@ -159,3 +159,42 @@ fn dgc_on_tensors_refuses_a_dense_parameter() {
     let e = on.compress(0, None, &g).unwrap_err().to_string();
     assert!(e.contains("not one sent sparse"), "{e}");
 }
+
+#[test]
+fn dgc_on_slices_checks_the_weights_and_reads_them_only_for_weight_decay() {
+    let params = [ParamSpec::new("w", &[8])];
+    let cfg = DgcConfig {
+        momentum: 0.9,
+        momentum_correction: true,
+        ..DgcConfig::all_off(0.25)
+    };
+    let g = vec![1.0, -2.0, 3.0, 0.5, -0.0, 0.25, 4.0, -1.0];
+    // Weight decay 0: weights are not read, an infinite one changes nothing, on both sides.
+    let w = vec![-1.0, 2.0, 0.0, f32::INFINITY, -3.0, 1.0, 1.0, 1.0];
+    let mut host = Dgc::new(cfg.clone(), 1, Rng::new(1)).unwrap();
+    compress::Method::init(&mut host, &params).unwrap();
+    let mut on = DgcOnDevice::new(cfg.clone(), 1, Rng::new(1)).unwrap();
+    on.init(&params, Device::Cpu).unwrap();
+    let (idx, _) = host.compress(0, &w, &g).unwrap();
+    let wt = Tensor::from_vec(w, 8, Device::Cpu).unwrap();
+    let gt = Tensor::from_vec(g.clone(), 8, Device::Cpu).unwrap();
+    let (di, _) = on.compress(0, Some(&wt), &gt).unwrap().to_vecs().unwrap();
+    assert_eq!(di, idx);
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    let hs = compress::Method::state(&host);
+    assert_eq!(bits(&on.state_of(0).unwrap().0), bits(&hs[0].1), "velocity");
+    assert!(on.state_of(0).unwrap().0.iter().all(|x| x.is_finite()));
+    // With weight decay, weights of the wrong length are an error, not a silent truncation.
+    let mut wd = Dgc::new(
+        DgcConfig {
+            weight_decay: 1e-4,
+            ..cfg
+        },
+        1,
+        Rng::new(1),
+    )
+    .unwrap();
+    compress::Method::init(&mut wd, &params).unwrap();
+    let e = wd.compress(0, &[1.0, 1.0], &g).unwrap_err().to_string();
+    assert!(e.contains("2 weights were passed"), "{e}");
+}

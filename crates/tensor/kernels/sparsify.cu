@@ -8,7 +8,8 @@
 
 __device__ __forceinline__ unsigned int mag_bits(float x) { return __float_as_uint(x) & 0x7fffffffu; }
 
-// ---- k-th largest magnitude by radix select: three passes of 11, 11 and 9 bits ----------
+// ---- k-th largest magnitude by radix select: three passes over 11 bits each -------------
+// (bits 30–20, 19–9, then 10–0, whose top two are already decided and match the prefix)
 // `state` (u32[3], on the device, so that no pass waits on the host): [0] the bits of the
 // answer decided so far, [1] which bits those are, [2] the rank still wanted (1-based, from
 // the top) among the entries that match them. After the last pass [0] is the k-th largest
@@ -182,7 +183,8 @@ extern "C" __global__ void mag_tile_scan(const unsigned int* gt, const unsigned 
 // ranks them with ballots, and the block exchanges only its 8 warp totals, twice.
 extern "C" __global__ void mag_tile_write(const float* x, unsigned long long n, unsigned int tbits,
                                           unsigned long long take_eq, const unsigned long long* out_off,
-                                          const unsigned long long* eq_off, unsigned int* idx, float* val) {
+                                          const unsigned long long* eq_off, unsigned long long total,
+                                          unsigned int* idx, float* val) {
     __shared__ unsigned int warp_eq[TILE_THREADS / 32], warp_sel[TILE_THREADS / 32];
     const unsigned int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const unsigned int below = (1u << lane) - 1u;
@@ -223,8 +225,10 @@ extern "C" __global__ void mag_tile_write(const float* x, unsigned long long n, 
     for (unsigned int w = 0; w < warp; ++w) out += warp_sel[w];
 #pragma unroll
     for (int j = 0; j < TILE_ITEMS; ++j) {
-        if ((selb[j] >> lane) & 1u) {
-            unsigned long long pos = out + __popc(selb[j] & below);
+        // pos < total whenever x is what was counted; the bound keeps a changed x from
+        // writing past the output.
+        unsigned long long pos = out + __popc(selb[j] & below);
+        if (((selb[j] >> lane) & 1u) && pos < total) {
             idx[pos] = (unsigned int)(base + (unsigned long long)j * 32 + lane);
             val[pos] = xs[j];
         }
@@ -234,9 +238,15 @@ extern "C" __global__ void mag_tile_write(const float* x, unsigned long long n, 
 
 // ---- small helpers ----------------------------------------------------------------------
 
-// x[idx[j]] = 0 for j < k (clearing what was sent from the accumulators).
-extern "C" __global__ void zero_at(float* x, const unsigned int* idx, unsigned long long k) {
-    GRID_LOOP(j, k) { x[idx[j]] = 0.0f; }
+// x[idx[j]] = 0 for j < k (clearing what was sent from the accumulators); indices past n
+// are skipped (and counted in bad[0], which the host reads and reports).
+extern "C" __global__ void zero_at(float* x, unsigned long long n, const unsigned int* idx,
+                                   unsigned long long k, unsigned int* bad) {
+    GRID_LOOP(j, k) {
+        unsigned int i = idx[j];
+        if (i < n) x[i] = 0.0f;
+        else atomicAdd(bad, 1u);
+    }
 }
 
 // out[j] = x[start + j·stride] for j < count.

@@ -17,11 +17,14 @@ use crate::storage::Storage;
 use crate::{DType, Device, Error, Result, Tensor};
 
 /// Entries chosen from a flat tensor: their indices (U32, ascending) and values (F32, as
-/// they were, signs kept), both of shape `[len]` on the input's device.
+/// they were, signs kept), both of shape `[len]` on the input's device, and the element
+/// count of the tensor they were chosen from.
 #[derive(Clone, Debug)]
 pub struct Selected {
     pub indices: Tensor,
     pub values: Tensor,
+    /// Elements of the tensor the indices point into ([`zero_selected`] checks it).
+    pub source_len: usize,
 }
 
 impl Selected {
@@ -35,11 +38,12 @@ impl Selected {
     pub fn to_vecs(&self) -> Result<(Vec<u32>, Vec<f32>)> {
         Ok((self.indices.to_vec::<u32>()?, self.values.to_vec::<f32>()?))
     }
-    fn from_cpu(indices: Vec<u32>, values: Vec<f32>) -> Result<Selected> {
+    fn from_cpu(indices: Vec<u32>, values: Vec<f32>, source_len: usize) -> Result<Selected> {
         let n = indices.len();
         Ok(Selected {
             indices: Tensor::from_vec(indices, n, Device::Cpu)?,
             values: Tensor::from_vec(values, n, Device::Cpu)?,
+            source_len,
         })
     }
 }
@@ -74,8 +78,11 @@ pub fn exact_topk(values: &[f32], k: usize) -> Vec<u32> {
 fn threshold_bits(threshold: f32) -> u32 {
     if threshold.is_nan() {
         0x7f80_0001
+    } else if threshold <= 0.0 {
+        // Every magnitude is ≥ a threshold ≤ 0; `passes` and the kernels leave zeros out.
+        0
     } else {
-        threshold.abs().to_bits()
+        threshold.to_bits()
     }
 }
 
@@ -125,6 +132,7 @@ fn cuda_selected(
         cudarc::driver::CudaSlice<f32>,
     ),
     len: usize,
+    source_len: usize,
 ) -> Selected {
     Selected {
         indices: Tensor::from_storage(
@@ -137,6 +145,7 @@ fn cuda_selected(
             len,
             None,
         ),
+        source_len,
     }
 }
 
@@ -152,19 +161,29 @@ pub fn topk_magnitude(x: &Tensor, k: usize) -> Result<Selected> {
         return with_cpu(OP, x, |v| {
             let idx = exact_topk(v, k);
             let vals = idx.iter().map(|&i| v[i as usize]).collect();
-            Selected::from_cpu(idx, vals)
+            Selected::from_cpu(idx, vals, n)
         })?;
     }
     let d = cuda_device(x.device())?;
     raw::with_f32_view(x, |v, _| -> Result<Selected> {
         if k == 0 {
             let p = cuda::sparsify::plan(&d, v, 0, u32::MAX, 0)?;
-            return Ok(cuda_selected(&d, cuda::sparsify::write(&d, v, 0, &p)?, 0));
+            return Ok(cuda_selected(
+                &d,
+                cuda::sparsify::write(&d, v, 0, &p)?,
+                0,
+                n,
+            ));
         }
         let (tbits, take_eq) = cuda::sparsify::kth_largest_bits(&d, v, n, k)?;
         let p = cuda::sparsify::plan(&d, v, n, tbits, take_eq)?;
         let len = p.total;
-        Ok(cuda_selected(&d, cuda::sparsify::write(&d, v, n, &p)?, len))
+        Ok(cuda_selected(
+            &d,
+            cuda::sparsify::write(&d, v, n, &p)?,
+            len,
+            n,
+        ))
     })?
 }
 
@@ -229,6 +248,7 @@ pub fn count_passing(x: &Tensor, threshold: f32) -> Result<Counted> {
     const OP: &str = "sparsify::count_passing";
     check_f32(OP, x)?;
     let tbits = threshold_bits(threshold);
+    check_u32_len(OP, x.elem_count())?;
     if x.device() == Device::Cpu {
         let idx = with_cpu(OP, x, |v| {
             (0..v.len() as u32)
@@ -243,7 +263,6 @@ pub fn count_passing(x: &Tensor, threshold: f32) -> Result<Counted> {
     }
     let d = cuda_device(x.device())?;
     let n = x.elem_count();
-    check_u32_len(OP, n)?;
     // m ≥ t is m > t − 1; with t = 0 that is m > 0, which also keeps zeros out.
     let plan = raw::with_f32_view(x, |v, _| {
         cuda::sparsify::plan(&d, v, n, tbits.saturating_sub(1), 0)
@@ -266,14 +285,14 @@ pub fn take_counted(x: &Tensor, counted: Counted) -> Result<Selected> {
     match counted.inner {
         CountedOn::Cpu(idx) => {
             let vals = with_cpu(OP, x, |v| idx.iter().map(|&i| v[i as usize]).collect())?;
-            Selected::from_cpu(idx, vals)
+            Selected::from_cpu(idx, vals, x.elem_count())
         }
         CountedOn::Cuda(plan) => {
             let d = cuda_device(x.device())?;
             let n = x.elem_count();
             let len = plan.total;
             let out = raw::with_f32_view(x, |v, _| cuda::sparsify::write(&d, v, n, &plan))??;
-            Ok(cuda_selected(&d, out, len))
+            Ok(cuda_selected(&d, out, len, n))
         }
     }
 }
@@ -293,7 +312,12 @@ pub fn strided_sample(x: &Tensor, start: usize, stride: usize, count: usize) -> 
     const OP: &str = "sparsify::strided_sample";
     check_f32(OP, x)?;
     let n = x.elem_count();
-    if count > 0 && (stride == 0 || start + (count - 1) * stride >= n) {
+    // The last sample's position, None where it overflows.
+    let last = count
+        .saturating_sub(1)
+        .checked_mul(stride)
+        .and_then(|o| o.checked_add(start));
+    if count > 0 && (stride == 0 || last.is_none_or(|l| l >= n)) {
         return Err(Error::msg(format!(
             "{OP}: {count} samples from {start} every {stride} run past {n} elements"
         )));
@@ -315,13 +339,32 @@ pub fn strided_sample(x: &Tensor, start: usize, stride: usize, count: usize) -> 
     ))
 }
 
-/// Sets `x[i] = 0` for every i in `indices` (U32, each below x's element count), in place.
+/// Sets `x[i] = 0` for every i in `indices` (U32, each below x's element count), in
+/// place; an index out of range is an error (on the GPU it is found after the kernel,
+/// which skips it, so this waits for the device).
 pub fn zero_at(x: &Tensor, indices: &Tensor) -> Result<()> {
-    const OP: &str = "sparsify::zero_at";
-    check_f32(OP, x)?;
+    zero_indices("sparsify::zero_at", x, indices, true)
+}
+
+/// Sets `x[i] = 0` for every entry of `sel`, chosen from a tensor of x's element count
+/// (checked), without waiting for the device: the clearing step of a compressor.
+pub fn zero_selected(x: &Tensor, sel: &Selected) -> Result<()> {
+    const OP: &str = "sparsify::zero_selected";
+    if sel.source_len != x.elem_count() {
+        return Err(Error::msg(format!(
+            "{OP}: the entries were chosen from {} elements, this tensor has {}",
+            sel.source_len,
+            x.elem_count()
+        )));
+    }
+    zero_indices(OP, x, &sel.indices, false)
+}
+
+fn zero_indices(op: &'static str, x: &Tensor, indices: &Tensor, check: bool) -> Result<()> {
+    check_f32(op, x)?;
     if indices.dtype() != DType::U32 || x.device() != indices.device() {
         return Err(Error::msg(format!(
-            "{OP}: indices must be U32 on the tensor's device ({:?}), got {:?} on {:?}",
+            "{op}: indices must be U32 on the tensor's device ({:?}), got {:?} on {:?}",
             x.device(),
             indices.dtype(),
             indices.device()
@@ -329,36 +372,80 @@ pub fn zero_at(x: &Tensor, indices: &Tensor) -> Result<()> {
     }
     let k = indices.elem_count();
     let n = x.elem_count();
+    let bad = |count: usize| {
+        Error::msg(format!(
+            "{op}: {count} of {k} indices out of range for {n} elements"
+        ))
+    };
     if x.device() == Device::Cpu {
         let idx = indices.to_vec::<u32>()?;
-        if let Some(&bad) = idx.iter().find(|&&i| i as usize >= n) {
-            return Err(Error::msg(format!(
-                "{OP}: index {bad} out of range for {n} elements"
-            )));
+        let out = idx.iter().filter(|&&i| i as usize >= n).count();
+        if out > 0 {
+            return Err(bad(out));
         }
-        return with_cpu_mut(OP, x, |v| idx.iter().for_each(|&i| v[i as usize] = 0.0));
+        return with_cpu_mut(op, x, |v| idx.iter().for_each(|&i| v[i as usize] = 0.0));
     }
-    // The indices come from a selection over this tensor (in range by construction); a
-    // bad one would write out of bounds, so they are checked on their way here only on the
-    // CPU. Callers on the GPU pass what `topk_magnitude`/`at_least` returned.
     let d = cuda_device(x.device())?;
     let idx = indices.contiguous()?;
-    raw::with_u32_view(&idx, |iv| {
-        raw::with_f32_view_mut(x, |v, _| cuda::sparsify::zero_at(&d, v, iv, k))
-    })??
+    let skipped = raw::with_u32_view(&idx, |iv| {
+        raw::with_f32_view_mut(x, |v, _| cuda::sparsify::zero_at(&d, v, n, iv, k, check))
+    })???;
+    if skipped > 0 {
+        return Err(bad(skipped as usize));
+    }
+    Ok(())
 }
 
-/// Σ x² in f64 (the CPU adds in index order; the GPU in a fixed tree, so the two may differ
-/// in the last bits of the f64, never from run to run).
+/// Σ x² in f64, added in the same order on both devices, so the result is the same bit
+/// for bit: DGC's clipping factor depends on it, and the GPU must choose what the CPU
+/// chooses. The order is the GPU's (kernels/sparsify.cu `sum_sq_partial`): 1024 blocks of
+/// 256 threads each add every 262,144th square from their own start, each block adds its
+/// 256 sums in a halving tree, and one block of 256 adds the 1024 block sums, four each
+/// in order, then the same tree. (Squares of f32 are exact in f64; only the additions'
+/// order could differ.)
 pub fn sum_of_squares(x: &Tensor) -> Result<f64> {
     const OP: &str = "sparsify::sum_of_squares";
     check_f32(OP, x)?;
     if x.device() == Device::Cpu {
-        return with_cpu(OP, x, |v| v.iter().map(|&a| (a as f64) * (a as f64)).sum());
+        return with_cpu(OP, x, sum_of_squares_slice);
     }
     let d = cuda_device(x.device())?;
     let n = x.elem_count();
     raw::with_f32_view(x, |v, _| cuda::sparsify::sum_of_squares(&d, v, n))?
+}
+
+/// The kernel's grid for Σ x² (`sum_of_squares`): blocks × threads.
+const SQ_BLOCKS: usize = 1024;
+const SQ_THREADS: usize = 256;
+
+/// [`sum_of_squares`] of a slice, in the GPU's order.
+pub fn sum_of_squares_slice(v: &[f32]) -> f64 {
+    let mut acc = vec![0f64; SQ_BLOCKS * SQ_THREADS];
+    for chunk in v.chunks(acc.len()) {
+        for (a, &x) in acc.iter_mut().zip(chunk) {
+            let x = x as f64;
+            *a += x * x;
+        }
+    }
+    let tree = |s: &mut [f64]| {
+        let mut o = SQ_THREADS / 2;
+        while o > 0 {
+            for t in 0..o {
+                s[t] += s[t + o];
+            }
+            o /= 2;
+        }
+        s[0]
+    };
+    let partial: Vec<f64> = acc.chunks_mut(SQ_THREADS).map(tree).collect();
+    let mut last: Vec<f64> = (0..SQ_THREADS)
+        .map(|t| {
+            (t..SQ_BLOCKS)
+                .step_by(SQ_THREADS)
+                .fold(0.0, |a, b| a + partial[b])
+        })
+        .collect();
+    tree(&mut last)
 }
 
 /// DGC's accumulation rule (paper 000): without momentum correction the gradient is added

@@ -218,6 +218,12 @@ fn sample_zero_at_and_sum_of_squares() {
         let sq = sparsify::sum_of_squares(&t).unwrap();
         let want: f64 = v.iter().map(|&a| (a as f64) * (a as f64)).sum();
         assert!(((sq - want) / want).abs() < 1e-12, "{d:?}: {sq} vs {want}");
+        // The same order on both devices: the same bits.
+        assert_eq!(
+            sq.to_bits(),
+            sparsify::sum_of_squares_slice(&v).to_bits(),
+            "{d:?}"
+        );
         let sel = sparsify::topk_magnitude(&t, 500).unwrap();
         sparsify::zero_at(&t, &sel.indices).unwrap();
         let after = t.to_vec::<f32>().unwrap();
@@ -231,8 +237,72 @@ fn sample_zero_at_and_sum_of_squares() {
             );
         }
     }
-    let bad = Tensor::from_vec(vec![3u32], 1, Device::Cpu).unwrap();
-    assert!(sparsify::zero_at(&flat(&[1.0, 2.0], Device::Cpu), &bad).is_err());
+}
+
+#[test]
+fn bad_indices_and_ranges_are_errors_on_every_device() {
+    let devices: Vec<Device> = std::iter::once(Device::Cpu).chain(gpu()).collect();
+    for d in devices {
+        let x = flat(&[1.0, 2.0, 3.0], d);
+        let bad = Tensor::from_vec(vec![1u32, 3, 1_000_000], 3, d).unwrap();
+        let e = sparsify::zero_at(&x, &bad).unwrap_err().to_string();
+        assert!(e.contains("2 of 3 indices out of range"), "{d:?}: {e}");
+        // A selection from a tensor of another length is refused before any kernel.
+        let other = sparsify::topk_magnitude(&flat(&[5.0; 8], d), 2).unwrap();
+        assert!(sparsify::zero_selected(&x, &other).is_err(), "{d:?}");
+        let own = sparsify::topk_magnitude(&x, 1).unwrap();
+        sparsify::zero_selected(&x, &own).unwrap();
+        assert_eq!(x.to_vec::<f32>().unwrap(), vec![1.0, 2.0, 0.0], "{d:?}");
+        // Sample positions that overflow are an error, not a wrap or a panic.
+        for (start, stride, count) in [(0, 1usize << 63, 3), (usize::MAX, 1, 2), (0, 0, 2)] {
+            assert!(
+                sparsify::strided_sample(&x, start, stride, count).is_err(),
+                "{d:?}"
+            );
+        }
+        // A threshold at or below zero passes every nonzero, as `|x| >= t` does.
+        let z = flat(&[0.0, -1.0, 2.0, -0.0], d);
+        for t in [0.0, -0.0, -1.0, f32::NEG_INFINITY] {
+            let (idx, _) = sparsify::at_least(&z, t).unwrap().to_vecs().unwrap();
+            assert_eq!(idx, vec![1, 2], "{d:?} threshold {t}");
+        }
+    }
+}
+
+/// Beyond 1,024 tiles of 4,096 entries each scan thread handles several tiles; ties at the
+/// k-th magnitude spread over many of them.
+#[test]
+fn large_inputs_select_the_same_on_the_gpu() {
+    let Some(d) = gpu() else { return };
+    for (n, seed) in [(4_194_305usize, 31u64), (10_000_019, 32)] {
+        let mut v = gradient(n, seed);
+        // Quantise so that many entries share each magnitude.
+        for x in v.iter_mut() {
+            *x = (*x * 16.0).round() / 16.0;
+        }
+        let (c, g) = (flat(&v, Device::Cpu), flat(&v, d));
+        for k in [n / 1000, n / 100, n / 7] {
+            let cpu = host(&sparsify::topk_magnitude(&c, k).unwrap());
+            assert_eq!(
+                host(&sparsify::topk_magnitude(&g, k).unwrap()),
+                cpu,
+                "n {n} k {k}"
+            );
+        }
+        for t in [0.5f32, 4.0] {
+            let cpu = host(&sparsify::at_least(&c, t).unwrap());
+            assert_eq!(
+                host(&sparsify::at_least(&g, t).unwrap()),
+                cpu,
+                "n {n} threshold {t}"
+            );
+        }
+        assert_eq!(
+            sparsify::sum_of_squares(&g).unwrap().to_bits(),
+            sparsify::sum_of_squares(&c).unwrap().to_bits(),
+            "n {n}"
+        );
+    }
 }
 
 #[test]

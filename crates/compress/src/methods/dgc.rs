@@ -128,11 +128,8 @@ fn clip_factor(grad: &[f32], clip: f64, world: usize) -> f32 {
     if clip <= 0.0 {
         return 1.0;
     }
-    clip_from_sum_sq(
-        grad.iter().map(|&x| (x as f64) * (x as f64)).sum(),
-        clip,
-        world,
-    )
+    // In the GPU's order, so that DgcOnDevice clips by the same factor bit for bit.
+    clip_from_sum_sq(sparsify::sum_of_squares_slice(grad), clip, world)
 }
 
 /// [`clip_factor`] from Σ g², which the tensor path takes on the gradient's device.
@@ -219,9 +216,16 @@ impl Dgc {
         let c = &self.cfg;
         let gs = clip_factor(grad, c.clip, self.world);
         let (u, v) = (&mut self.u[index], &mut self.v[index]);
-        // Without weight decay the weights are not read (the trainer may pass an empty
-        // slice): zeros stand in for them.
-        let w = (!weights.is_empty()).then_some(weights);
+        // The weights are read only for weight decay under momentum correction (the trainer
+        // passes an empty slice otherwise); zeros stand in for them, as on the device.
+        let reads = c.momentum_correction && c.weight_decay != 0.0 && !weights.is_empty();
+        if reads && weights.len() != n {
+            return Err(CompressError::Usage(format!(
+                "dgc: parameter {index} has {n} elements, but {} weights were passed",
+                weights.len()
+            )));
+        }
+        let w = reads.then_some(weights);
         let u_opt = c.momentum_correction.then_some(&mut u[..]);
         sparsify::accumulate_slices(u_opt, v, grad, w, c.accumulation(gs));
         let k = keep_count(c.density_at(self.epoch), n);
@@ -428,9 +432,9 @@ impl DgcOnDevice {
             sparsify::topk_magnitude(v, k)
         }
         .map_err(usage)?;
-        sparsify::zero_at(v, &sel.indices).map_err(usage)?;
+        sparsify::zero_selected(v, &sel).map_err(usage)?;
         if let (true, Some(u)) = (c.masking, u) {
-            sparsify::zero_at(u, &sel.indices).map_err(usage)?;
+            sparsify::zero_selected(u, &sel).map_err(usage)?;
         }
         Ok(sel)
     }

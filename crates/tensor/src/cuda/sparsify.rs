@@ -13,7 +13,8 @@ use crate::Result;
 use cudarc::driver::{CudaSlice, CudaView, CudaViewMut, LaunchConfig, PushKernelArg};
 
 /// The radix select's bins (kernels/sparsify.cu `RADIX_BINS`) and its passes' shifts:
-/// bits 30–20, 19–9 and 8–0 of the magnitude (bit 31, the sign, is cleared).
+/// bits 30–20, 19–9 and 10–0 of the magnitude (bit 31, the sign, is cleared; the last
+/// pass's top two bits are already decided).
 const RADIX_BINS: usize = 2048;
 const RADIX_SHIFTS: [i32; 3] = [20, 9, 0];
 /// Entries per compaction tile (`TILE` in the kernels: 256 threads × 16).
@@ -135,12 +136,14 @@ pub(crate) fn write(
     n: usize,
     p: &Plan,
 ) -> Result<(CudaSlice<u32>, CudaSlice<f32>)> {
-    let mut idx = d.alloc::<u32>(p.total)?;
-    let mut val = d.alloc::<f32>(p.total)?;
+    // Zeroed, so that a tensor changed since its count (a misuse take_counted cannot see)
+    // gives wrong entries, never uninitialised indices.
+    let mut idx = d.alloc_zeros::<u32>(p.total)?;
+    let mut val = d.alloc_zeros::<f32>(p.total)?;
     if p.total == 0 {
         return Ok((idx, val));
     }
-    let n64 = n as u64;
+    let (n64, total) = (n as u64, p.total as u64);
     let f = d.func("mag_tile_write")?;
     let mut b = d.stream.launch_builder(&f);
     b.arg(x)
@@ -149,6 +152,7 @@ pub(crate) fn write(
         .arg(&p.take_eq)
         .arg(&p.out_off)
         .arg(&p.eq_off)
+        .arg(&total)
         .arg(&mut idx)
         .arg(&mut val);
     let cfg = LaunchConfig {
@@ -162,22 +166,31 @@ pub(crate) fn write(
     Ok((idx, val))
 }
 
-/// x[idx[j]] = 0 for j < k.
+/// x[idx[j]] = 0 for j < k, skipping indices past x's `n` elements; with `check`, waits
+/// for the kernel and returns how many were skipped (else 0, without waiting).
 pub(crate) fn zero_at(
     d: &CudaDevice,
     x: &mut CudaViewMut<'_, f32>,
+    n: usize,
     idx: &CudaView<'_, u32>,
     k: usize,
-) -> Result<()> {
+    check: bool,
+) -> Result<u32> {
     if k == 0 {
-        return Ok(());
+        return Ok(0);
     }
-    let k64 = k as u64;
+    let mut bad = d.alloc_zeros::<u32>(1)?;
+    let (n64, k64) = (n as u64, k as u64);
     let f = d.func("zero_at")?;
     let mut b = d.stream.launch_builder(&f);
-    b.arg(x).arg(idx).arg(&k64);
-    // SAFETY: every idx[j] < x's length (checked by the caller).
-    launched("zero_at", unsafe { b.launch(CudaDevice::cfg(k)) })
+    b.arg(x).arg(&n64).arg(idx).arg(&k64).arg(&mut bad);
+    // SAFETY: x holds n values and idx k; indices past n are skipped by the kernel.
+    launched("zero_at", unsafe { b.launch(CudaDevice::cfg(k)) })?;
+    if check {
+        Ok(d.download(&bad, 1)?[0])
+    } else {
+        Ok(0)
+    }
 }
 
 /// x[start + j·stride] for j < count.
@@ -203,7 +216,8 @@ pub(crate) fn gather_strided(
     Ok(out)
 }
 
-/// Σ x² in double, the same on every run (a fixed grid, partials added in order).
+/// Σ x² in double, in the order `crate::sparsify::sum_of_squares_slice` follows on the CPU
+/// (a fixed grid of 1024 × 256, partials added in order): the same result bit for bit.
 pub(crate) fn sum_of_squares(d: &CudaDevice, x: &CudaView<'_, f32>, n: usize) -> Result<f64> {
     const BLOCKS: u32 = 1024;
     let mut partial = d.alloc::<f64>(BLOCKS as usize)?;
