@@ -198,3 +198,53 @@ fn dgc_on_slices_checks_the_weights_and_reads_them_only_for_weight_decay() {
     let e = wd.compress(0, &[1.0, 1.0], &g).unwrap_err().to_string();
     assert!(e.contains("2 weights were passed"), "{e}");
 }
+
+#[test]
+fn a_checkpoint_of_either_resumes_the_other_bit_for_bit() {
+    let params = [ParamSpec::new("w", &[50_000]), ParamSpec::new("b", &[10])];
+    let cfg = DgcConfig {
+        momentum: 0.9,
+        weight_decay: 1e-4,
+        momentum_correction: true,
+        masking: true,
+        sampling: true,
+        dense_below: 100,
+        ..DgcConfig::all_off(0.01)
+    };
+    let n = 50_000;
+    let grad = |step: u64| heavy_tailed(n, 77 + step);
+    let w = heavy_tailed(n, 3);
+    let mut host = Dgc::new(cfg.clone(), 2, Rng::new(5)).unwrap();
+    compress::Method::init(&mut host, &params).unwrap();
+    for step in 0..3 {
+        host.compress(0, &w, &grad(step)).unwrap();
+    }
+    // The host's checkpoint into the tensor side, which goes on as the host does.
+    let saved = compress::Method::state(&host);
+    let mut on = DgcOnDevice::new(cfg.clone(), 2, Rng::new(99)).unwrap();
+    on.init(&params, Device::Cpu).unwrap();
+    on.load_state(&saved).unwrap();
+    assert_eq!(on.state().unwrap(), saved, "the state as loaded");
+    let wt = Tensor::from_vec(w.clone(), n, Device::Cpu).unwrap();
+    for step in 3..6 {
+        let (idx, _) = host.compress(0, &w, &grad(step)).unwrap();
+        let gt = Tensor::from_vec(grad(step), n, Device::Cpu).unwrap();
+        let (di, _) = on.compress(0, Some(&wt), &gt).unwrap().to_vecs().unwrap();
+        assert_eq!(di, idx, "step {step}");
+    }
+    // And back: the tensor side's checkpoint into a fresh host.
+    let mut again = Dgc::new(cfg, 2, Rng::new(1)).unwrap();
+    compress::Method::init(&mut again, &params).unwrap();
+    compress::Method::load_state(&mut again, &on.state().unwrap()).unwrap();
+    assert_eq!(
+        compress::Method::state(&again),
+        compress::Method::state(&host)
+    );
+    // A checkpoint of another model is refused, naming what is wrong.
+    let mut other = DgcOnDevice::new(DgcConfig::all_off(0.01), 2, Rng::new(1)).unwrap();
+    other
+        .init(&[ParamSpec::new("w", &[7])], Device::Cpu)
+        .unwrap();
+    let e = other.load_state(&saved).unwrap_err().to_string();
+    assert!(e.contains("dgc"), "{e}");
+}

@@ -438,6 +438,49 @@ impl DgcOnDevice {
         }
         Ok(sel)
     }
+    /// The state a resume needs, in [`Dgc`]'s checkpoint format (`u.{i}`, `v.{i}` for every
+    /// parameter, empty where absent, then the generator), copied to the host: a
+    /// checkpoint of either loads into the other.
+    pub fn state(&self) -> Result<StateTensors> {
+        let (mut u, mut v) = (Vec::new(), Vec::new());
+        for i in 0..self.state.len() {
+            let (ui, vi) = self.state_of(i)?;
+            u.push(ui);
+            v.push(vi);
+        }
+        let mut s = crate::methods::named_state("u", &u);
+        s.extend(crate::methods::named_state("v", &v));
+        s.push(("rng".into(), crate::methods::rng_to_state(&self.rng)));
+        Ok(s)
+    }
+    /// Loads [`DgcOnDevice::state`]'s (or [`Dgc`]'s) format into the state on the device,
+    /// checking every name and length first.
+    pub fn load_state(&mut self, state: &StateTensors) -> Result<()> {
+        let (rng, rest) = crate::methods::split_rng("dgc", state)?;
+        let len = |t: Option<&Tensor>| t.map_or(0, |t| t.elem_count());
+        let mut u: Vec<Vec<f32>> = Vec::new();
+        let mut v: Vec<Vec<f32>> = Vec::new();
+        for s in &self.state {
+            let (ut, vt) = match s {
+                Some((ut, vt)) => (ut.as_ref(), Some(vt)),
+                None => (None, None),
+            };
+            u.push(vec![0.0; len(ut)]);
+            v.push(vec![0.0; len(vt)]);
+        }
+        crate::methods::load_named("dgc", &rest, &mut [("u", &mut u), ("v", &mut v)])?;
+        for (s, (ui, vi)) in self.state.iter().zip(u.into_iter().zip(v)) {
+            if let Some((ut, vt)) = s {
+                let n = vi.len();
+                vt.assign(&Tensor::from_vec(vi, n, tensor::Device::Cpu)?)?;
+                if let Some(ut) = ut {
+                    ut.assign(&Tensor::from_vec(ui, n, tensor::Device::Cpu)?)?;
+                }
+            }
+        }
+        self.rng = rng;
+        Ok(())
+    }
     /// The velocity and accumulator of parameter `index` on the host (empty where absent).
     pub fn state_of(&self, index: usize) -> Result<(Vec<f32>, Vec<f32>)> {
         let host = |t: &Tensor| {
