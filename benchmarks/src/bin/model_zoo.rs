@@ -31,12 +31,12 @@ struct Args {
     #[arg(long, default_value_t = 32)]
     batch: usize,
     /// Batch size (streams) for the timing of the language models; each sample is a
-    /// 35-token window. 20 is the batch of the PyTorch word-LM example and of the README's
+    /// 35-token window. 20 is the batch of the PyTorch word-LM example and of docs/train.md's
     /// King James Bible runs.
     #[arg(long, default_value_t = 20)]
     lm_batch: usize,
     /// Width of `lstm_lm` (default the paper's 1500), as the trainer's `--hidden`: the
-    /// README's King James Bible runs use 200. Dropout follows the trainer's default
+    /// King James Bible runs of docs/train.md use 200. Dropout follows the trainer's default
     /// (the papers' 0.65 at 1500 and 0.5 at 650, none at other widths).
     #[arg(long)]
     lm_hidden: Option<usize>,

@@ -205,7 +205,7 @@ impl Default for Config {
 ///
 /// `train --workers 4 ...` starts 4 worker processes on this machine. With RANK,
 /// WORLD_SIZE, MASTER_ADDR, MASTER_PORT and GRADEX_TOKEN set, it runs as one worker of a
-/// multi-node job instead (see the README).
+/// multi-node job instead (see docs/train.md).
 #[derive(Parser, Debug, Default)]
 // Negative numbers are values (`--lr -0.1` is then refused as a rate, not read as a flag).
 #[command(name = "train", version, after_help = METHOD_HELP, allow_negative_numbers = true)]

@@ -32,7 +32,7 @@ pub fn run(cfg: &Config, resume: bool, raw_args: &[std::ffi::OsString]) -> Resul
     );
     if rank_set != world_set {
         anyhow::bail!(
-            "{} is set without {}: set both to run as one worker of a job (see the README), or neither to start a job here",
+            "{} is set without {}: set both to run as one worker of a job (see docs/train.md), or neither to start a job here",
             if rank_set { "RANK" } else { "WORLD_SIZE" },
             if rank_set { "WORLD_SIZE" } else { "RANK" }
         );

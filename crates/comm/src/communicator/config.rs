@@ -114,7 +114,7 @@ impl CommConfig {
         let var = |k: &str| {
             get(k).ok_or_else(|| {
                 CommError::Config(format!(
-                    "{k} is not set (see the README on launching workers)"
+                    "{k} is not set (see docs/train.md on launching workers)"
                 ))
             })
         };

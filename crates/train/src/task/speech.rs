@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use tensor::Tensor;
 
-/// Where `datasets prepare speech --out DIR` writes when the README is followed.
+/// Where `datasets prepare speech --out DIR` writes when docs/data.md is followed.
 const SPEECH_DEFAULT_DIR: &str = "data/speech";
 /// Output classes of the speech models: blank, apostrophe, A–Z, space.
 pub(super) const SPEECH_CLASSES: usize = 29;

@@ -5,7 +5,7 @@ use crate::config::Config;
 use anyhow::{bail, Context, Result};
 use std::path::PathBuf;
 
-/// Where `datasets prepare kjv --out DIR` writes when the README is followed.
+/// Where `datasets prepare kjv --out DIR` writes when docs/data.md is followed.
 const KJV_DEFAULT_DIR: &str = "data/kjv";
 /// Vocabulary of the synthetic token stream.
 const SYNTHETIC_VOCAB: usize = 100;
