@@ -34,8 +34,7 @@ fn time_ms(
         b.synchronize()?;
         t.push(a.elapsed_ms(&b)? as f64);
     }
-    t.sort_by(|a, b| a.total_cmp(b));
-    Ok(t[t.len() / 2])
+    Ok(crate::median(t))
 }
 
 /// DGC as the paper runs it: momentum correction with weight decay, masking, the sampled

@@ -106,6 +106,21 @@ pub fn run_reference(script: &str, args: &[String]) -> Result<serde_json::Value>
         .with_context(|| format!("parsing the JSON printed by {}", path.display()))
 }
 
+/// The median as Python's `statistics.median` takes it (the mean of the middle pair of an
+/// even count), which the PyTorch reference scripts report: ratios compare like with like.
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    if n == 0 {
+        return f64::NAN;
+    }
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
 /// Rank `rank`'s sparse gradient for the sparse-collective benchmarks: k normal values at
 /// uniform random positions below n (duplicates summed), the same for a rank in every
 /// benchmark.

@@ -11,7 +11,7 @@
 //! prebuilt binary through scripts/gpu-check.sh. Exits with an error without a GPU.
 
 use anyhow::{bail, Context, Result};
-use benchmarks::run_reference;
+use benchmarks::{median, run_reference};
 use clap::Parser;
 use nn::optim::{Optimizer, Sgd};
 use nn::{init, models, Ctx, Module};
@@ -41,22 +41,6 @@ struct Args {
     /// Append the results as JSON lines to this file.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
-}
-
-/// The median as Python's `statistics.median` takes it (the mean of the middle pair of an
-/// even count), which the PyTorch side (`gpu_step.py`) reports: the ratio compares like
-/// with like.
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    if n == 0 {
-        return f64::NAN;
-    }
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
 }
 
 /// Median step time in ms of `step`, which must leave the device idle when it returns.

@@ -372,3 +372,44 @@ fn accumulation_refuses_mismatched_inputs() {
         vec![1.0 + (0.9f32 * 1.0 + 1.0); 4]
     );
 }
+
+/// The CPU's Σ x² simulates only the GPU threads that get values; against the whole grid
+/// (every lane, every block) it must give the same bits at any length.
+#[test]
+fn sum_of_squares_in_the_gpu_order_at_every_length() {
+    let full = |v: &[f32]| -> f64 {
+        let (blocks, threads) = (1024usize, 256usize);
+        let mut acc = vec![0f64; blocks * threads];
+        let lanes = acc.len();
+        for (i, &x) in v.iter().enumerate() {
+            acc[i % lanes] += (x as f64) * (x as f64);
+        }
+        let tree = |s: &mut [f64]| {
+            let mut o = threads / 2;
+            while o > 0 {
+                for t in 0..o {
+                    s[t] += s[t + o];
+                }
+                o /= 2;
+            }
+            s[0]
+        };
+        let partial: Vec<f64> = acc.chunks_mut(threads).map(tree).collect();
+        let mut last: Vec<f64> = (0..threads)
+            .map(|t| {
+                (t..blocks)
+                    .step_by(threads)
+                    .fold(0.0, |a, b| a + partial[b])
+            })
+            .collect();
+        tree(&mut last)
+    };
+    for n in [0, 1, 255, 257, 70_001, 262_144, 262_145, 600_000] {
+        let v = gradient(n, n as u64);
+        assert_eq!(
+            sparsify::sum_of_squares_slice(&v).to_bits(),
+            full(&v).to_bits(),
+            "n {n}"
+        );
+    }
+}
