@@ -25,15 +25,24 @@ pub struct Traffic {
 #[derive(Clone, Debug, Default)]
 pub struct ByteCounters {
     pub by_kind: BTreeMap<Collective, Traffic>,
+    /// While set, what the primitives count goes under this kind instead of theirs: a
+    /// collective composed of primitives (group/composed.rs) is counted as itself.
+    attributed: Option<Collective>,
 }
 
 impl ByteCounters {
+    /// Counts everything under `kind` until called again with `None` (see `attributed`).
+    pub(crate) fn attribute(&mut self, kind: Option<Collective>) {
+        self.attributed = kind;
+    }
     pub(crate) fn sent(&mut self, kind: Collective, payload: usize, header: usize) {
+        let kind = self.attributed.unwrap_or(kind);
         let t = self.by_kind.entry(kind).or_default();
         t.payload_sent += payload as u64;
         t.total_sent += (payload + header) as u64;
     }
     pub(crate) fn received(&mut self, kind: Collective, payload: usize, header: usize) {
+        let kind = self.attributed.unwrap_or(kind);
         let t = self.by_kind.entry(kind).or_default();
         t.payload_received += payload as u64;
         t.total_received += (payload + header) as u64;

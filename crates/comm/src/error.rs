@@ -44,6 +44,13 @@ pub enum CommError {
         reporter: usize,
         cause: String,
     },
+    /// A tensor operation inside a collective failed (a copy to or from the device, the
+    /// merge of received entries): `op` names the collective.
+    #[error("{op}: {source}")]
+    Tensor {
+        op: &'static str,
+        source: tensor::Error,
+    },
 }
 
 /// An I/O error as a peer's failure reads: a socket timeout (Linux reports EAGAIN,

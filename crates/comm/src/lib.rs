@@ -21,6 +21,10 @@
 //!
 //! - The NCCL backend ([`NcclCommunicator`]): allreduce, broadcast, allgather and
 //!   send/recv on GPU tensors, started over the TCP job (see `nccl.rs`).
+//!
+//! - [`ProcessGroup`]: both backends' collectives on tensors behind one trait, with
+//!   allgather-v, TopKAllReduce and gTopKAllReduce composed of its primitives once
+//!   ([`group::composed`]), so a method is written once for every device and backend.
 
 mod arrival_last;
 mod arrival_sum;
@@ -31,6 +35,7 @@ mod cost;
 mod counters;
 mod error;
 mod frame;
+pub mod group;
 mod master;
 mod nccl;
 mod rendezvous;
@@ -45,6 +50,7 @@ pub use cost::{ping_pong, AlphaBeta};
 pub use counters::{ByteCounters, Collective, Traffic};
 pub use error::{CommError, Result};
 pub use frame::{decode_header, FrameHeader, FRAME_VERSION, HEADER_LEN};
+pub use group::ProcessGroup;
 pub use master::{bind_loopback_master, prepare_local_worker, MASTER_FD_ENV};
 pub use nccl::{nccl_library_present, nccl_version, NcclCommunicator};
 pub use sparse::{

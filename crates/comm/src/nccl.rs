@@ -7,7 +7,8 @@
 //! id; if any rank cannot take part, every rank returns an error naming it, instead of
 //! some ranks waiting in `ncclCommInitRank` for a peer that will never come.
 //!
-//! Collectives take tensors on the communicator's device (contiguous f32) and are queued
+//! Collectives take tensors on the communicator's device (contiguous f32; u32 too where
+//! they only move bits: broadcast, allgather, send/recv) and are queued
 //! on that device's compute stream, so they are ordered with the tensor ops around them;
 //! they return when queued, and [`NcclCommunicator::synchronize`] waits for them.
 //!
@@ -68,6 +69,26 @@ fn nccl_err(op: &'static str) -> impl Fn(cudarc::nccl::result::NcclError) -> Com
         };
         CommError::Nccl(format!("{op}: {:?} ({text})", e.0))
     }
+}
+
+/// Runs `$body` with `$v` a read-only typed view of `$t` (F32 or U32, checked before):
+/// NCCL's copies (broadcast, send, receive) move either as bits.
+macro_rules! with_view {
+    ($t:expr, |$v:ident| $body:expr) => {
+        match $t.dtype() {
+            DType::U32 => cuda::raw::with_u32_view($t, |$v| $body),
+            _ => cuda::raw::with_f32_view($t, |$v, _| $body),
+        }
+    };
+}
+/// [`with_view!`] with a writable view.
+macro_rules! with_view_mut {
+    ($t:expr, |$v:ident| $body:expr) => {
+        match $t.dtype() {
+            DType::U32 => cuda::raw::with_u32_view_mut($t, |$v| $body),
+            _ => cuda::raw::with_f32_view_mut($t, |$v, _| $body),
+        }
+    };
 }
 
 fn tensor_err(op: &'static str) -> impl Fn(tensor::Error) -> CommError {
@@ -184,22 +205,13 @@ impl NcclCommunicator {
     pub fn counters(&self) -> &ByteCounters {
         &self.counters
     }
+    pub(crate) fn counters_mut(&mut self) -> &mut ByteCounters {
+        &mut self.counters
+    }
 
-    fn check(&self, op: &'static str, t: &Tensor) -> Result<()> {
-        if t.device() != self.device {
-            return Err(CommError::Nccl(format!(
-                "{op}: the tensor is on {:?}, the communicator on {:?}",
-                t.device(),
-                self.device
-            )));
-        }
-        if t.dtype() != DType::F32 || !t.is_contiguous() {
-            return Err(CommError::Nccl(format!(
-                "{op}: needs a contiguous f32 tensor (got {:?}, contiguous: {})",
-                t.dtype(),
-                t.is_contiguous()
-            )));
-        }
+    /// `t` is on this communicator's device, contiguous, F32 (or U32 unless `f32_only`).
+    fn check(&self, op: &'static str, t: &Tensor, f32_only: bool) -> Result<()> {
+        crate::group::check_tensor(op, self.device, t, f32_only)?;
         bind(&self.comm.stream())
     }
 
@@ -211,7 +223,7 @@ impl NcclCommunicator {
     /// Sums (or averages) `t` over the ranks, in place.
     pub fn allreduce(&mut self, t: &Tensor, op: ReduceOp) -> Result<()> {
         const OP: &str = "nccl allreduce";
-        self.check(OP, t)?;
+        self.check(OP, t, true)?;
         let red = match op {
             ReduceOp::Sum => nccl::ReduceOp::Sum,
             ReduceOp::Average => nccl::ReduceOp::Avg,
@@ -228,10 +240,10 @@ impl NcclCommunicator {
     /// Copies `root`'s `t` into every rank's `t`.
     pub fn broadcast(&mut self, t: &Tensor, root: usize) -> Result<()> {
         const OP: &str = "nccl broadcast";
-        self.check(OP, t)?;
+        self.check(OP, t, false)?;
         self.check_peer(OP, root)?;
         let comm = &self.comm;
-        cuda::raw::with_f32_view_mut(t, |v, _| comm.broadcast_in_place(v, root as i32))
+        with_view_mut!(t, |v| comm.broadcast_in_place(v, root as i32))
             .map_err(tensor_err(OP))?
             .map_err(nccl_err(OP))?;
         // Nothing leaves the GPU in a one-rank job.
@@ -251,14 +263,19 @@ impl NcclCommunicator {
     /// Every rank's `t`, stacked: shape `[world, ..t's shape]`.
     pub fn allgather(&mut self, t: &Tensor) -> Result<Tensor> {
         const OP: &str = "nccl allgather";
-        self.check(OP, t)?;
+        self.check(OP, t, false)?;
         let mut dims = vec![self.world];
         dims.extend_from_slice(t.dims());
-        let out = Tensor::zeros(dims, DType::F32, self.device).map_err(tensor_err(OP))?;
+        let out = Tensor::zeros(dims, t.dtype(), self.device).map_err(tensor_err(OP))?;
         let comm = &self.comm;
-        cuda::raw::with_f32_view(t, |src, _| {
-            cuda::raw::with_f32_view_mut(&out, |dst, _| comm.all_gather(src, dst))
-        })
+        match t.dtype() {
+            DType::U32 => cuda::raw::with_u32_view(t, |src| {
+                cuda::raw::with_u32_view_mut(&out, |dst| comm.all_gather(src, dst))
+            }),
+            _ => cuda::raw::with_f32_view(t, |src, _| {
+                cuda::raw::with_f32_view_mut(&out, |dst, _| comm.all_gather(src, dst))
+            }),
+        }
         .map_err(tensor_err(OP))?
         .map_err(tensor_err(OP))?
         .map_err(nccl_err(OP))?;
@@ -286,11 +303,11 @@ impl NcclCommunicator {
     ) -> Result<()> {
         const OP: &str = "nccl send/recv";
         if let Some((t, peer)) = send {
-            self.check(OP, t)?;
+            self.check(OP, t, false)?;
             self.check_peer(OP, peer)?;
         }
         if let Some((t, peer)) = recv {
-            self.check(OP, t)?;
+            self.check(OP, t, false)?;
             self.check_peer(OP, peer)?;
         }
         let comm = &self.comm;
@@ -298,12 +315,14 @@ impl NcclCommunicator {
         // The group must be closed whatever happens inside it, or NCCL stays in group mode.
         let inner = (|| -> Result<()> {
             if let Some((t, peer)) = send {
-                cuda::raw::with_f32_view(t, |v, _| comm.send(v, peer as i32))
+                let peer = peer as i32;
+                with_view!(t, |v| comm.send(v, peer))
                     .map_err(tensor_err(OP))?
                     .map_err(nccl_err("ncclSend"))?;
             }
             if let Some((t, peer)) = recv {
-                cuda::raw::with_f32_view_mut(t, |v, _| comm.recv(v, peer as i32))
+                let peer = peer as i32;
+                with_view_mut!(t, |v| comm.recv(v, peer))
                     .map_err(tensor_err(OP))?
                     .map_err(nccl_err("ncclRecv"))?;
             }

@@ -143,3 +143,43 @@ fn nccl_collectives_on_one_gpu() {
     let total = nc.counters().total();
     assert_eq!((total.payload_sent, total.payload_received), (0, 0));
 }
+
+/// The ProcessGroup compositions on NCCL (one rank): allgather-v of u32 with padding, the
+/// TopK union sum, gTopK's local cut, all on the GPU, equal to the TCP group's on the CPU.
+#[test]
+fn process_group_compositions_on_nccl_equal_the_tcp_ones() {
+    use comm::group::composed;
+    use comm::ProcessGroup;
+    use tensor::sparsify::Selected;
+    let Some(dev) = gpu_with_nccl() else { return };
+    let mut tcp = Communicator::connect(&job(1)[0]).unwrap();
+    let mut nc = NcclCommunicator::new(&mut tcp, dev).unwrap();
+    let n = 50_000;
+    let mut rng = Rng::new(11);
+    let mut idx: Vec<u32> = (0..4_000).map(|_| rng.below(n) as u32).collect();
+    idx.sort_unstable();
+    idx.dedup();
+    let vals: Vec<f32> = idx
+        .iter()
+        .map(|_| [1.0f32, -2.0, 0.5][rng.below(3)])
+        .collect();
+    let sel = |d: Device| Selected {
+        indices: Tensor::from_vec(idx.clone(), idx.len(), d).unwrap(),
+        values: Tensor::from_vec(vals.clone(), vals.len(), d).unwrap(),
+        source_len: n,
+    };
+    let (cpu, gpu) = (sel(Device::Cpu), sel(dev));
+    let pair = |s: &Selected| s.to_vecs().unwrap();
+    let want = pair(&composed::topk_allreduce(&mut tcp, &cpu).unwrap());
+    assert_eq!(pair(&nc.topk_allreduce(&gpu).unwrap()), want);
+    let want = pair(&composed::gtopk_allreduce(&mut tcp, &cpu, 700).unwrap());
+    assert_eq!(pair(&nc.gtopk_allreduce(&gpu, 700).unwrap()), want);
+    let got = nc.allgather_v(&gpu.indices).unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].to_vec::<u32>().unwrap(), idx);
+    // A message to itself, u32, through NCCL's grouped send and receive.
+    let back = Tensor::zeros(idx.len(), DType::U32, dev).unwrap();
+    ProcessGroup::send_recv(&mut nc, Some((&gpu.indices, 0)), Some((&back, 0))).unwrap();
+    assert_eq!(back.to_vec::<u32>().unwrap(), idx);
+    ProcessGroup::barrier(&mut nc).unwrap();
+}

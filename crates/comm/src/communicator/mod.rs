@@ -90,6 +90,9 @@ pub struct Communicator {
     topk_backoff: ArrivalBackoff,
     /// The sparse collectives' steps, when asked for (`trace.rs`).
     trace: Trace,
+    /// Where the tensors of its [`ProcessGroup`](crate::ProcessGroup) collectives live
+    /// (they go through the host on the way to the wire); the CPU unless set.
+    device: tensor::Device,
 }
 
 /// What [`Communicator::allgather_v`] and [`Communicator::topk_allreduce`] keep between
@@ -234,6 +237,7 @@ impl Communicator {
             topk_arrival_skips: 0,
             topk_backoff: ArrivalBackoff::default(),
             trace: Trace::default(),
+            device: tensor::Device::Cpu,
         }
     }
     /// Joins the job described by the environment (see [`CommConfig::from_env`]).
@@ -248,6 +252,13 @@ impl Communicator {
     }
     pub fn counters(&self) -> &ByteCounters {
         &self.counters
+    }
+    pub(crate) fn counters_mut(&mut self) -> &mut ByteCounters {
+        &mut self.counters
+    }
+    /// Where its [`ProcessGroup`](crate::ProcessGroup) collectives' tensors live.
+    pub fn device(&self) -> tensor::Device {
+        self.device
     }
     /// Chooses when TopKAllReduce sums (benchmarks and tests compare the choices), and
     /// forgets [`TopkSum::Auto`]'s earlier stops (a benchmark sets it before each size,
@@ -277,6 +288,11 @@ impl Communicator {
     /// The steps recorded since the last call, oldest first.
     pub fn take_trace(&mut self) -> Vec<TraceEvent> {
         self.trace.take()
+    }
+    /// Where its [`ProcessGroup`](crate::ProcessGroup) collectives take and return
+    /// tensors: on a GPU, each crosses to the host for the wire and back.
+    pub fn set_device(&mut self, device: tensor::Device) {
+        self.device = device;
     }
     /// How long any one blocking call waits for a peer before it fails.
     pub fn timeout(&self) -> Duration {

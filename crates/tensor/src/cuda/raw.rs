@@ -92,8 +92,8 @@ pub fn with_f32_view_mut<R>(
 }
 
 /// Runs `f` with a read-only view of `t`'s elements (contiguous, U32, on a CUDA device):
-/// indices produced on the device (crate::sparsify).
-pub(crate) fn with_u32_view<R>(t: &Tensor, f: impl FnOnce(&CudaView<'_, u32>) -> R) -> Result<R> {
+/// indices produced on the device (crate::sparsify), and collectives that move them.
+pub fn with_u32_view<R>(t: &Tensor, f: impl FnOnce(&CudaView<'_, u32>) -> R) -> Result<R> {
     const OP: &str = "cuda::with_u32_view";
     cuda_device(OP, t.device())?;
     let range = t.layout().contiguous_range().ok_or_else(|| {
@@ -112,4 +112,30 @@ pub(crate) fn with_u32_view<R>(t: &Tensor, f: impl FnOnce(&CudaView<'_, u32>) ->
         return Err(Error::msg(format!("{OP}: the buffer is not u32")));
     };
     Ok(f(&slice.slice(range)))
+}
+
+/// Runs `f` with a writable view of `t`'s elements (contiguous, U32, on a CUDA device):
+/// indices received by a collective. See the module comment on what writing means.
+pub fn with_u32_view_mut<R>(
+    t: &Tensor,
+    f: impl FnOnce(&mut CudaViewMut<'_, u32>) -> R,
+) -> Result<R> {
+    const OP: &str = "cuda::with_u32_view_mut";
+    cuda_device(OP, t.device())?;
+    let range = t.layout().contiguous_range().ok_or_else(|| {
+        Error::msg(format!(
+            "{OP}: the tensor (shape {:?}) is not contiguous",
+            t.dims()
+        ))
+    })?;
+    let mut storage = t.storage_mut();
+    let Storage::Cuda(s) = &mut *storage else {
+        return Err(Error::msg(format!(
+            "{OP}: the tensor's storage is not on a CUDA device"
+        )));
+    };
+    let CudaData::U32(slice) = &mut s.data else {
+        return Err(Error::msg(format!("{OP}: the buffer is not u32")));
+    };
+    Ok(f(&mut slice.slice_mut(range)))
 }
