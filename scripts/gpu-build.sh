@@ -6,6 +6,7 @@
 #   .gpu/tensor-errors     crates/tensor/tests/errors.rs
 #   .gpu/nn-cuda-models    crates/nn/tests/cuda_models.rs (ResNet-20, LSTM LM, DeepSpeech steps)
 #   .gpu/comm-nccl         crates/comm/tests/nccl.rs (the NCCL backend on one GPU)
+#   .gpu/comm-group        crates/comm/tests/group.rs (ProcessGroup's compositions on GPU tensors)
 #   .gpu/tensor-sparsify   crates/tensor/tests/sparsify.rs (selection and DGC accumulation, GPU vs CPU)
 #   .gpu/compress-dgc-device  crates/compress/tests/dgc_device.rs (DGC on GPU tensors vs on slices)
 #   .gpu/compress_bench    benchmarks: DGC compression on the GPU against torch.topk (--device cuda)
@@ -46,6 +47,7 @@ cp "$(pick cuda)" .gpu/tensor-cuda
 cp "$(pick errors)" .gpu/tensor-errors
 cp "$(pick cuda_models)" .gpu/nn-cuda-models
 cp "$(pick nccl)" .gpu/comm-nccl
+cp "$(pick group)" .gpu/comm-group
 cp "$(pick sparsify)" .gpu/tensor-sparsify
 cp "$(pick dgc_device)" .gpu/compress-dgc-device
 cargo build --release -p benchmarks --bin gpu_step_bench --bin compress_bench --bin comm_bench --bin sparse_merge_bench -p train --bin train

@@ -239,13 +239,14 @@ extern "C" __global__ void mag_tile_write(const float* x, unsigned long long n, 
 // ---- small helpers ----------------------------------------------------------------------
 
 // x[idx[j]] = 0 for j < k (clearing what was sent from the accumulators); indices past n
-// are skipped (and counted in bad[0], which the host reads and reports).
+// are skipped (and counted in bad[0], which the host reads and reports). With count_only
+// nothing is written: the checked call counts first, so that an error leaves x as it was.
 extern "C" __global__ void zero_at(float* x, unsigned long long n, const unsigned int* idx,
-                                   unsigned long long k, unsigned int* bad) {
+                                   unsigned long long k, unsigned int* bad, int count_only) {
     GRID_LOOP(j, k) {
         unsigned int i = idx[j];
-        if (i < n) x[i] = 0.0f;
-        else atomicAdd(bad, 1u);
+        if (i >= n) atomicAdd(bad, 1u);
+        else if (!count_only) x[i] = 0.0f;
     }
 }
 

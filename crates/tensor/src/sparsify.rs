@@ -340,8 +340,8 @@ pub fn strided_sample(x: &Tensor, start: usize, stride: usize, count: usize) -> 
 }
 
 /// Sets `x[i] = 0` for every i in `indices` (U32, each below x's element count), in
-/// place; an index out of range is an error (on the GPU it is found after the kernel,
-/// which skips it, so this waits for the device).
+/// place; an index out of range is an error that leaves `x` as it was (on the GPU a
+/// kernel counts them first, so this waits for the device).
 pub fn zero_at(x: &Tensor, indices: &Tensor) -> Result<()> {
     zero_indices("sparsify::zero_at", x, indices, true)
 }

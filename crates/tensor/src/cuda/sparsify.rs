@@ -166,8 +166,9 @@ pub(crate) fn write(
     Ok((idx, val))
 }
 
-/// x[idx[j]] = 0 for j < k, skipping indices past x's `n` elements; with `check`, waits
-/// for the kernel and returns how many were skipped (else 0, without waiting).
+/// x[idx[j]] = 0 for j < k, skipping indices past x's `n` elements. With `check`, first
+/// counts the indices past `n` (waiting for the device) and, if any are, returns their
+/// count having written nothing; without, queues the clearing and returns 0.
 pub(crate) fn zero_at(
     d: &CudaDevice,
     x: &mut CudaViewMut<'_, f32>,
@@ -180,17 +181,37 @@ pub(crate) fn zero_at(
         return Ok(0);
     }
     let mut bad = d.alloc_zeros::<u32>(1)?;
+    if check {
+        zero_at_pass(d, x, n, idx, k, &mut bad, 1)?;
+        let skipped = d.download(&bad, 1)?[0];
+        if skipped > 0 {
+            return Ok(skipped);
+        }
+    }
+    zero_at_pass(d, x, n, idx, k, &mut bad, 0)?;
+    Ok(0)
+}
+
+fn zero_at_pass(
+    d: &CudaDevice,
+    x: &mut CudaViewMut<'_, f32>,
+    n: usize,
+    idx: &CudaView<'_, u32>,
+    k: usize,
+    bad: &mut cudarc::driver::CudaSlice<u32>,
+    count_only: i32,
+) -> Result<()> {
     let (n64, k64) = (n as u64, k as u64);
     let f = d.func("zero_at")?;
     let mut b = d.stream.launch_builder(&f);
-    b.arg(x).arg(&n64).arg(idx).arg(&k64).arg(&mut bad);
+    b.arg(x)
+        .arg(&n64)
+        .arg(idx)
+        .arg(&k64)
+        .arg(bad)
+        .arg(&count_only);
     // SAFETY: x holds n values and idx k; indices past n are skipped by the kernel.
-    launched("zero_at", unsafe { b.launch(CudaDevice::cfg(k)) })?;
-    if check {
-        Ok(d.download(&bad, 1)?[0])
-    } else {
-        Ok(0)
-    }
+    launched("zero_at", unsafe { b.launch(CudaDevice::cfg(k)) })
 }
 
 /// x[start + j·stride] for j < count.
