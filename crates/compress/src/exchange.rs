@@ -4,10 +4,12 @@
 //! the staged warm-up DGC and gTop-k share).
 
 use crate::codec::CodecError;
-use crate::method::{Update, UpdateKind, WireStats};
+use crate::method::{TensorUpdate, Update, UpdateKind, WireStats};
 use crate::{CompressError, Result};
-use comm::{Communicator, ReduceOp};
+use comm::{Communicator, ProcessGroup, ReduceOp};
 use std::time::Instant;
+use tensor::sparsify::Selected;
+use tensor::{DType, Tensor};
 
 /// Accumulates compression and communication seconds into a [`WireStats`].
 pub(crate) struct Meter {
@@ -60,6 +62,52 @@ pub(crate) fn dense_average(comm: &mut Communicator, values: &[f32]) -> Result<U
         values: out,
         kind: UpdateKind::Gradient,
         stats,
+    })
+}
+
+/// [`dense_average`] on tensors: `grad` averaged over the group's ranks in a new tensor
+/// (autograd's gradient is not the method's to overwrite), on the same device.
+pub(crate) fn dense_average_tensor(
+    group: &mut dyn ProcessGroup,
+    grad: &Tensor,
+) -> Result<TensorUpdate> {
+    let n = grad.elem_count();
+    let mut m = Meter::new(n);
+    // x·1 + 0 is x (−0 aside): a contiguous copy on the device.
+    let out = tensor::no_grad(|| grad.scale(1.0))?;
+    m.comm(|| group.allreduce(&out, ReduceOp::Average))?;
+    m.stats.sent_values = n;
+    m.stats.message_bytes = 4 * n;
+    Ok(TensorUpdate {
+        values: out,
+        kind: UpdateKind::Gradient,
+        stats: m.stats,
+    })
+}
+
+/// The second half of a sparse exchange on tensors: every rank's `sel` summed by index in
+/// rank order (TopKAllReduce: the group's own on TCP, the composed one on NCCL), made
+/// dense and divided by the world size, as [`allgather_average`] does with the decoded
+/// messages; shaped `dims`, on `sel`'s device.
+pub(crate) fn sparse_average_tensor(
+    group: &mut dyn ProcessGroup,
+    m: &mut Meter,
+    sel: &Selected,
+    dims: &[usize],
+) -> Result<Tensor> {
+    let summed = m.comm(|| group.topk_allreduce(sel))?;
+    let n = sel.source_len;
+    let inv = 1.0 / group.world_size() as f32;
+    m.decompress(|| -> Result<Tensor> {
+        let dense = if summed.is_empty() {
+            Tensor::zeros(n, DType::F32, summed.values.device())?
+        } else {
+            summed
+                .values
+                .index_add_into(&summed.indices, 0, &n.into())?
+        };
+        // The host multiplies by the f32 1/P; so does this (affine in f32).
+        Ok(dense.scale(inv as f64)?.reshape(dims)?)
     })
 }
 
@@ -213,6 +261,23 @@ pub(crate) fn check_len(
                 g.len()
             )));
         }
+    }
+    Ok(n)
+}
+
+/// [`check_len`] for a tensor: parameter `index` declared to init, with `t`'s element count.
+pub(crate) fn check_numel(
+    method: &str,
+    index: usize,
+    expected: Option<usize>,
+    t: &Tensor,
+) -> Result<usize> {
+    let n = check_len(method, index, expected, &[])?;
+    if t.elem_count() != n {
+        return Err(CompressError::Usage(format!(
+            "{method}: parameter {index} has {n} elements, but a tensor of shape {:?} was passed",
+            t.dims()
+        )));
     }
     Ok(n)
 }

@@ -23,5 +23,7 @@ pub mod select;
 
 pub use build::{build, Context};
 pub use error::{CompressError, Result};
-pub use method::{Method, ParamSpec, StateTensors, StepInfo, Update, UpdateKind, WireStats};
+pub use method::{
+    Method, ParamSpec, StateTensors, StepInfo, TensorUpdate, Update, UpdateKind, WireStats,
+};
 pub use options::{help_text, MethodSpec};

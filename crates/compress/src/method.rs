@@ -18,7 +18,8 @@
 //! divided by the world size), so the learning rate means the same as for dense SGD.
 
 use crate::Result;
-use comm::Communicator;
+use comm::{Communicator, ProcessGroup};
+use tensor::{Device, Tensor};
 
 /// What the trainer tells a method about one parameter, once, before training.
 #[derive(Clone, Debug, PartialEq)]
@@ -116,6 +117,23 @@ pub struct Update {
     pub stats: WireStats,
 }
 
+/// The result of [`Method::exchange_tensor`]: the update as a tensor of the gradient's
+/// shape on its device.
+#[derive(Clone, Debug)]
+pub struct TensorUpdate {
+    pub values: Tensor,
+    pub kind: UpdateKind,
+    pub stats: WireStats,
+}
+
+/// The error of a method asked to run on tensors that does not yet.
+pub(crate) fn not_on_tensors(name: &str) -> crate::CompressError {
+    crate::CompressError::Usage(format!(
+        "{name} does not run on tensors yet: its exchange takes host slices over the TCP \
+         backend (methods on tensors: dense, dgc; see docs/compress.md)"
+    ))
+}
+
 /// Per-parameter state that a checkpoint must hold for a bit-exact resume.
 pub type StateTensors = Vec<(String, Vec<f32>)>;
 
@@ -180,9 +198,34 @@ pub trait Method: Send {
     fn after_step_every(&self) -> Option<u64> {
         None
     }
-    /// The state a resume needs (residuals, momenta, weight copies, RNG), named.
-    fn state(&self) -> StateTensors {
-        Vec::new()
+    /// Whether the method runs on tensors ([`Method::place`], [`Method::exchange_tensor`]):
+    /// the trainer then keeps gradients on their device and hands them over as tensors.
+    fn on_tensors(&self) -> bool {
+        false
+    }
+    /// Keeps the per-parameter state on `device` from now on (moving what it holds; after
+    /// [`Method::init`], before the first [`Method::exchange_tensor`]), so that the state
+    /// lives where the gradients do. An error for a method that does not run on tensors.
+    fn place(&mut self, _device: Device) -> Result<()> {
+        Err(not_on_tensors(self.name()))
+    }
+    /// [`Method::exchange`] on tensors: parameter `index`'s gradient (and its weights,
+    /// when [`Method::reads_weights`]) on the group's device, the collectives those of
+    /// `group` (TCP or NCCL), the update returned on the same device. Same results as the
+    /// slices' exchange, bit for bit where the method's tests say so.
+    fn exchange_tensor(
+        &mut self,
+        _group: &mut dyn ProcessGroup,
+        _index: usize,
+        _weights: Option<&Tensor>,
+        _grad: &Tensor,
+    ) -> Result<TensorUpdate> {
+        Err(not_on_tensors(self.name()))
+    }
+    /// The state a resume needs (residuals, momenta, weight copies, RNG), named, on the
+    /// host (a method on tensors copies its state off the device, which can fail).
+    fn state(&self) -> Result<StateTensors> {
+        Ok(Vec::new())
     }
     fn load_state(&mut self, state: &StateTensors) -> Result<()> {
         if state.is_empty() {

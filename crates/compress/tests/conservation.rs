@@ -34,7 +34,7 @@ fn grad(rank: usize, step: usize, p: usize) -> Vec<f32> {
 }
 
 fn residual_sum(m: &dyn Method, key: &str, p: usize) -> Vec<f64> {
-    let s = m.state();
+    let s = m.state().unwrap();
     let (_, r) = s.iter().find(|(k, _)| k == &format!("{key}.{p}")).unwrap();
     r.iter().map(|&x| x as f64).collect()
 }
@@ -391,7 +391,7 @@ fn dgc_dense_1d_sends_every_vector_dense_and_sparsifies_the_rest() {
                 let u = m.exchange(c, p, &[], &g).unwrap();
                 sent.push((u.stats.sent_values, u.stats.message_bytes));
             }
-            let kept: Vec<usize> = m.state().iter().map(|(_, v)| v.len()).collect();
+            let kept: Vec<usize> = m.state().unwrap().iter().map(|(_, v)| v.len()).collect();
             stats.push((sent, kept, m.describe()));
         }
         stats

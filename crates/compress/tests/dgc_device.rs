@@ -127,7 +127,7 @@ fn dgc_on_tensors_chooses_what_dgc_on_slices_chooses() {
                     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                     assert_eq!(bits(&dv), bits(&vals), "{what}: values");
                     let (u, v) = on.state_of(p).unwrap();
-                    let hs = compress::Method::state(&host);
+                    let hs = compress::Method::state(&host).unwrap();
                     let find = |key: String| {
                         let found = hs.iter().find(|(k, _)| *k == key);
                         found
@@ -181,7 +181,7 @@ fn dgc_on_slices_checks_the_weights_and_reads_them_only_for_weight_decay() {
     let (di, _) = on.compress(0, Some(&wt), &gt).unwrap().to_vecs().unwrap();
     assert_eq!(di, idx);
     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-    let hs = compress::Method::state(&host);
+    let hs = compress::Method::state(&host).unwrap();
     assert_eq!(bits(&on.state_of(0).unwrap().0), bits(&hs[0].1), "velocity");
     assert!(on.state_of(0).unwrap().0.iter().all(|x| x.is_finite()));
     // With weight decay, weights of the wrong length are an error, not a silent truncation.
@@ -220,7 +220,7 @@ fn a_checkpoint_of_either_resumes_the_other_bit_for_bit() {
         host.compress(0, &w, &grad(step)).unwrap();
     }
     // The host's checkpoint into the tensor side, which goes on as the host does.
-    let saved = compress::Method::state(&host);
+    let saved = compress::Method::state(&host).unwrap();
     let mut on = DgcOnDevice::new(cfg.clone(), 2, Rng::new(99)).unwrap();
     on.init(&params, Device::Cpu).unwrap();
     on.load_state(&saved).unwrap();
@@ -237,8 +237,8 @@ fn a_checkpoint_of_either_resumes_the_other_bit_for_bit() {
     compress::Method::init(&mut again, &params).unwrap();
     compress::Method::load_state(&mut again, &on.state().unwrap()).unwrap();
     assert_eq!(
-        compress::Method::state(&again),
-        compress::Method::state(&host)
+        compress::Method::state(&again).unwrap(),
+        compress::Method::state(&host).unwrap()
     );
     // A checkpoint of another model is refused, naming what is wrong.
     let mut other = DgcOnDevice::new(DgcConfig::all_off(0.01), 2, Rng::new(1)).unwrap();

@@ -100,7 +100,7 @@ fn run(nesterov: bool, masking: bool) -> Run {
                 directions.push((update.values, want));
             }
         }
-        let state = m.state();
+        let state = m.state().unwrap();
         let get = |key: String| state.iter().find(|(k, _)| *k == key).unwrap().1.clone();
         let got: Vec<Vec<f32>> = (0..SIZES.len())
             .flat_map(|p| [get(format!("u.{p}")), get(format!("v.{p}"))])

@@ -201,7 +201,10 @@ impl Exchanger {
                             .allgather_v(&b)
                             .map(Reply::Gathered)
                             .map_err(|e| format!("allgather: {e}")),
-                        Job::State => Ok(Reply::State(method.state())),
+                        Job::State => method
+                            .state()
+                            .map(Reply::State)
+                            .map_err(|e| format!("copying the method's state: {e}")),
                         Job::LoadState(s) => method
                             .load_state(&s)
                             .map(|_| Reply::Loaded)

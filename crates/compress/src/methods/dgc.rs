@@ -36,12 +36,13 @@
 
 use crate::codec::zero_run;
 use crate::exchange::{
-    allgather_average, check_len, check_warmup, dense_average, keep_count, warmup_density, Meter,
+    allgather_average, check_len, check_numel, check_warmup, dense_average, dense_average_tensor,
+    keep_count, sparse_average_tensor, warmup_density, Meter,
 };
-use crate::method::{Method, ParamSpec, StateTensors, StepInfo, Update, UpdateKind};
+use crate::method::{Method, ParamSpec, StateTensors, StepInfo, TensorUpdate, Update, UpdateKind};
 use crate::select::{exact_topk, sampled_threshold, sampled_threshold_tensor};
 use crate::{CompressError, Result};
-use comm::Communicator;
+use comm::{Communicator, ProcessGroup};
 use tensor::sparsify::{self, Accumulate, AccumulateRule, Selected};
 use tensor::{Device, Rng, Tensor};
 
@@ -177,6 +178,11 @@ pub struct Dgc {
     /// Which parameters are exchanged dense (`dense_below`, `dense_1d`).
     dense: Vec<bool>,
     epoch: f64,
+    /// The parameters, as [`Method::init`] declared them ([`Method::place`] needs them).
+    params: Vec<ParamSpec>,
+    /// Once [`Method::place`]d: the state on the device, which then replaces `u`, `v` and
+    /// `rng` (emptied) for the exchange on tensors, the checkpoint and the resume.
+    on_device: Option<DgcOnDevice>,
 }
 
 impl Dgc {
@@ -191,6 +197,8 @@ impl Dgc {
             sizes: Vec::new(),
             dense: Vec::new(),
             epoch: 0.0,
+            params: Vec::new(),
+            on_device: None,
         })
     }
     pub fn density_now(&self) -> f64 {
@@ -258,6 +266,8 @@ impl Method for Dgc {
         )
     }
     fn init(&mut self, params: &[ParamSpec]) -> Result<()> {
+        self.params = params.to_vec();
+        self.on_device = None;
         self.sizes = params.iter().map(|p| p.numel()).collect();
         self.dense = params.iter().map(|p| self.cfg.is_dense(p)).collect();
         let state = |with: bool| -> Vec<Vec<f32>> {
@@ -274,6 +284,9 @@ impl Method for Dgc {
     }
     fn begin_step(&mut self, info: StepInfo) {
         self.epoch = info.epoch;
+        if let Some(d) = &mut self.on_device {
+            d.begin_step(info);
+        }
     }
     fn reads_weights(&self) -> bool {
         self.cfg.momentum_correction && self.cfg.weight_decay != 0.0
@@ -289,6 +302,11 @@ impl Method for Dgc {
         weights: &[f32],
         grad: &[f32],
     ) -> Result<Update> {
+        if self.on_device.is_some() {
+            return Err(CompressError::Usage(
+                "dgc: the state is on the device (place was called): exchange tensors".into(),
+            ));
+        }
         let n = check_len("dgc", index, self.sizes.get(index).copied(), &[grad])?;
         if self.reads_weights() && weights.len() != n {
             return Err(CompressError::Usage(format!(
@@ -330,13 +348,95 @@ impl Method for Dgc {
         };
         Ok(m.update(out, kind))
     }
-    fn state(&self) -> StateTensors {
+    fn on_tensors(&self) -> bool {
+        true
+    }
+    /// Moves `u`, `v` and the generator into a [`DgcOnDevice`] on `device`, the host
+    /// vectors freed; a checkpoint loaded before or after resumes the same.
+    fn place(&mut self, device: tensor::Device) -> Result<()> {
+        let host = self.state()?;
+        let mut d = DgcOnDevice::new(self.cfg.clone(), self.world, self.rng.clone())?;
+        d.init(&self.params, device)?;
+        d.load_state(&host)?;
+        d.begin_step(StepInfo {
+            step: 0,
+            epoch: self.epoch,
+        });
+        self.u = Vec::new();
+        self.v = Vec::new();
+        self.on_device = Some(d);
+        Ok(())
+    }
+    /// [`Method::exchange`] on tensors: the local half by [`DgcOnDevice::compress`] (the
+    /// same entries, bit for bit), the chosen pairs summed by the group's TopKAllReduce
+    /// (on NCCL they travel as (u32, f32) pairs: 8 bytes each where the zero-run format
+    /// takes 6; `WireStats` reports the zero-run length, the paper's measure, as the host
+    /// path does, and the communicator's counters what crossed the wire).
+    fn exchange_tensor(
+        &mut self,
+        group: &mut dyn ProcessGroup,
+        index: usize,
+        weights: Option<&Tensor>,
+        grad: &Tensor,
+    ) -> Result<TensorUpdate> {
+        let n = check_numel("dgc", index, self.sizes.get(index).copied(), grad)?;
+        let reads_weights = self.reads_weights();
+        let Some(d) = &mut self.on_device else {
+            return Err(CompressError::Usage(
+                "dgc: exchange_tensor before place (the state is on the host)".into(),
+            ));
+        };
+        if self.dense[index] {
+            let gs = if self.cfg.clip_dense && self.cfg.clip > 0.0 {
+                clip_from_sum_sq(sparsify::sum_of_squares(grad)?, self.cfg.clip, self.world)
+            } else {
+                1.0
+            };
+            if gs < 1.0 {
+                return dense_average_tensor(group, &tensor::no_grad(|| grad.scale(gs as f64))?);
+            }
+            return dense_average_tensor(group, grad);
+        }
+        if let Some(w) = weights.filter(|_| reads_weights) {
+            check_numel("dgc (weights)", index, Some(n), w)?;
+        }
+        let mut m = Meter::new(n);
+        let sel = m.compress(|| -> Result<(Selected, usize)> {
+            let flat = grad.flatten_all()?;
+            let w = weights.map(|w| w.flatten_all()).transpose()?;
+            let sel = d.compress(index, w.as_ref(), &flat)?;
+            // The message measure needs the indices on the host: 4 bytes per value sent.
+            let indices = sel.indices.to_vec::<u32>()?;
+            Ok((sel, zero_run::encoded_len(&indices)))
+        });
+        let (sel, message_bytes) = sel?;
+        m.stats.sent_values = sel.len();
+        m.stats.message_bytes = message_bytes;
+        let values = sparse_average_tensor(group, &mut m, &sel, grad.dims())?;
+        let kind = if self.cfg.momentum_correction {
+            UpdateKind::Direction
+        } else {
+            UpdateKind::Gradient
+        };
+        Ok(TensorUpdate {
+            values,
+            kind,
+            stats: m.stats,
+        })
+    }
+    fn state(&self) -> Result<StateTensors> {
+        if let Some(d) = &self.on_device {
+            return d.state();
+        }
         let mut s = crate::methods::named_state("u", &self.u);
         s.extend(crate::methods::named_state("v", &self.v));
         s.push(("rng".into(), crate::methods::rng_to_state(&self.rng)));
-        s
+        Ok(s)
     }
     fn load_state(&mut self, state: &StateTensors) -> Result<()> {
+        if let Some(d) = &mut self.on_device {
+            return d.load_state(state);
+        }
         let (rng, rest) = crate::methods::split_rng("dgc", state)?;
         self.rng = rng;
         crate::methods::load_named("dgc", &rest, &mut [("u", &mut self.u), ("v", &mut self.v)])

@@ -219,8 +219,8 @@ impl Method for GradientDropping {
         )?;
         average_in_place(comm, weights).map(Some)
     }
-    fn state(&self) -> StateTensors {
-        crate::methods::named_state("residual", &self.residual)
+    fn state(&self) -> Result<StateTensors> {
+        Ok(crate::methods::named_state("residual", &self.residual))
     }
     fn load_state(&mut self, state: &StateTensors) -> Result<()> {
         crate::methods::load_named(self.label(), state, &mut [("residual", &mut self.residual)])

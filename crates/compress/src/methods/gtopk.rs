@@ -159,8 +159,8 @@ impl Method for GTopK {
         })?;
         Ok(m.update(out, UpdateKind::Gradient))
     }
-    fn state(&self) -> StateTensors {
-        crate::methods::named_state("residual", &self.residual)
+    fn state(&self) -> Result<StateTensors> {
+        Ok(crate::methods::named_state("residual", &self.residual))
     }
     fn load_state(&mut self, state: &StateTensors) -> Result<()> {
         crate::methods::load_named("gtopk", state, &mut [("residual", &mut self.residual)])

@@ -153,8 +153,8 @@ impl Method for OneBit {
         })?;
         Ok(m.update(out, UpdateKind::Gradient))
     }
-    fn state(&self) -> StateTensors {
-        crate::methods::named_state("error", &self.error)
+    fn state(&self) -> Result<StateTensors> {
+        Ok(crate::methods::named_state("error", &self.error))
     }
     fn load_state(&mut self, state: &StateTensors) -> Result<()> {
         crate::methods::load_named("onebit", state, &mut [("error", &mut self.error)])

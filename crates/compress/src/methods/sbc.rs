@@ -268,10 +268,10 @@ impl Method for Sbc {
             .map(std::mem::take)
             .unwrap_or_default()
     }
-    fn state(&self) -> StateTensors {
+    fn state(&self) -> Result<StateTensors> {
         let mut s = crate::methods::named_state("w_sync", &self.w_sync);
         s.extend(crate::methods::named_state("residual", &self.residual));
-        s
+        Ok(s)
     }
     fn load_state(&mut self, state: &StateTensors) -> Result<()> {
         // w_sync is captured at the first exchange; a checkpoint always has it.

@@ -135,8 +135,11 @@ impl Method for TernGrad {
         })?;
         Ok(m.update(out, UpdateKind::Gradient))
     }
-    fn state(&self) -> StateTensors {
-        vec![("rng".into(), crate::methods::rng_to_state(&self.rng))]
+    fn state(&self) -> Result<StateTensors> {
+        Ok(vec![(
+            "rng".into(),
+            crate::methods::rng_to_state(&self.rng),
+        )])
     }
     fn load_state(&mut self, state: &StateTensors) -> Result<()> {
         let (rng, rest) = crate::methods::split_rng("terngrad", state)?;

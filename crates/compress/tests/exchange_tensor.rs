@@ -1,0 +1,170 @@
+//! The exchange on tensors (`Method::place`, `Method::exchange_tensor`) against the
+//! exchange on slices, over the same TCP job: for dense and for DGC with its switches,
+//! worlds 1–3, several steps, the same updates bit for bit, the same wire statistics, and
+//! the same state at the end — on CPU tensors here, and on GPU tensors (ranks sharing one
+//! GPU over TCP) when one is present (`REQUIRE_GPU=1` makes its absence a failure).
+
+mod common;
+
+use comm::ProcessGroup;
+use common::{built, ctx, heavy_tailed, job};
+use compress::{Method, StepInfo};
+use tensor::{cuda, Device, Tensor};
+
+fn devices() -> Vec<Device> {
+    let mut d = vec![Device::Cpu];
+    if cuda::is_available(0) {
+        d.push(Device::Cuda(0));
+    } else {
+        let required = std::env::var("REQUIRE_GPU").is_ok_and(|v| v == "1");
+        assert!(!required, "REQUIRE_GPU=1 but no CUDA device is usable");
+        eprintln!("GPU half skipped: no GPU");
+    }
+    d
+}
+
+/// A weight matrix and a long vector sent sparse, a bias sent dense (dense_1d).
+const SHAPES: [&[usize]; 3] = [&[60, 50], &[40], &[5_000]];
+
+/// What one rank saw: per step and parameter, the slices' update and the tensors' (values
+/// as bits, −0 read as +0: the dense scratch's 0 + x), the kinds, sent values and message
+/// bytes; then both final states.
+type Seen = (
+    Vec<(Vec<u32>, Vec<u32>, bool, [usize; 2], [usize; 2])>,
+    Vec<Vec<u32>>,
+    Vec<Vec<u32>>,
+);
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter()
+        .map(|&x| if x == 0.0 { 0 } else { x.to_bits() })
+        .collect()
+}
+
+fn state_bits(m: &dyn Method) -> Vec<Vec<u32>> {
+    m.state().unwrap().iter().map(|(_, v)| bits(v)).collect()
+}
+
+fn run(name: &str, opts: &[&str], nesterov: bool, world: usize, device: Device) -> Vec<Seen> {
+    job(world, |rank, c| -> Seen {
+        let cx = compress::Context {
+            momentum: 0.9,
+            nesterov,
+            weight_decay: 1e-4,
+            ..ctx(rank, world)
+        };
+        let mut host = built(name, opts, &cx, SHAPES);
+        let mut dev = built(name, opts, &cx, SHAPES);
+        dev.place(device).unwrap();
+        c.set_device(device);
+        let mut seen = Vec::new();
+        for step in 0..4u64 {
+            let info = StepInfo {
+                step,
+                epoch: step as f64 * 0.1,
+            };
+            host.begin_step(info);
+            dev.begin_step(info);
+            for (i, shape) in SHAPES.iter().enumerate() {
+                let n: usize = shape.iter().product();
+                let seed = 1000 * rank as u64 + 10 * step + i as u64;
+                let g = heavy_tailed(n, seed);
+                let w = heavy_tailed(n, seed + 7);
+                let a = host.exchange(c, i, &w, &g).unwrap();
+                let gt = Tensor::from_vec(g, shape.to_vec(), device).unwrap();
+                let wt = Tensor::from_vec(w, shape.to_vec(), device).unwrap();
+                let b = dev
+                    .exchange_tensor(c as &mut dyn ProcessGroup, i, Some(&wt), &gt)
+                    .unwrap();
+                assert_eq!(b.values.dims(), *shape);
+                assert_eq!(b.values.device(), device);
+                seen.push((
+                    bits(&a.values),
+                    bits(&b.values.to_vec::<f32>().unwrap()),
+                    a.kind == b.kind,
+                    [a.stats.sent_values, a.stats.message_bytes],
+                    [b.stats.sent_values, b.stats.message_bytes],
+                ));
+            }
+        }
+        (seen, state_bits(host.as_ref()), state_bits(dev.as_ref()))
+    })
+}
+
+/// `nesterov`: the trainer's --nesterov, which DGC's momentum correction follows.
+fn check(name: &str, opts: &[&str], nesterov: bool) {
+    for device in devices() {
+        for world in 1..=3 {
+            for (rank, (seen, host_state, dev_state)) in
+                run(name, opts, nesterov, world, device).iter().enumerate()
+            {
+                let at = format!("{name} {opts:?} on {device:?}, world {world}, rank {rank}");
+                for (j, (a, b, same_kind, sa, sb)) in seen.iter().enumerate() {
+                    assert_eq!(
+                        a,
+                        b,
+                        "{at}: update {j} (step {}, parameter {})",
+                        j / 3,
+                        j % 3
+                    );
+                    assert!(same_kind, "{at}: update {j}'s kind");
+                    assert_eq!(sa, sb, "{at}: update {j}'s sent values and message bytes");
+                }
+                assert_eq!(host_state, dev_state, "{at}: the state after 4 steps");
+            }
+        }
+    }
+}
+
+#[test]
+fn dense_on_tensors_equals_dense_on_slices() {
+    check("dense", &[], false);
+}
+
+#[test]
+fn dgc_on_tensors_equals_dgc_on_slices() {
+    check(
+        "dgc",
+        &["density=0.01", "warmup_epochs=0.2", "clip=0.5"],
+        false,
+    );
+}
+
+#[test]
+fn dgc_exact_nesterov_on_tensors_equals_dgc_on_slices() {
+    check(
+        "dgc",
+        &["density=0.02", "warmup_epochs=0", "sampling=false"],
+        true,
+    );
+}
+
+#[test]
+fn gradient_dropping_on_tensors_equals_it_on_slices() {
+    check(
+        "dgc",
+        &[
+            "density=0.01",
+            "warmup_epochs=0",
+            "momentum_correction=false",
+            "masking=false",
+        ],
+        false,
+    );
+}
+
+#[test]
+fn methods_not_on_tensors_say_so() {
+    let cx = ctx(0, 1);
+    for name in [
+        "topk", "gtopk", "sbc", "qsgd", "terngrad", "onebit", "fedavg",
+    ] {
+        let mut m = built(name, &[] as &[&str], &cx, SHAPES);
+        assert!(!m.on_tensors(), "{name}");
+        let e = m.place(Device::Cpu).unwrap_err().to_string();
+        assert!(e.contains("does not run on tensors yet"), "{name}: {e}");
+    }
+    let mut half = built("dense", &["wire=f16"], &cx, SHAPES);
+    assert!(!half.on_tensors());
+    assert!(half.place(Device::Cpu).is_err());
+}
