@@ -9,6 +9,7 @@
 #   .gpu/comm-group        crates/comm/tests/group.rs (ProcessGroup's compositions on GPU tensors)
 #   .gpu/tensor-sparsify   crates/tensor/tests/sparsify.rs (selection and DGC accumulation, GPU vs CPU)
 #   .gpu/compress-dgc-device  crates/compress/tests/dgc_device.rs (DGC on GPU tensors vs on slices)
+#   .gpu/compress-exchange-tensor  crates/compress/tests/exchange_tensor.rs (exchange_tensor vs exchange)
 #   .gpu/compress_bench    benchmarks: DGC compression on the GPU against torch.topk (--device cuda)
 #   .gpu/gpu_step_bench    benchmarks: ResNet-50 and the 2x1500 LSTM against PyTorch
 #   .gpu/bin/train         the trainer (gpu-check.sh runs a short --device cuda job)
@@ -50,6 +51,7 @@ cp "$(pick nccl)" .gpu/comm-nccl
 cp "$(pick group)" .gpu/comm-group
 cp "$(pick sparsify)" .gpu/tensor-sparsify
 cp "$(pick dgc_device)" .gpu/compress-dgc-device
+cp "$(pick exchange_tensor)" .gpu/compress-exchange-tensor
 cargo build --release -p benchmarks --bin gpu_step_bench --bin compress_bench --bin comm_bench --bin sparse_merge_bench -p train --bin train
 cp "$CARGO_TARGET_DIR/release/gpu_step_bench" .gpu/gpu_step_bench
 cp "$CARGO_TARGET_DIR/release/compress_bench" .gpu/compress_bench

@@ -16,7 +16,8 @@ cd "$(dirname "$0")/.."
 final="${OUT:-gpu-logs}"
 mkdir -p "$final"
 export OUT="$final"
-default_runs="tensor-sparsify compress-dgc-device comm-group comm-nccl compress_bench nn-cuda-models tensor-cuda \
+default_runs="tensor-sparsify compress-dgc-device compress-exchange-tensor comm-group comm-nccl \
+train-resnet20-dgc-slices train-resnet20-dgc-tensors-tcp train-resnet20-dgc-tensors-nccl compress_bench nn-cuda-models tensor-cuda \
 tensor-errors train-resnet20-dgc-cuda train-resnet20-dense-tcp train-resnet20-dense-nccl \
 train-deepspeech-cuda gpu_step_bench"
 GPU_CHECK_ONLY="${GPU_CHECK_ONLY:-$default_runs}" GPU_CHECK_BUDGET="${GPU_CHECK_BUDGET:-300}" \

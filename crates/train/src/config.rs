@@ -43,9 +43,24 @@ pub enum DeviceChoice {
 pub enum Backend {
     /// Every method; CPU or GPU tensors, host messages.
     Tcp,
-    /// --device cuda and --method dense: each gradient allreduced on the GPU, one GPU per
-    /// worker, as NCCL requires.
+    /// --device cuda and a method on tensors (dense, dgc): each gradient exchanged on the
+    /// GPU, one GPU per worker, as NCCL requires.
     Nccl,
+}
+
+/// How gradients reach the method: as tensors on their device, or copied to host slices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ValueEnum)]
+#[serde(rename_all = "lowercase")]
+#[value(rename_all = "lowercase")]
+pub enum Exchange {
+    /// Tensors on a GPU for the methods that run on them (dense, dgc) without
+    /// --bucket-elems; host slices otherwise.
+    Auto,
+    /// Host slices (every method; the only way with --bucket-elems).
+    Slices,
+    /// Tensors on the training device (dense, dgc; the same results as slices, bit for
+    /// bit, on the CPU).
+    Tensors,
 }
 
 /// The optimizer that applies each exchanged gradient.
@@ -139,6 +154,7 @@ pub struct Config {
     pub seed: u64,
     pub device: DeviceChoice,
     pub backend: Backend,
+    pub exchange: Exchange,
     pub out: PathBuf,
     pub log_every: usize,
     pub synthetic_samples: usize,
@@ -184,6 +200,7 @@ impl Default for Config {
             seed: 1,
             device: DeviceChoice::Cpu,
             backend: Backend::Tcp,
+            exchange: Exchange::Auto,
             out: PathBuf::from("runs/latest"),
             log_every: 10,
             synthetic_samples: 4096,
@@ -307,6 +324,9 @@ pub struct Args {
     /// Collective backend (default tcp).
     #[arg(long, value_enum)]
     pub backend: Option<Backend>,
+    /// How gradients reach the method (default auto).
+    #[arg(long, value_enum)]
+    pub exchange: Option<Exchange>,
     /// Run directory: config, metrics.jsonl, summary.json, checkpoints (default
     /// runs/latest). One that holds an earlier run is refused unless --resume or
     /// --overwrite.
@@ -458,6 +478,7 @@ impl Config {
             seed,
             device,
             backend,
+            exchange,
             out,
             log_every,
             synthetic_samples,
@@ -671,21 +692,33 @@ impl Config {
         if self.optimizer == OptimizerChoice::Adam && method.replaces_optimizer() {
             bail!("--optimizer adam with {}: the method applies SGD momentum and weight decay itself (DGC's momentum correction); use --optimizer sgd, or --method-opt momentum_correction=false --method-opt masking=false", method.describe());
         }
+        if self.exchange == Exchange::Tensors {
+            if !method.on_tensors() {
+                bail!("--exchange tensors: --method {} {:?} does not run on tensors yet (dense with f32 values and dgc do); use --exchange slices or auto", spec.name, self.method_opts);
+            }
+            if self.bucket_elems > 0 {
+                bail!("--exchange tensors exchanges each parameter's gradient tensor; --bucket-elems needs --exchange slices");
+            }
+        }
         match self.backend {
             Backend::Tcp => {}
-            // NCCL reduces GPU buffers in place: the dense f32 allreduce maps onto it
-            // directly. The compressing methods encode host byte buffers of different
-            // lengths per rank, which is the TCP backend's allgather-v.
+            // NCCL moves GPU tensors: the methods that run on tensors (dense with f32
+            // values, DGC) exchange over it; the others encode host byte buffers, which
+            // the TCP backend carries.
             Backend::Nccl => {
                 if self.device != DeviceChoice::Cuda {
                     bail!("--backend nccl needs --device cuda (NCCL reduces GPU buffers; got --device {})", self.device);
                 }
-                let f16 = spec.options.get("wire").is_some_and(|w| w != "f32");
-                if spec.name != "dense" || f16 {
-                    bail!("--backend nccl runs --method dense with f32 values only (got --method {} {:?}); the compressing methods exchange variable-length host messages over --backend tcp", spec.name, self.method_opts);
+                if !method.on_tensors() {
+                    bail!("--backend nccl runs the methods on tensors (dense with f32 values, dgc); --method {} {:?} exchanges host messages: use --backend tcp", spec.name, self.method_opts);
                 }
                 if self.bucket_elems > 0 {
                     bail!("--backend nccl exchanges each parameter's gradient tensor in place; --bucket-elems is for --backend tcp");
+                }
+                if self.exchange == Exchange::Slices {
+                    bail!(
+                        "--backend nccl exchanges tensors; --exchange slices is for --backend tcp"
+                    );
                 }
             }
         }

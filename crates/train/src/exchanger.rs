@@ -4,12 +4,15 @@
 //! arrival order. Hooks fire in the same order on every rank (the same graph, walked the
 //! same way), so every rank issues the same collectives in the same order.
 //!
-//! With `--backend nccl` the thread also owns an NCCL communicator, started over the TCP
-//! one before any other job, and the dense method's allreduce runs there instead: each
-//! gradient tensor stays on the GPU and is averaged in place (on a copy, so autograd's
-//! tensor is untouched), queued on the device's compute stream after the kernels that
-//! produced it. The TCP communicator still carries the trainer's own collectives (model
-//! broadcast, loss and evaluation sums) and the compressing methods.
+//! Methods on tensors (`Method::on_tensors`: dense, DGC) on a GPU get each gradient as
+//! the tensor itself (`Job::ExchangeDevice`) and exchange it with
+//! `Method::exchange_tensor` over a `ProcessGroup`: with `--backend nccl` the thread's
+//! NCCL communicator, started over the TCP one before any other job; with `--backend
+//! tcp` the TCP communicator, which copies to the host only what crosses the wire (DGC's
+//! chosen pairs). Either way the update comes back on the GPU, and the method's kernels
+//! are queued on the device's compute stream after those that produced the gradient.
+//! The TCP communicator also carries the trainer's own collectives (model broadcast,
+//! loss and evaluation sums), and the methods that run on host slices.
 //!
 //! An error in a collective (a dead peer, a timeout, a malformed message) is sent back
 //! as a reply naming the rank and ends the thread; the training thread turns it into
@@ -17,8 +20,8 @@
 
 use crate::progress::say_err;
 use anyhow::Result;
-use comm::{Communicator, NcclCommunicator, ReduceOp, Traffic};
-use compress::{Method, StepInfo, Update, WireStats};
+use comm::{Communicator, NcclCommunicator, ProcessGroup, ReduceOp, Traffic};
+use compress::{Method, StepInfo, Update, UpdateKind, WireStats};
 use crossbeam_channel::{bounded, unbounded, Receiver, RecvTimeoutError, Sender};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -31,10 +34,12 @@ pub enum Job {
         weights: Vec<f32>,
         grad: Vec<f32>,
     },
-    /// A gradient on the GPU for the NCCL backend (dense averaging, in place on a copy).
+    /// A gradient tensor for `Method::exchange_tensor` (a method on tensors on a GPU),
+    /// with the parameter's weights when the method reads them.
     ExchangeDevice {
         index: usize,
         grad: Tensor,
+        weights: Option<Tensor>,
     },
     After {
         index: usize,
@@ -57,10 +62,11 @@ pub enum Reply {
         update: Update,
         started: Instant,
     },
-    /// The averaged gradient of an `ExchangeDevice` job, still on the GPU.
+    /// The update of an `ExchangeDevice` job, on the gradient's device.
     DeviceUpdate {
         index: usize,
-        grad: Tensor,
+        update: Tensor,
+        kind: UpdateKind,
         stats: WireStats,
         started: Instant,
     },
@@ -101,12 +107,18 @@ pub struct Exchanger {
 
 impl Exchanger {
     /// Starts the thread; with `nccl`, it first joins the ranks' NCCL communicator on that
-    /// device (a failure there is the first reply).
+    /// device (a failure there is the first reply). With `tensors`, the method exchanges
+    /// tensors on that device (it was `place`d there), over NCCL when started, else over
+    /// the TCP communicator.
     pub fn spawn(
-        comm: Communicator,
+        mut comm: Communicator,
         method: Box<dyn Method>,
         nccl: Option<Device>,
+        tensors: Option<Device>,
     ) -> Result<Exchanger> {
+        if let Some(d) = tensors {
+            comm.set_device(d);
+        }
         let (jobs, rx) = unbounded::<Job>();
         let (tx, replies) = unbounded::<Reply>();
         let after_step_every = method.after_step_every();
@@ -169,16 +181,26 @@ impl Exchanger {
                                 })
                                 .map_err(|e| format!("exchanging parameter {index}: {e}"))
                         }
-                        Job::ExchangeDevice { index, grad } => {
+                        Job::ExchangeDevice {
+                            index,
+                            grad,
+                            weights,
+                        } => {
                             let started = Instant::now();
-                            nccl_average(nccl.as_mut(), &grad)
-                                .map(|(grad, stats)| Reply::DeviceUpdate {
+                            let (group, over): (&mut dyn ProcessGroup, &str) = match nccl.as_mut() {
+                                Some(n) => (n, "NCCL"),
+                                None => (&mut comm, "TCP"),
+                            };
+                            method
+                                .exchange_tensor(group, index, weights.as_ref(), &grad)
+                                .map(|u| Reply::DeviceUpdate {
                                     index,
-                                    grad,
-                                    stats,
+                                    update: u.values,
+                                    kind: u.kind,
+                                    stats: u.stats,
                                     started,
                                 })
-                                .map_err(|e| format!("exchanging parameter {index} over NCCL: {e}"))
+                                .map_err(|e| format!("exchanging parameter {index} over {over}: {e}"))
                         }
                         Job::After { index, mut weights } => method
                             .after_step(&mut comm, index, &mut weights)
@@ -345,32 +367,6 @@ fn add_traffic(acc: &mut Traffic, before: &Traffic, after: &Traffic) {
     acc.total_received += after.total_received - before.total_received;
 }
 
-/// The dense method over NCCL: the average of `grad` over the ranks, in a new tensor on
-/// the same GPU, with the same wire statistics a dense f32 exchange reports. NCCL only
-/// queues the work on the compute stream, so `comm_seconds` is the time to queue it; the
-/// transfer itself shows as the wait when the optimizer reads the result.
-fn nccl_average(
-    nccl: Option<&mut NcclCommunicator>,
-    grad: &Tensor,
-) -> anyhow::Result<(Tensor, WireStats)> {
-    let nccl =
-        nccl.ok_or_else(|| anyhow::anyhow!("a GPU gradient arrived, but NCCL was not started"))?;
-    // A copy: autograd's gradient tensor is not ours to overwrite.
-    let g = tensor::no_grad(|| grad.scale(1.0))?;
-    let t = Instant::now();
-    nccl.allreduce(&g, ReduceOp::Average)?;
-    let n = g.elem_count();
-    let stats = WireStats {
-        elements: n,
-        sent_values: n,
-        message_bytes: 4 * n,
-        dense_bytes: 4 * n,
-        comm_seconds: t.elapsed().as_secs_f64(),
-        ..WireStats::default()
-    };
-    Ok((g, stats))
-}
-
 /// Stops the thread and joins it, but not forever: a collective that can block without
 /// a timeout (an NCCL call, or NCCL's start-up, waiting on a rank that died) must not
 /// keep this process from exiting with its error. After `stop_within` the thread is
@@ -405,7 +401,7 @@ mod tests {
             ..comm::CommConfig::loopback(0, 1, 0, b"t")
         })
         .expect("a one-rank communicator");
-        Exchanger::spawn(comm, dense(1), Some(Device::Cpu)).expect("the compression thread")
+        Exchanger::spawn(comm, dense(1), Some(Device::Cpu), None).expect("the compression thread")
     }
 
     /// The dense method for rank 0 of `world`.
@@ -456,7 +452,7 @@ mod tests {
             drop(c);
         });
         let comm = Communicator::connect(&cfg(0)).expect("rank 0");
-        let mut ex = Exchanger::spawn(comm, dense(2), None).expect("the thread");
+        let mut ex = Exchanger::spawn(comm, dense(2), None, None).expect("the thread");
         assert_eq!(ex.stop_within, Duration::from_secs(40));
         ex.stop_within = Duration::from_millis(300);
         ex.jobs.send(Job::Allreduce(vec![1.0; 4])).expect("queued");
@@ -474,7 +470,7 @@ mod tests {
         // An idle thread stops and is joined well within the bound.
         let one =
             Communicator::connect(&comm::CommConfig::loopback(0, 1, 0, b"t")).expect("rank 0");
-        let ex = Exchanger::spawn(one, dense(1), None).expect("the thread");
+        let ex = Exchanger::spawn(one, dense(1), None, None).expect("the thread");
         let t = Instant::now();
         drop(ex);
         assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());

@@ -12,9 +12,11 @@
 //! 4. methods that communicate weights (delay, periodic averaging) do so after the step,
 //!    and the optimizer's momentum is zeroed where a method asks (SBC's masking).
 //!
-//! With `--backend nccl` (dense only) the hooks hand the GPU gradient tensors themselves
-//! to the compression thread, which averages them with NCCL; nothing is copied to the
-//! host.
+//! On a GPU, with a method that runs on tensors (dense, DGC: `Method::on_tensors`), the
+//! hooks hand the gradient tensors themselves to the compression thread, which exchanges
+//! them over NCCL (`--backend nccl`) or TCP; only what crosses a TCP wire is copied to
+//! the host, and the updates come back on the GPU. The other methods, and every method on
+//! the CPU, get host slices (the same computation; slices also allow `--bucket-elems`).
 //!
 //! Every `log_every` steps rank 0 appends a line to `metrics.jsonl`; at the end of each
 //! epoch (and every `eval_every` steps, if set) the test set is evaluated (each rank its
@@ -38,7 +40,7 @@
 
 use crate::bucket::{Buckets, Collector};
 use crate::checkpoint::{self, Position};
-use crate::config::{Config, OptimizerChoice};
+use crate::config::{Config, Exchange, OptimizerChoice};
 use crate::exchanger::{Exchanger, Job};
 use crate::metrics::{MetricsWriter, Summary};
 use crate::progress::say_err;
@@ -70,8 +72,9 @@ pub struct Worker {
     /// Groups the hooks' gradients into buckets and sends each when complete.
     collector: Arc<Collector>,
     fired: Arc<Vec<AtomicBool>>,
-    /// `--backend nccl`: gradients go to the compression thread as GPU tensors.
-    nccl: bool,
+    /// Gradients go to the compression thread as tensors on their device (a method on
+    /// tensors on a GPU: see the module comment), not as host slices.
+    device_exchange: bool,
     pos: Position,
     /// Bytes the run had sent and received before this process (a resumed run's
     /// checkpoint); the exchanger's counters start from zero in every process.
@@ -180,7 +183,26 @@ impl Worker {
             )),
         };
         let nccl = cfg.backend == crate::config::Backend::Nccl;
-        let ex = Exchanger::spawn(comm, method, nccl.then_some(device))?;
+        // Config checks that NCCL and --exchange tensors run only methods on tensors,
+        // without buckets.
+        let device_exchange = match cfg.exchange {
+            Exchange::Tensors => true,
+            Exchange::Slices => false,
+            Exchange::Auto => {
+                nccl || (device != Device::Cpu && method.on_tensors() && cfg.bucket_elems == 0)
+            }
+        };
+        if device_exchange {
+            method
+                .place(device)
+                .with_context(|| format!("keeping {}'s state on {device:?}", method.name()))?;
+        }
+        let ex = Exchanger::spawn(
+            comm,
+            method,
+            nccl.then_some(device),
+            device_exchange.then_some(device),
+        )?;
         let collector = Arc::new(Collector::new(buckets, ex.jobs.clone(), ex.reads_weights));
         let fired: Arc<Vec<AtomicBool>> =
             Arc::new(params.iter().map(|_| AtomicBool::new(false)).collect());
@@ -189,15 +211,17 @@ impl Worker {
             // Copying the weights out costs a pass over the parameter on the backward
             // thread: only for methods that read them.
             let reads = ex.reads_weights;
-            if nccl {
+            if device_exchange {
                 let jobs = ex.jobs.clone();
                 p.tensor.register_grad_hook(move |g| {
                     fired[i].store(true, Ordering::SeqCst);
                     // A send fails only when the thread has stopped; its error reply
-                    // is what the training thread reports.
+                    // is what the training thread reports. The weights are read before
+                    // the optimizer writes them: it waits for every update.
                     let _ = jobs.send(Job::ExchangeDevice {
                         index: i,
                         grad: g.clone(),
+                        weights: reads.then(|| w.clone()),
                     });
                 })?;
                 continue;
@@ -224,7 +248,7 @@ impl Worker {
             ex,
             collector,
             fired,
-            nccl,
+            device_exchange,
             pos: Position::default(),
             traffic_base: (0, 0),
             idle_fractions: Vec::new(),

@@ -14,7 +14,8 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 use tensor::{no_grad, Device, Rng, Tensor};
 
-/// An exchanged gradient: host values (every method over TCP) or a GPU tensor (NCCL).
+/// An exchanged gradient: host values (a method on slices) or a tensor on the
+/// parameter's device (a method on tensors).
 enum Grad {
     Host(Vec<f32>),
     Device(Tensor),
@@ -102,11 +103,12 @@ impl Worker {
                 continue;
             }
             let p = &self.params[i].tensor;
-            if self.nccl {
+            if self.device_exchange {
                 let zeros = Tensor::zeros(p.dims().to_vec(), p.dtype(), p.device())?;
                 self.ex.send(Job::ExchangeDevice {
                     index: i,
                     grad: zeros,
+                    weights: self.ex.reads_weights.then(|| p.clone()),
                 })?;
                 continue;
             }
@@ -143,14 +145,15 @@ impl Worker {
                 }
                 Reply::DeviceUpdate {
                     index,
-                    grad,
+                    update,
+                    kind,
                     stats,
                     started,
                 } => {
                     let slot = updates.get_mut(index).with_context(|| {
                         format!("compression thread: an update for parameter {index}")
                     })?;
-                    *slot = Some((Grad::Device(grad), UpdateKind::Gradient));
+                    *slot = Some((Grad::Device(update), kind));
                     (started, stats)
                 }
                 _ => bail!("compression thread: unexpected reply during the exchange"),
