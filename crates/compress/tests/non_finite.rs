@@ -10,6 +10,17 @@ use compress::{build, MethodSpec, ParamSpec, StepInfo};
 /// One exchange of an `n`-element gradient holding `bad` at one position, on one rank;
 /// the error's text, or `None` when the exchange succeeded.
 fn exchange_error(method: &str, opts: &[&str], n: usize, bad: f32) -> Option<String> {
+    exchange_error_on(method, opts, n, bad, false)
+}
+
+/// [`exchange_error`], on CPU tensors (`Method::exchange_tensor`) with `tensors`.
+fn exchange_error_on(
+    method: &str,
+    opts: &[&str],
+    n: usize,
+    bad: f32,
+    tensors: bool,
+) -> Option<String> {
     let opts: Vec<String> = opts.iter().map(|s| s.to_string()).collect();
     job(1, |rank, c| {
         let mut m = build(&MethodSpec::parse(method, &opts).unwrap(), &ctx(rank, 1)).unwrap();
@@ -21,6 +32,16 @@ fn exchange_error(method: &str, opts: &[&str], n: usize, bad: f32) -> Option<Str
         let mut g = heavy_tailed(n, 3);
         g[7] = bad;
         let weights = vec![0.0f32; n];
+        if tensors {
+            use tensor::{Device, Tensor};
+            m.place(Device::Cpu).unwrap();
+            let g = Tensor::from_vec(g, n, Device::Cpu).unwrap();
+            let w = Tensor::from_vec(weights, n, Device::Cpu).unwrap();
+            return m
+                .exchange_tensor(c, 0, Some(&w), &g)
+                .err()
+                .map(|e| e.to_string());
+        }
         m.exchange(c, 0, &weights, &g).err().map(|e| e.to_string())
     })
     .pop()
@@ -48,6 +69,21 @@ fn sparsifying_methods_refuse_a_diverged_gradient_at_the_sender() {
             assert!(
                 e.contains("diverged") || e.contains("inf or NaN"),
                 "{method} {opts:?} {bad}: {e}"
+            );
+        }
+        // DGC on tensors (the GPU's path) refuses it the same way.
+        for (opts, n) in [
+            (&["density=0.001", "warmup_epochs=0"][..], 1_000_000),
+            (
+                &["density=0.001", "warmup_epochs=0", "sampling=false"][..],
+                10_000,
+            ),
+        ] {
+            let e = exchange_error_on("dgc", opts, n, bad, true)
+                .unwrap_or_else(|| panic!("dgc on tensors {opts:?} accepted {bad}"));
+            assert!(
+                e.contains("inf or NaN"),
+                "dgc on tensors {opts:?} {bad}: {e}"
             );
         }
         let e = exchange_error("gtopk", &["density=0.01"], 10_000, bad).unwrap();
