@@ -2,9 +2,12 @@
 # One device call for a session's GPU work, from the prebuilt bundle in .gpu/
 # (scripts/gpu-build.sh), in about 5 minutes on an H100/H200:
 #   1. scripts/gpu-check.sh over GPU_CHECK_ONLY (default below: the compression checks
-#      first: selection and DGC on the GPU bit for bit against the CPU, compress_bench
-#      --device cuda; then every other GPU test, the trainer's --device cuda runs and
-#      gpu_step_bench with --breakdown), under GPU_CHECK_BUDGET seconds (default 300);
+#      first: selection, DGC and the exchange on tensors on the GPU bit for bit against
+#      the CPU, ProcessGroup's compositions on GPU tensors and NCCL, DGC trained on
+#      slices, on tensors over TCP and over NCCL to one loss, compress_bench --device
+#      cuda; then every other GPU test, the trainer's other --device cuda runs and
+#      gpu_step_bench with --breakdown and the dense and DGC exchanges over NCCL), under
+#      GPU_CHECK_BUDGET seconds (default 300);
 #   2. kernel profiles (Nsight Compute, time per kernel, clocks and caches left alone),
 #      summarised by kernel family (scripts/gpu-profile.py): compress_bench's compression
 #      kernels, and one ResNet-50 training step of ours;
@@ -21,7 +24,7 @@ train-resnet20-dgc-slices train-resnet20-dgc-tensors-tcp train-resnet20-dgc-tens
 tensor-errors train-resnet20-dgc-cuda train-resnet20-dense-tcp train-resnet20-dense-nccl \
 train-deepspeech-cuda gpu_step_bench"
 GPU_CHECK_ONLY="${GPU_CHECK_ONLY:-$default_runs}" GPU_CHECK_BUDGET="${GPU_CHECK_BUDGET:-300}" \
-  BENCH_ARGS="${BENCH_ARGS:---breakdown}" bash scripts/gpu-check.sh > "$final/gpu-check.txt" 2>&1
+  BENCH_ARGS="${BENCH_ARGS:---breakdown --exchange dense,dgc}" bash scripts/gpu-check.sh > "$final/gpu-check.txt" 2>&1
 check_rc=$?
 source scripts/gpu-env.sh
 ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -1 || true)

@@ -7,6 +7,13 @@
 //! GPU work. The median of `--repeats` steps after `--warmup` is reported, with the ratio
 //! ours / PyTorch (lower is better; the issue's target is ≤ 2).
 //!
+//! `--exchange dense,dgc` also times the step with each gradient exchanged by that method
+//! on tensors over NCCL with one rank (`Method::exchange_tensor`, the trainer's path with
+//! `--backend nccl`), then applied as the trainer applies it; the ratio to the plain step
+//! is the exchange's cost on the GPU (issue 36's target for DGC: at most 1.10× the dense
+//! exchange's step). One rank's NCCL collectives are local copies, so this is the
+//! compression's cost, not the network's.
+//!
 //! `cargo run --release -p benchmarks --bin gpu_step_bench` on a GPU machine, or the
 //! prebuilt binary through scripts/gpu-check.sh. Exits with an error without a GPU.
 
@@ -41,6 +48,83 @@ struct Args {
     /// Append the results as JSON lines to this file.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
+    /// Also time the step with these methods' exchange over NCCL (one rank): dense, dgc
+    /// (DGC at density 0.001, no warm-up, momentum 0.9, its defaults otherwise).
+    #[arg(long, value_delimiter = ',')]
+    exchange: Vec<String>,
+}
+
+/// A one-rank job's NCCL communicator on `device` (over a one-rank TCP rendezvous).
+fn nccl_group(device: Device) -> Result<comm::NcclCommunicator> {
+    let cfg = comm::CommConfig::loopback(0, 1, 0, b"gpu_step_bench");
+    let mut tcp = comm::Communicator::connect(&cfg).context("a one-rank TCP communicator")?;
+    comm::NcclCommunicator::new(&mut tcp, device).context("NCCL on one rank")
+}
+
+/// `name` (dense, dgc) built for one rank and placed on `device` for `model`'s parameters.
+fn exchange_method(
+    name: &str,
+    model: &dyn Module,
+    device: Device,
+) -> Result<Box<dyn compress::Method>> {
+    let opts: Vec<String> = match name {
+        "dense" => vec![],
+        "dgc" => vec!["density=0.001".into(), "warmup_epochs=0".into()],
+        other => bail!("--exchange {other}: dense or dgc"),
+    };
+    let ctx = compress::Context {
+        rank: 0,
+        world: 1,
+        seed: 1,
+        momentum: 0.9,
+        nesterov: false,
+        weight_decay: 0.0,
+    };
+    let mut m = compress::build(&compress::MethodSpec::parse(name, &opts)?, &ctx)?;
+    let specs: Vec<compress::ParamSpec> = model
+        .named_params()
+        .iter()
+        .map(|p| compress::ParamSpec::new(&p.name, p.tensor.dims()))
+        .collect();
+    m.init(&specs)?;
+    m.place(device)?;
+    Ok(m)
+}
+
+/// One step with every gradient exchanged by `method` over `group` in parameter order,
+/// then applied as the trainer applies it (`Gradient`: SGD; `Direction`: w −= lr·d).
+#[allow(clippy::too_many_arguments)]
+fn exchange_step(
+    model: &dyn Module,
+    sgd: &mut Sgd,
+    device: Device,
+    loss_of: &dyn Fn(&dyn Module, &mut Ctx) -> tensor::Result<Tensor>,
+    method: &mut dyn compress::Method,
+    group: &mut comm::NcclCommunicator,
+    lr: f64,
+) -> Result<()> {
+    let mut ctx = Ctx::train(1);
+    let loss = loss_of(model, &mut ctx)?;
+    let grads = loss.backward()?;
+    let params: Vec<Tensor> = model.named_params().into_iter().map(|p| p.tensor).collect();
+    let mut updates = Vec::with_capacity(params.len());
+    for (i, p) in params.iter().enumerate() {
+        let g = grads
+            .get(p)
+            .with_context(|| format!("no gradient for parameter {i}"))?;
+        updates.push(method.exchange_tensor(group, i, Some(p), g)?);
+    }
+    tensor::no_grad(|| -> Result<()> {
+        for (i, (p, u)) in params.iter().zip(updates).enumerate() {
+            match u.kind {
+                compress::UpdateKind::Gradient => sgd.update(i, p, &u.values)?,
+                compress::UpdateKind::Direction => p.assign(&p.sub(&u.values.scale(lr)?)?)?,
+            }
+        }
+        Ok(())
+    })?;
+    cuda::synchronize(device)?;
+    Ok(())
 }
 
 /// Median step time in ms of `step`, which must leave the device idle when it returns.
@@ -163,12 +247,35 @@ fn workload(name: &str, device: Device) -> Result<Workload> {
     })
 }
 
-fn bench(name: &str, args: &Args, device: Device) -> Result<(usize, f64)> {
+/// The plain step's median time, and each `--exchange` method's step time.
+fn bench(name: &str, args: &Args, device: Device) -> Result<(usize, f64, Vec<(String, f64)>)> {
     let (model, batch, loss) = workload(name, device)?;
     let mut sgd = Sgd::new(0.01, 0.9, false, 0.0)?;
     let ms = time_steps(args.warmup, args.repeats, || {
         train_step(model.as_ref(), &mut sgd, device, loss.as_ref())
     })?;
+    let mut exchanged = Vec::new();
+    if !args.exchange.is_empty() {
+        let mut group = nccl_group(device)?;
+        for method in &args.exchange {
+            let mut m = exchange_method(method, model.as_ref(), device)?;
+            let mut sgd = Sgd::new(0.01, 0.9, false, 0.0)?;
+            let t = time_steps(args.warmup, args.repeats, || {
+                exchange_step(
+                    model.as_ref(),
+                    &mut sgd,
+                    device,
+                    loss.as_ref(),
+                    m.as_mut(),
+                    &mut group,
+                    0.01,
+                )
+            })
+            .with_context(|| format!("the step with the {method} exchange"))?;
+            eprintln!("{name}: step with the {method} exchange over NCCL (one rank) {t:.1} ms, plain step {ms:.1} ms");
+            exchanged.push((method.clone(), t));
+        }
+    }
     if args.breakdown {
         report_phases(
             name,
@@ -181,7 +288,7 @@ fn bench(name: &str, args: &Args, device: Device) -> Result<(usize, f64)> {
             )?,
         );
     }
-    Ok((batch, ms))
+    Ok((batch, ms, exchanged))
 }
 
 fn main() {
@@ -198,7 +305,8 @@ fn run() -> Result<()> {
     let device = Device::Cuda(0);
     let mut rows = Vec::new();
     for name in &args.models {
-        let (batch, ours) = bench(name, &args, device).with_context(|| format!("timing {name}"))?;
+        let (batch, ours, exchanged) =
+            bench(name, &args, device).with_context(|| format!("timing {name}"))?;
         let reference = if args.no_reference {
             None
         } else {
@@ -233,6 +341,7 @@ fn run() -> Result<()> {
             "torch_version": reference.as_ref().map(|r| r["torch_version"].clone()),
             "device": reference.as_ref().map(|r| r["device"].clone()),
             "torch_phases": reference.as_ref().map(|r| r["phases"].clone()),
+            "exchange_ms": exchanged.iter().map(|(m, t)| (m.clone(), json!(t))).collect::<serde_json::Map<_, _>>(),
         });
         eprintln!("{row}");
         rows.push(row);
@@ -240,6 +349,29 @@ fn run() -> Result<()> {
     if let Some(path) = &args.json {
         let text: String = rows.iter().map(|r| format!("{r}\n")).collect();
         std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    for r in &rows {
+        if let Some(ex) = r["exchange_ms"].as_object().filter(|e| !e.is_empty()) {
+            let plain = r["ours_ms"].as_f64().unwrap_or(f64::NAN);
+            for (m, t) in ex {
+                let t = t.as_f64().unwrap_or(f64::NAN);
+                println!(
+                    "{:<10} step with the {m} exchange (NCCL, one rank) {t:.1} ms = {:.3}x the plain step",
+                    r["model"].as_str().unwrap_or("?"),
+                    t / plain
+                );
+            }
+            if let (Some(d), Some(g)) = (
+                ex.get("dense").and_then(|v| v.as_f64()),
+                ex.get("dgc").and_then(|v| v.as_f64()),
+            ) {
+                println!(
+                    "{:<10} DGC's step / dense exchange's step: {:.3}x (issue 36's target: at most 1.10x)",
+                    r["model"].as_str().unwrap_or("?"),
+                    g / d
+                );
+            }
+        }
     }
     println!(
         "{:<10} {:>6} {:>10} {:>10} {:>12}",
