@@ -53,8 +53,8 @@ pub enum Backend {
 #[serde(rename_all = "lowercase")]
 #[value(rename_all = "lowercase")]
 pub enum Exchange {
-    /// Tensors on a GPU for the methods that run on them (dense, dgc) without
-    /// --bucket-elems; host slices otherwise.
+    /// Tensors with --backend nccl; host slices with tcp (the faster path over TCP where
+    /// both were measured).
     Auto,
     /// Host slices (every method; the only way with --bucket-elems).
     Slices,

@@ -209,9 +209,14 @@ fn top_of_sum(op: &'static str, parts: &[&Selected], k: usize, n: usize) -> Resu
 }
 
 fn empty_selected(op: &'static str, n: usize, device: Device) -> Result<Selected> {
+    zeroed_selected(op, 0, n, device)
+}
+
+/// `len` zero pairs from a tensor of `n`: the buffers a receive fills.
+fn zeroed_selected(op: &'static str, len: usize, n: usize, device: Device) -> Result<Selected> {
     Ok(Selected {
-        indices: Tensor::zeros(0, DType::U32, device).map_err(tensor_err(op))?,
-        values: Tensor::zeros(0, DType::F32, device).map_err(tensor_err(op))?,
+        indices: Tensor::zeros(len, DType::U32, device).map_err(tensor_err(op))?,
+        values: Tensor::zeros(len, DType::F32, device).map_err(tensor_err(op))?,
         source_len: n,
     })
 }
@@ -258,11 +263,7 @@ fn recv_selected<G: ProcessGroup + ?Sized>(
     let len_t = Tensor::zeros(1, DType::U32, device).map_err(tensor_err(op))?;
     g.send_recv(None, Some((&len_t, from)))?;
     let len = read_length(op, &len_t, k, from)?;
-    let s = Selected {
-        indices: Tensor::zeros(len, DType::U32, device).map_err(tensor_err(op))?,
-        values: Tensor::zeros(len, DType::F32, device).map_err(tensor_err(op))?,
-        source_len: n,
-    };
+    let s = zeroed_selected(op, len, n, device)?;
     if len > 0 {
         g.send_recv(None, Some((&s.indices, from)))?;
         g.send_recv(None, Some((&s.values, from)))?;
@@ -290,11 +291,7 @@ fn broadcast_selected<G: ProcessGroup + ?Sized>(
         return Ok(s.clone());
     }
     let len = read_length(op, &len_t, k, root)?;
-    let out = Selected {
-        indices: Tensor::zeros(len, DType::U32, device).map_err(tensor_err(op))?,
-        values: Tensor::zeros(len, DType::F32, device).map_err(tensor_err(op))?,
-        source_len: n,
-    };
+    let out = zeroed_selected(op, len, n, device)?;
     if len > 0 {
         g.broadcast(&out.indices, root)?;
         g.broadcast(&out.values, root)?;

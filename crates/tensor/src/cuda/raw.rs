@@ -95,13 +95,7 @@ pub fn with_f32_view_mut<R>(
 /// indices produced on the device (crate::sparsify), and collectives that move them.
 pub fn with_u32_view<R>(t: &Tensor, f: impl FnOnce(&CudaView<'_, u32>) -> R) -> Result<R> {
     const OP: &str = "cuda::with_u32_view";
-    cuda_device(OP, t.device())?;
-    let range = t.layout().contiguous_range().ok_or_else(|| {
-        Error::msg(format!(
-            "{OP}: the tensor (shape {:?}) is not contiguous",
-            t.dims()
-        ))
-    })?;
+    let range = u32_range(OP, t)?;
     let storage = t.storage();
     let Storage::Cuda(s) = &*storage else {
         return Err(Error::msg(format!(
@@ -114,6 +108,17 @@ pub fn with_u32_view<R>(t: &Tensor, f: impl FnOnce(&CudaView<'_, u32>) -> R) -> 
     Ok(f(&slice.slice(range)))
 }
 
+/// The element range of `t` (on a CUDA device, contiguous) for a u32 view.
+fn u32_range(op: &'static str, t: &Tensor) -> Result<std::ops::Range<usize>> {
+    cuda_device(op, t.device())?;
+    t.layout().contiguous_range().ok_or_else(|| {
+        Error::msg(format!(
+            "{op}: the tensor (shape {:?}) is not contiguous",
+            t.dims()
+        ))
+    })
+}
+
 /// Runs `f` with a writable view of `t`'s elements (contiguous, U32, on a CUDA device):
 /// indices received by a collective. See the module comment on what writing means.
 pub fn with_u32_view_mut<R>(
@@ -121,13 +126,7 @@ pub fn with_u32_view_mut<R>(
     f: impl FnOnce(&mut CudaViewMut<'_, u32>) -> R,
 ) -> Result<R> {
     const OP: &str = "cuda::with_u32_view_mut";
-    cuda_device(OP, t.device())?;
-    let range = t.layout().contiguous_range().ok_or_else(|| {
-        Error::msg(format!(
-            "{OP}: the tensor (shape {:?}) is not contiguous",
-            t.dims()
-        ))
-    })?;
+    let range = u32_range(OP, t)?;
     let mut storage = t.storage_mut();
     let Storage::Cuda(s) = &mut *storage else {
         return Err(Error::msg(format!(

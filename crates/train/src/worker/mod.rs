@@ -12,11 +12,11 @@
 //! 4. methods that communicate weights (delay, periodic averaging) do so after the step,
 //!    and the optimizer's momentum is zeroed where a method asks (SBC's masking).
 //!
-//! On a GPU, with a method that runs on tensors (dense, DGC: `Method::on_tensors`), the
-//! hooks hand the gradient tensors themselves to the compression thread, which exchanges
-//! them over NCCL (`--backend nccl`) or TCP; only what crosses a TCP wire is copied to
-//! the host, and the updates come back on the GPU. The other methods, and every method on
-//! the CPU, get host slices (the same computation; slices also allow `--bucket-elems`).
+//! With `--backend nccl` (a method that runs on tensors: dense, DGC), or `--exchange
+//! tensors`, the hooks hand the gradient tensors themselves to the compression thread,
+//! which exchanges them over NCCL or TCP; only what crosses a TCP wire is copied to the
+//! host, and the updates come back on the gradients' device. Otherwise the method gets
+//! host slices (the same computation; slices also allow `--bucket-elems`).
 //!
 //! Every `log_every` steps rank 0 appends a line to `metrics.jsonl`; at the end of each
 //! epoch (and every `eval_every` steps, if set) the test set is evaluated (each rank its
@@ -184,13 +184,12 @@ impl Worker {
         };
         let nccl = cfg.backend == crate::config::Backend::Nccl;
         // Config checks that NCCL and --exchange tensors run only methods on tensors,
-        // without buckets.
+        // without buckets. Auto takes tensors for NCCL only: over TCP the slices were the
+        // faster path where both were measured (docs/train.md, "--exchange").
         let device_exchange = match cfg.exchange {
             Exchange::Tensors => true,
             Exchange::Slices => false,
-            Exchange::Auto => {
-                nccl || (device != Device::Cpu && method.on_tensors() && cfg.bucket_elems == 0)
-            }
+            Exchange::Auto => nccl,
         };
         if device_exchange {
             method
