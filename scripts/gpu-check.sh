@@ -172,30 +172,37 @@ if [ -x .gpu/bin/train ]; then
     fi
   fi
 
-  # DGC with one worker three ways: on host slices over TCP, on GPU tensors over TCP, on
-  # GPU tensors over NCCL. The GPU's selection and accumulation equal the CPU's bit for
-  # bit and one rank's sum is its own message, so the three must end with the same loss.
-  dgc_losses=""
-  for way in slices tensors-tcp tensors-nccl; do
-    name=train-resnet20-dgc-$way
-    wanted "$name" || continue
-    lim=$(limit 90) || { skip "$name"; continue; }
-    case "$way" in
-      slices) flags=(--exchange slices) ;;
-      tensors-tcp) flags=(--exchange tensors) ;;
-      tensors-nccl) flags=(--backend nccl) ;;
-    esac
-    timed "$name" "$lim" .gpu/bin/train --workers 1 --model resnet20 --dataset synthetic \
-      --device cuda "${flags[@]}" --method dgc --method-opt warmup_epochs=0 --batch-size 64 \
-      --steps 20 --log-every 5 --out "$out/$name"
-    loss=$(grep -o '"final_loss": *[-0-9.e]*' "$out/$name/summary.json" 2>/dev/null | grep -o '[-0-9.e]*$')
-    row "$(printf '%-26s rc=%-3s %-21s %8s ms' "$name" "$rc" "loss ${loss:--}" "$ms")"
-    dgc_losses="$dgc_losses ${loss:-none}"
+  # DGC and gTop-k with one worker three ways each: on host slices over TCP, on GPU
+  # tensors over TCP, on GPU tensors over NCCL. The GPU's selection and accumulation equal
+  # the CPU's bit for bit and one rank's sum is its own message, so each method's three
+  # runs must end with the same loss.
+  for method in dgc gtopk; do
+    losses=""
+    for way in slices tensors-tcp tensors-nccl; do
+      name=train-resnet20-$method-$way
+      wanted "$name" || continue
+      lim=$(limit 90) || { skip "$name"; continue; }
+      case "$way" in
+        slices) flags=(--exchange slices) ;;
+        tensors-tcp) flags=(--exchange tensors) ;;
+        tensors-nccl) flags=(--backend nccl) ;;
+      esac
+      case "$method" in
+        dgc) opts=(--method-opt warmup_epochs=0) ;;
+        gtopk) opts=(--method-opt density=0.01) ;;
+      esac
+      timed "$name" "$lim" .gpu/bin/train --workers 1 --model resnet20 --dataset synthetic \
+        --device cuda "${flags[@]}" --method "$method" "${opts[@]}" --batch-size 64 \
+        --steps 20 --log-every 5 --out "$out/$name"
+      loss=$(grep -o '"final_loss": *[-0-9.e]*' "$out/$name/summary.json" 2>/dev/null | grep -o '[-0-9.e]*$')
+      row "$(printf '%-26s rc=%-3s %-21s %8s ms' "$name" "$rc" "loss ${loss:--}" "$ms")"
+      losses="$losses ${loss:-none}"
+    done
+    if [ -n "$losses" ] && [ "$(tr ' ' '\n' <<<"$losses" | sed '/^$/d' | sort -u | wc -l)" != 1 ]; then
+      status=1
+      row "$method final losses differ between slices, tensors over TCP and over NCCL:$losses"
+    fi
   done
-  if [ -n "$dgc_losses" ] && [ "$(tr ' ' '\n' <<<"$dgc_losses" | sed '/^$/d' | sort -u | wc -l)" != 1 ]; then
-    status=1
-    row "DGC final losses differ between slices, tensors over TCP and over NCCL:$dgc_losses"
-  fi
 
   # DeepSpeech on synthetic utterances of different lengths: padded batches through
   # forward_lengths (frame masks and reversal within each length on the GPU) and CTC.

@@ -20,7 +20,9 @@ final="${OUT:-gpu-logs}"
 mkdir -p "$final"
 export OUT="$final"
 default_runs="tensor-sparsify compress-dgc-device compress-exchange-tensor comm-group comm-nccl \
-train-resnet20-dgc-slices train-resnet20-dgc-tensors-tcp train-resnet20-dgc-tensors-nccl compress_bench nn-cuda-models tensor-cuda \
+train-resnet20-dgc-slices train-resnet20-dgc-tensors-tcp train-resnet20-dgc-tensors-nccl \
+train-resnet20-gtopk-slices train-resnet20-gtopk-tensors-tcp train-resnet20-gtopk-tensors-nccl \
+compress_bench nn-cuda-models tensor-cuda \
 tensor-errors train-resnet20-dgc-cuda train-resnet20-dense-tcp train-resnet20-dense-nccl \
 train-deepspeech-cuda gpu_step_bench"
 GPU_CHECK_ONLY="${GPU_CHECK_ONLY:-$default_runs}" GPU_CHECK_BUDGET="${GPU_CHECK_BUDGET:-300}" \

@@ -247,8 +247,11 @@ fn workload(name: &str, device: Device) -> Result<Workload> {
     })
 }
 
-/// The plain step's median time, and each `--exchange` method's step time.
-fn bench(name: &str, args: &Args, device: Device) -> Result<(usize, f64, Vec<(String, f64)>)> {
+/// A model's batch size, its plain step's median time (ms), and each `--exchange`
+/// method's step time.
+type Timed = (usize, f64, Vec<(String, f64)>);
+
+fn bench(name: &str, args: &Args, device: Device) -> Result<Timed> {
     let (model, batch, loss) = workload(name, device)?;
     let mut sgd = Sgd::new(0.01, 0.9, false, 0.0)?;
     let ms = time_steps(args.warmup, args.repeats, || {

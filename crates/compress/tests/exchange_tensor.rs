@@ -1,5 +1,5 @@
 //! The exchange on tensors (`Method::place`, `Method::exchange_tensor`) against the
-//! exchange on slices, over the same TCP job: for dense and for DGC with its switches,
+//! exchange on slices, over the same TCP job: for dense, DGC with its switches and gTop-k,
 //! worlds 1–3, several steps, the same updates bit for bit, the same wire statistics, and
 //! the same state at the end — on CPU tensors here, and on GPU tensors (ranks sharing one
 //! GPU over TCP) when one is present (`REQUIRE_GPU=1` makes its absence a failure).
@@ -154,10 +154,16 @@ fn gradient_dropping_on_tensors_equals_it_on_slices() {
 }
 
 #[test]
+fn gtopk_on_tensors_equals_gtopk_on_slices() {
+    check("gtopk", &["density=0.01"], false);
+    check("gtopk", &["density=0.2", "dense_below=100"], false);
+}
+
+#[test]
 fn methods_not_on_tensors_say_so() {
     let cx = ctx(0, 1);
     for name in [
-        "topk", "gtopk", "sbc", "qsgd", "terngrad", "onebit", "fedavg",
+        "topk", "sbc", "qsgd", "terngrad", "onebit", "fedavg",
     ] {
         let mut m = built(name, &[] as &[&str], &cx, SHAPES);
         assert!(!m.on_tensors(), "{name}");

@@ -88,6 +88,8 @@ fn sparsifying_methods_refuse_a_diverged_gradient_at_the_sender() {
         }
         let e = exchange_error("gtopk", &["density=0.01"], 10_000, bad).unwrap();
         assert!(e.contains("diverged"), "gtopk {bad}: {e}");
+        let e = exchange_error_on("gtopk", &["density=0.01"], 10_000, bad, true).unwrap();
+        assert!(e.contains("diverged"), "gtopk on tensors {bad}: {e}");
     }
 }
 

@@ -694,7 +694,7 @@ impl Config {
         }
         if self.exchange == Exchange::Tensors {
             if !method.on_tensors() {
-                bail!("--exchange tensors: --method {} {:?} does not run on tensors yet (dense with f32 values and dgc do); use --exchange slices or auto", spec.name, self.method_opts);
+                bail!("--exchange tensors: --method {} {:?} does not run on tensors yet (dense with f32 values, dgc and gtopk do); use --exchange slices or auto", spec.name, self.method_opts);
             }
             if self.bucket_elems > 0 {
                 bail!("--exchange tensors exchanges each parameter's gradient tensor; --bucket-elems needs --exchange slices");
@@ -710,7 +710,7 @@ impl Config {
                     bail!("--backend nccl needs --device cuda (NCCL reduces GPU buffers; got --device {})", self.device);
                 }
                 if !method.on_tensors() {
-                    bail!("--backend nccl runs the methods on tensors (dense with f32 values, dgc); --method {} {:?} exchanges host messages: use --backend tcp", spec.name, self.method_opts);
+                    bail!("--backend nccl runs the methods on tensors (dense with f32 values, dgc, gtopk); --method {} {:?} exchanges host messages: use --backend tcp", spec.name, self.method_opts);
                 }
                 if self.bucket_elems > 0 {
                     bail!("--backend nccl exchanges each parameter's gradient tensor in place; --bucket-elems is for --backend tcp");

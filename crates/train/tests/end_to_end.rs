@@ -359,6 +359,44 @@ fn dgc_on_tensors_resumes_bit_for_bit_and_trains_as_on_slices() {
     assert_ne!(st["bytes_sent"], ss["bytes_sent"]);
 }
 
+/// gTop-k on tensors (the tree over the group, the put-back as one scatter) trains to
+/// the parameters and loss of gTop-k on slices.
+#[test]
+fn gtopk_on_tensors_trains_as_on_slices() {
+    let run = |exchange: &str| -> PathBuf {
+        let out = tmp(&format!("gtopk-{exchange}"));
+        let mut args: Vec<String> = BASE.iter().map(|s| s.to_string()).collect();
+        args.extend(
+            [
+                "--method",
+                "gtopk",
+                "--method-opt",
+                "density=0.02",
+                "--epochs",
+                "1",
+            ]
+            .map(String::from),
+        );
+        args.extend(["--exchange", exchange, "--out"].map(String::from));
+        args.push(out.display().to_string());
+        let refs: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+        let o = train(&refs, &[]);
+        assert!(o.status.success(), "{}", text(&o));
+        out
+    };
+    let (tensors, slices) = (run("tensors"), run("slices"));
+    for rank in 0..2 {
+        assert!(
+            params(&tensors, rank) == params(&slices, rank),
+            "rank {rank}'s parameters"
+        );
+    }
+    assert_eq!(
+        summary(&tensors)["final_loss"],
+        summary(&slices)["final_loss"]
+    );
+}
+
 #[test]
 fn a_resumed_run_continues_bit_for_bit() {
     // 512 samples / (2 workers × 16) = 16 steps per epoch.

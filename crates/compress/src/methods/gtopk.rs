@@ -20,14 +20,24 @@
 //! partial sums at inner levels: an index dropped inside one subtree can still win at
 //! the root from another, and the dropped part is then neither applied nor put back.
 //! That is the paper's algorithm; `lost_mass` in the tests measures how rare it is.
+//!
+//! On tensors (`place`, `exchange_tensor`): the residuals live on the device, the local
+//! top-k is `tensor::sparsify::topk_magnitude` (the same entries as `exact_topk`), the
+//! tree is the group's `gtopk_allreduce` (NCCL's composed one, or TCP's streamed one),
+//! and the two selections' pairs are read to the host once each (k values) to refuse a
+//! diverged value and compute the put-back, which goes back as one scatter. The same
+//! updates and residuals as on slices, bit for bit (tests/exchange_tensor.rs).
 
 use crate::exchange::{
-    check_len, check_warmup, dense_average, keep_count, refuse_non_finite, warmup_density, Meter,
+    check_len, check_numel, check_warmup, dense_average, dense_average_tensor, keep_count,
+    refuse_non_finite, warmup_density, Meter,
 };
-use crate::method::{Method, ParamSpec, StateTensors, Update, UpdateKind};
+use crate::method::{Method, ParamSpec, StateTensors, TensorUpdate, Update, UpdateKind};
 use crate::select::exact_topk;
 use crate::{CompressError, Result};
-use comm::{Communicator, SparseVec};
+use comm::{Communicator, ProcessGroup, SparseVec};
+use tensor::sparsify;
+use tensor::{DType, Device, Tensor};
 
 pub struct GTopK {
     density: f64,
@@ -38,6 +48,8 @@ pub struct GTopK {
     /// The current step's epoch (from `begin_step`), for the warm-up.
     epoch: f64,
     residual: Vec<Vec<f32>>,
+    /// Once placed: the residuals on the device (then `residual` is emptied).
+    on_device: Option<Vec<Tensor>>,
 }
 
 impl GTopK {
@@ -51,6 +63,7 @@ impl GTopK {
             warmup_densities: Vec::new(),
             epoch: 0.0,
             residual: Vec::new(),
+            on_device: None,
         })
     }
 
@@ -91,6 +104,7 @@ impl Method for GTopK {
     }
     fn init(&mut self, params: &[ParamSpec]) -> Result<()> {
         self.residual = params.iter().map(|p| vec![0.0; p.numel()]).collect();
+        self.on_device = None;
         Ok(())
     }
     fn exchange(
@@ -100,6 +114,12 @@ impl Method for GTopK {
         _weights: &[f32],
         grad: &[f32],
     ) -> Result<Update> {
+        if self.on_device.is_some() {
+            return Err(CompressError::Usage(
+                "gtopk: the residuals are on the device (place was called): exchange tensors"
+                    .into(),
+            ));
+        }
         let n = check_len(
             "gtopk",
             index,
@@ -159,10 +179,124 @@ impl Method for GTopK {
         })?;
         Ok(m.update(out, UpdateKind::Gradient))
     }
+    fn on_tensors(&self) -> bool {
+        true
+    }
+    fn place(&mut self, device: Device) -> Result<()> {
+        let host = std::mem::take(&mut self.residual);
+        self.on_device = Some(
+            host.into_iter()
+                .map(|r| {
+                    let n = r.len();
+                    Tensor::from_vec(r, n, device)
+                })
+                .collect::<tensor::Result<_>>()?,
+        );
+        Ok(())
+    }
+    fn exchange_tensor(
+        &mut self,
+        group: &mut dyn ProcessGroup,
+        index: usize,
+        _weights: Option<&Tensor>,
+        grad: &Tensor,
+    ) -> Result<TensorUpdate> {
+        let k = keep_count(self.density_now(), grad.elem_count());
+        let (world, dense_below) = (self.world, self.dense_below);
+        let Some(residuals) = &self.on_device else {
+            return Err(CompressError::Usage(
+                "gtopk: exchange_tensor before place (the residuals are on the host)".into(),
+            ));
+        };
+        let n = check_numel(
+            "gtopk",
+            index,
+            residuals.get(index).map(Tensor::elem_count),
+            grad,
+        )?;
+        if n < dense_below {
+            return dense_average_tensor(group, grad);
+        }
+        let r = &residuals[index];
+        let mut m = Meter::new(n);
+        let (local, sent) = m.compress(|| -> Result<_> {
+            tensor::no_grad(|| r.assign(&r.add(&grad.flatten_all()?)?))?;
+            let local = sparsify::topk_magnitude(r, k)?;
+            // On the host once: the sender refuses a diverged value, as on slices.
+            let sent = local.to_vecs()?;
+            refuse_non_finite("gtopk", index, "the gradient", &sent.1)?;
+            sparsify::zero_selected(r, &local)?;
+            Ok((local, sent))
+        })?;
+        m.stats.sent_values = local.len();
+        m.stats.message_bytes = 4 + 8 * local.len();
+        let global = m.comm(|| group.gtopk_allreduce(&local, k))?;
+        let values = m.decompress(|| -> Result<Tensor> {
+            let (gi, gv) = global.to_vecs()?;
+            if let Some((&i, _)) = gi.iter().zip(&gv).find(|(&i, _)| i as usize >= n) {
+                return Err(CompressError::Usage(format!(
+                    "gtopk: the global top-k of parameter {index} has index {i} beyond its {n} elements (do all ranks train the same model?)"
+                )));
+            }
+            if let Some((i, v)) = gi.iter().zip(&gv).find(|(_, v)| !v.is_finite()) {
+                return Err(CompressError::Usage(format!(
+                    "gtopk: the global top-k of parameter {index} holds {v} at index {i} (a peer diverged or sent a malformed message)"
+                )));
+            }
+            // Put-back (Alg. 4 line 10) of the local entries that lost, on the host (k
+            // pairs, one merge pass), then one scatter into the residual (zero there).
+            let mut g = gi.iter().peekable();
+            let (mut back_i, mut back_v) = (Vec::new(), Vec::new());
+            for (&i, &v) in sent.0.iter().zip(&sent.1) {
+                while g.next_if(|&&j| j < i).is_some() {}
+                if g.peek() != Some(&&i) {
+                    back_i.push(i);
+                    back_v.push(v);
+                }
+            }
+            let device = r.device();
+            if !back_i.is_empty() {
+                let len = back_i.len();
+                let bi = Tensor::from_vec(back_i, len, device)?;
+                let bv = Tensor::from_vec(back_v, len, device)?;
+                let back = bv.index_add_into(&bi, 0, &n.into())?;
+                tensor::no_grad(|| r.assign(&r.add(&back)?))?;
+            }
+            // v / P as the host divides (not times 1/P), then scattered into zeros.
+            let dense = if global.is_empty() {
+                Tensor::zeros(n, DType::F32, device)?
+            } else {
+                let p = Tensor::full(world as f64, global.len(), DType::F32, device)?;
+                global.values.div(&p)?.index_add_into(&global.indices, 0, &n.into())?
+            };
+            Ok(dense.reshape(grad.dims())?)
+        })?;
+        Ok(TensorUpdate {
+            values,
+            kind: UpdateKind::Gradient,
+            stats: m.stats,
+        })
+    }
     fn state(&self) -> Result<StateTensors> {
+        if let Some(rs) = &self.on_device {
+            let host: Vec<Vec<f32>> = rs
+                .iter()
+                .map(|r| r.to_vec::<f32>())
+                .collect::<tensor::Result<_>>()?;
+            return Ok(crate::methods::named_state("residual", &host));
+        }
         Ok(crate::methods::named_state("residual", &self.residual))
     }
     fn load_state(&mut self, state: &StateTensors) -> Result<()> {
+        if let Some(rs) = &self.on_device {
+            let mut host: Vec<Vec<f32>> = rs.iter().map(|r| vec![0.0; r.elem_count()]).collect();
+            crate::methods::load_named("gtopk", state, &mut [("residual", &mut host)])?;
+            for (r, h) in rs.iter().zip(host) {
+                let n = h.len();
+                r.assign(&Tensor::from_vec(h, n, Device::Cpu)?)?;
+            }
+            return Ok(());
+        }
         crate::methods::load_named("gtopk", state, &mut [("residual", &mut self.residual)])
     }
 }
