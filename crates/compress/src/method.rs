@@ -130,7 +130,7 @@ pub struct TensorUpdate {
 pub(crate) fn not_on_tensors(name: &str) -> crate::CompressError {
     crate::CompressError::Usage(format!(
         "{name} does not run on tensors yet: its exchange takes host slices over the TCP \
-         backend (methods on tensors: dense, dgc, gtopk; see docs/compress.md)"
+         backend (methods on tensors: dense, dgc, gtopk, topk, local; see docs/compress.md)"
     ))
 }
 

@@ -1,5 +1,6 @@
 //! The exchange on tensors (`Method::place`, `Method::exchange_tensor`) against the
-//! exchange on slices, over the same TCP job: for dense, DGC with its switches and gTop-k,
+//! exchange on slices, over the same TCP job: for dense, DGC with its switches, gTop-k, gradient dropping
+//! and its local-gradient modes,
 //! worlds 1–3, several steps, the same updates bit for bit, the same wire statistics, and
 //! the same state at the end — on CPU tensors here, and on GPU tensors (ranks sharing one
 //! GPU over TCP) when one is present (`REQUIRE_GPU=1` makes its absence a failure).
@@ -160,11 +161,18 @@ fn gtopk_on_tensors_equals_gtopk_on_slices() {
 }
 
 #[test]
+fn gradient_dropping_and_its_local_modes_on_tensors_equal_them_on_slices() {
+    check("topk", &["density=0.01", "warmup_steps=3"], false);
+    for mode in ["sum", "partial", "error"] {
+        let mode = format!("mode={mode}");
+        check("local", &["density=0.02", mode.as_str()], false);
+    }
+}
+
+#[test]
 fn methods_not_on_tensors_say_so() {
     let cx = ctx(0, 1);
-    for name in [
-        "topk", "sbc", "qsgd", "terngrad", "onebit", "fedavg",
-    ] {
+    for name in ["sbc", "qsgd", "terngrad", "onebit", "fedavg"] {
         let mut m = built(name, &[] as &[&str], &cx, SHAPES);
         assert!(!m.on_tensors(), "{name}");
         let e = m.place(Device::Cpu).unwrap_err().to_string();

@@ -90,6 +90,10 @@ fn sparsifying_methods_refuse_a_diverged_gradient_at_the_sender() {
         assert!(e.contains("diverged"), "gtopk {bad}: {e}");
         let e = exchange_error_on("gtopk", &["density=0.01"], 10_000, bad, true).unwrap();
         assert!(e.contains("diverged"), "gtopk on tensors {bad}: {e}");
+        for method in ["topk", "local"] {
+            let e = exchange_error_on(method, &["density=0.01"], 10_000, bad, true).unwrap();
+            assert!(e.contains("diverged"), "{method} on tensors {bad}: {e}");
+        }
     }
 }
 

@@ -43,8 +43,8 @@ pub enum DeviceChoice {
 pub enum Backend {
     /// Every method; CPU or GPU tensors, host messages.
     Tcp,
-    /// --device cuda and a method on tensors (dense, dgc): each gradient exchanged on the
-    /// GPU, one GPU per worker, as NCCL requires.
+    /// --device cuda and a method on tensors (dense, dgc, gtopk, topk, local): each
+    /// gradient exchanged on the GPU, one GPU per worker, as NCCL requires.
     Nccl,
 }
 
@@ -58,7 +58,7 @@ pub enum Exchange {
     Auto,
     /// Host slices (every method; the only way with --bucket-elems).
     Slices,
-    /// Tensors on the training device (dense, dgc; the same results as slices, bit for
+    /// Tensors on the training device (dense, dgc, gtopk, topk, local; the same results as slices, bit for
     /// bit, on the CPU).
     Tensors,
 }
@@ -694,7 +694,7 @@ impl Config {
         }
         if self.exchange == Exchange::Tensors {
             if !method.on_tensors() {
-                bail!("--exchange tensors: --method {} {:?} does not run on tensors yet (dense with f32 values, dgc and gtopk do); use --exchange slices or auto", spec.name, self.method_opts);
+                bail!("--exchange tensors: --method {} {:?} does not run on tensors yet (dense with f32 values, dgc, gtopk, topk and local do); use --exchange slices or auto", spec.name, self.method_opts);
             }
             if self.bucket_elems > 0 {
                 bail!("--exchange tensors exchanges each parameter's gradient tensor; --bucket-elems needs --exchange slices");
@@ -710,7 +710,7 @@ impl Config {
                     bail!("--backend nccl needs --device cuda (NCCL reduces GPU buffers; got --device {})", self.device);
                 }
                 if !method.on_tensors() {
-                    bail!("--backend nccl runs the methods on tensors (dense with f32 values, dgc, gtopk); --method {} {:?} exchanges host messages: use --backend tcp", spec.name, self.method_opts);
+                    bail!("--backend nccl runs the methods on tensors (dense with f32 values, dgc, gtopk, topk, local); --method {} {:?} exchanges host messages: use --backend tcp", spec.name, self.method_opts);
                 }
                 if self.bucket_elems > 0 {
                     bail!("--backend nccl exchanges each parameter's gradient tensor in place; --bucket-elems is for --backend tcp");

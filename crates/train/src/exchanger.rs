@@ -4,7 +4,7 @@
 //! arrival order. Hooks fire in the same order on every rank (the same graph, walked the
 //! same way), so every rank issues the same collectives in the same order.
 //!
-//! Methods on tensors (`Method::on_tensors`: dense, DGC) on a GPU get each gradient as
+//! Methods on tensors (`Method::on_tensors`: dense, DGC, gTop-k, gradient dropping) get each gradient as
 //! the tensor itself (`Job::ExchangeDevice`) and exchange it with
 //! `Method::exchange_tensor` over a `ProcessGroup`: with `--backend nccl` the thread's
 //! NCCL communicator, started over the TCP one before any other job; with `--backend

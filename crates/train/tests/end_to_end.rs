@@ -359,42 +359,44 @@ fn dgc_on_tensors_resumes_bit_for_bit_and_trains_as_on_slices() {
     assert_ne!(st["bytes_sent"], ss["bytes_sent"]);
 }
 
-/// gTop-k on tensors (the tree over the group, the put-back as one scatter) trains to
-/// the parameters and loss of gTop-k on slices.
+/// gTop-k and gradient dropping with the local gradient on tensors (`--exchange
+/// tensors`: the tree over the group, the put-back as one scatter; the local mode's
+/// combination on the device, its parameter averaging after the step on the host) train
+/// to the parameters and loss of the same methods on slices.
 #[test]
-fn gtopk_on_tensors_trains_as_on_slices() {
-    let run = |exchange: &str| -> PathBuf {
-        let out = tmp(&format!("gtopk-{exchange}"));
-        let mut args: Vec<String> = BASE.iter().map(|s| s.to_string()).collect();
-        args.extend(
-            [
-                "--method",
-                "gtopk",
-                "--method-opt",
-                "density=0.02",
-                "--epochs",
-                "1",
-            ]
-            .map(String::from),
-        );
-        args.extend(["--exchange", exchange, "--out"].map(String::from));
-        args.push(out.display().to_string());
-        let refs: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
-        let o = train(&refs, &[]);
-        assert!(o.status.success(), "{}", text(&o));
-        out
-    };
-    let (tensors, slices) = (run("tensors"), run("slices"));
-    for rank in 0..2 {
-        assert!(
-            params(&tensors, rank) == params(&slices, rank),
-            "rank {rank}'s parameters"
+fn gtopk_and_local_on_tensors_train_as_on_slices() {
+    let methods: [(&str, &[&str]); 2] = [
+        ("gtopk", &["density=0.02"]),
+        ("local", &["density=0.02", "sync_every=5"]),
+    ];
+    for (method, opts) in methods {
+        let run = |exchange: &str| -> PathBuf {
+            let out = tmp(&format!("{method}-{exchange}"));
+            let mut args: Vec<String> = BASE.iter().map(|s| s.to_string()).collect();
+            args.extend(["--method", method, "--epochs", "1"].map(String::from));
+            for o in opts {
+                args.extend(["--method-opt".to_string(), o.to_string()]);
+            }
+            args.extend(["--exchange", exchange, "--out"].map(String::from));
+            args.push(out.display().to_string());
+            let refs: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+            let o = train(&refs, &[]);
+            assert!(o.status.success(), "{method}: {}", text(&o));
+            out
+        };
+        let (tensors, slices) = (run("tensors"), run("slices"));
+        for rank in 0..2 {
+            assert!(
+                params(&tensors, rank) == params(&slices, rank),
+                "{method}: rank {rank}'s parameters"
+            );
+        }
+        assert_eq!(
+            summary(&tensors)["final_loss"],
+            summary(&slices)["final_loss"],
+            "{method}"
         );
     }
-    assert_eq!(
-        summary(&tensors)["final_loss"],
-        summary(&slices)["final_loss"]
-    );
 }
 
 #[test]

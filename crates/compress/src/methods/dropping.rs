@@ -16,14 +16,27 @@
 //!
 //! The drop ratio `R = 1 − density` may be warmed up: at step t (from 1) the dropped
 //! fraction is `R_t = R^max(1, T/t)`, i.e. almost nothing is dropped at first.
+//!
+//! On tensors (`place`, `exchange_tensor`): the residuals on the device, the top-k by
+//! `tensor::sparsify::topk_magnitude`, the group's TopKAllReduce, the combination with
+//! the local gradient as tensor ops in the host's order; the selection's and the sum's
+//! pairs are read to the host once each (k and at most kP values) to refuse inf and NaN as
+//! on slices. `local`'s parameter averaging after the step stays on host slices. The same
+//! updates and residuals as on slices, bit for bit (tests/exchange_tensor.rs).
 
 use crate::exchange::{
-    average_in_place, check_len, dense_average, due, keep_count, refuse_non_finite, Meter,
+    average_in_place, check_len, dense_average, dense_average_tensor, due, keep_count,
+    refuse_non_finite, Meter,
 };
-use crate::method::{Method, ParamSpec, StateTensors, StepInfo, Update, UpdateKind, WireStats};
+use crate::method::{
+    Method, ParamSpec, StateTensors, StepInfo, TensorUpdate, Update, UpdateKind, WireStats,
+};
+use crate::methods::DeviceVecs;
 use crate::select::exact_topk;
 use crate::{CompressError, Result};
-use comm::{Communicator, SparseVec};
+use comm::{Communicator, ProcessGroup, SparseVec};
+use tensor::sparsify;
+use tensor::{DType, Device, Tensor};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LocalMode {
@@ -60,6 +73,8 @@ pub struct GradientDropping {
     world: usize,
     residual: Vec<Vec<f32>>,
     step: u64,
+    /// Once placed: the residuals on the device (then `residual` is emptied).
+    on_device: Option<DeviceVecs>,
 }
 
 impl GradientDropping {
@@ -69,6 +84,7 @@ impl GradientDropping {
             world,
             residual: Vec::new(),
             step: 0,
+            on_device: None,
         }
     }
     fn label(&self) -> &'static str {
@@ -109,10 +125,98 @@ impl Method for GradientDropping {
     }
     fn init(&mut self, params: &[ParamSpec]) -> Result<()> {
         self.residual = params.iter().map(|p| vec![0.0; p.numel()]).collect();
+        self.on_device = None;
         Ok(())
     }
     fn begin_step(&mut self, info: StepInfo) {
         self.step = info.step;
+    }
+    fn on_tensors(&self) -> bool {
+        true
+    }
+    fn place(&mut self, device: Device) -> Result<()> {
+        let host = std::mem::take(&mut self.residual);
+        self.on_device = Some(DeviceVecs::place(host, device)?);
+        Ok(())
+    }
+    fn exchange_tensor(
+        &mut self,
+        group: &mut dyn ProcessGroup,
+        index: usize,
+        _weights: Option<&Tensor>,
+        grad: &Tensor,
+    ) -> Result<TensorUpdate> {
+        let label = self.label();
+        let density = self.density_now();
+        let (world, mode, dense_below) = (self.world, self.cfg.local, self.cfg.dense_below);
+        let Some(residuals) = &self.on_device else {
+            return Err(CompressError::Usage(format!(
+                "{label}: exchange_tensor before place (the residuals are on the host)"
+            )));
+        };
+        let (e, n) = residuals.for_grad(label, index, grad)?;
+        if n < dense_below {
+            return dense_average_tensor(group, grad);
+        }
+        let device = e.device();
+        let l = grad.flatten_all()?;
+        let mut m = Meter::new(n);
+        let local = m.compress(|| -> Result<_> {
+            tensor::no_grad(|| e.assign(&e.add(&l)?))?;
+            let local = sparsify::topk_magnitude(e, keep_count(density, n))?;
+            // inf and NaN rank first, so a diverged gradient is among the selected values.
+            refuse_non_finite(label, index, "the gradient", &local.values.to_vec::<f32>()?)?;
+            sparsify::zero_selected(e, &local)?;
+            Ok(local)
+        })?;
+        m.stats.sent_values = local.len();
+        m.stats.message_bytes = 4 + 8 * local.len();
+        let global = m.comm(|| group.topk_allreduce(&local))?;
+        let values = m.decompress(|| -> Result<Tensor> {
+            let (gi, gv) = global.to_vecs()?;
+            if let Some((i, v)) = gi.iter().zip(&gv).find(|(_, v)| !v.is_finite()) {
+                return Err(CompressError::Usage(format!(
+                    "{label}: the summed sparse gradient of parameter {index} holds {v} at index {i} (a peer diverged or sent a malformed message)"
+                )));
+            }
+            if let Some(&i) = gi.iter().find(|&&i| i as usize >= n) {
+                return Err(CompressError::Usage(format!(
+                    "{label}: the summed sparse gradient of parameter {index} has index {i} beyond its {n} elements (do all ranks train the same model?)"
+                )));
+            }
+            let shape = n.into();
+            let scatter = |s: &sparsify::Selected| -> tensor::Result<Tensor> {
+                if s.is_empty() {
+                    Tensor::zeros(n, DType::F32, device)
+                } else {
+                    s.values.index_add_into(&s.indices, 0, &shape)
+                }
+            };
+            // The host's order: C = G, then the mode's combination, then C / P.
+            let mut c = scatter(&global)?;
+            match mode {
+                None => {}
+                Some(LocalMode::Sum) => c = c.add(&l)?.scale(0.5)?,
+                Some(LocalMode::Partial) => {
+                    let minus = sparsify::Selected {
+                        values: local.values.neg()?,
+                        ..local.clone()
+                    };
+                    c = c.add(&scatter(&minus)?)?.add(&l)?;
+                }
+                Some(LocalMode::Error) => {
+                    c = c.add(e)?;
+                    e.assign(&Tensor::zeros(n, DType::F32, device)?)?;
+                }
+            }
+            let p = Tensor::full(world as f64, n, DType::F32, device)?;
+            Ok(c.div(&p)?.reshape(grad.dims())?)
+        })?;
+        Ok(TensorUpdate {
+            values,
+            kind: UpdateKind::Gradient,
+            stats: m.stats,
+        })
     }
     fn exchange(
         &mut self,
@@ -122,6 +226,11 @@ impl Method for GradientDropping {
         grad: &[f32],
     ) -> Result<Update> {
         let label = self.label();
+        if self.on_device.is_some() {
+            return Err(CompressError::Usage(format!(
+                "{label}: the residuals are on the device (place was called): exchange tensors"
+            )));
+        }
         let n = check_len(
             label,
             index,
@@ -211,19 +320,27 @@ impl Method for GradientDropping {
         if self.cfg.local.is_none() || !due(self.after_step_every(), self.step) {
             return Ok(None);
         }
-        check_len(
-            "local",
-            index,
-            self.residual.get(index).map(Vec::len),
-            &[weights],
-        )?;
+        let len = match &self.on_device {
+            Some(rs) => rs.len_of(index),
+            None => self.residual.get(index).map(Vec::len),
+        };
+        check_len("local", index, len, &[weights])?;
         average_in_place(comm, weights).map(Some)
     }
     fn state(&self) -> Result<StateTensors> {
-        Ok(crate::methods::named_state("residual", &self.residual))
+        match &self.on_device {
+            Some(rs) => rs.state("residual"),
+            None => Ok(crate::methods::named_state("residual", &self.residual)),
+        }
     }
     fn load_state(&mut self, state: &StateTensors) -> Result<()> {
-        crate::methods::load_named(self.label(), state, &mut [("residual", &mut self.residual)])
+        let label = self.label();
+        match &self.on_device {
+            Some(rs) => rs.load(label, "residual", state),
+            None => {
+                crate::methods::load_named(label, state, &mut [("residual", &mut self.residual)])
+            }
+        }
     }
 }
 

@@ -29,10 +29,11 @@
 //! updates and residuals as on slices, bit for bit (tests/exchange_tensor.rs).
 
 use crate::exchange::{
-    check_len, check_numel, check_warmup, dense_average, dense_average_tensor, keep_count,
-    refuse_non_finite, warmup_density, Meter,
+    check_len, check_warmup, dense_average, dense_average_tensor, keep_count, refuse_non_finite,
+    warmup_density, Meter,
 };
 use crate::method::{Method, ParamSpec, StateTensors, TensorUpdate, Update, UpdateKind};
+use crate::methods::DeviceVecs;
 use crate::select::exact_topk;
 use crate::{CompressError, Result};
 use comm::{Communicator, ProcessGroup, SparseVec};
@@ -49,7 +50,7 @@ pub struct GTopK {
     epoch: f64,
     residual: Vec<Vec<f32>>,
     /// Once placed: the residuals on the device (then `residual` is emptied).
-    on_device: Option<Vec<Tensor>>,
+    on_device: Option<DeviceVecs>,
 }
 
 impl GTopK {
@@ -184,14 +185,7 @@ impl Method for GTopK {
     }
     fn place(&mut self, device: Device) -> Result<()> {
         let host = std::mem::take(&mut self.residual);
-        self.on_device = Some(
-            host.into_iter()
-                .map(|r| {
-                    let n = r.len();
-                    Tensor::from_vec(r, n, device)
-                })
-                .collect::<tensor::Result<_>>()?,
-        );
+        self.on_device = Some(DeviceVecs::place(host, device)?);
         Ok(())
     }
     fn exchange_tensor(
@@ -208,16 +202,10 @@ impl Method for GTopK {
                 "gtopk: exchange_tensor before place (the residuals are on the host)".into(),
             ));
         };
-        let n = check_numel(
-            "gtopk",
-            index,
-            residuals.get(index).map(Tensor::elem_count),
-            grad,
-        )?;
+        let (r, n) = residuals.for_grad("gtopk", index, grad)?;
         if n < dense_below {
             return dense_average_tensor(group, grad);
         }
-        let r = &residuals[index];
         let mut m = Meter::new(n);
         let (local, sent) = m.compress(|| -> Result<_> {
             tensor::no_grad(|| r.assign(&r.add(&grad.flatten_all()?)?))?;
@@ -278,25 +266,17 @@ impl Method for GTopK {
         })
     }
     fn state(&self) -> Result<StateTensors> {
-        if let Some(rs) = &self.on_device {
-            let host: Vec<Vec<f32>> = rs
-                .iter()
-                .map(|r| r.to_vec::<f32>())
-                .collect::<tensor::Result<_>>()?;
-            return Ok(crate::methods::named_state("residual", &host));
+        match &self.on_device {
+            Some(rs) => rs.state("residual"),
+            None => Ok(crate::methods::named_state("residual", &self.residual)),
         }
-        Ok(crate::methods::named_state("residual", &self.residual))
     }
     fn load_state(&mut self, state: &StateTensors) -> Result<()> {
-        if let Some(rs) = &self.on_device {
-            let mut host: Vec<Vec<f32>> = rs.iter().map(|r| vec![0.0; r.elem_count()]).collect();
-            crate::methods::load_named("gtopk", state, &mut [("residual", &mut host)])?;
-            for (r, h) in rs.iter().zip(host) {
-                let n = h.len();
-                r.assign(&Tensor::from_vec(h, n, Device::Cpu)?)?;
+        match &self.on_device {
+            Some(rs) => rs.load("gtopk", "residual", state),
+            None => {
+                crate::methods::load_named("gtopk", state, &mut [("residual", &mut self.residual)])
             }
-            return Ok(());
         }
-        crate::methods::load_named("gtopk", state, &mut [("residual", &mut self.residual)])
     }
 }

@@ -1,6 +1,7 @@
 //! The methods, one file each, and the helpers they share for checkpoint state.
 
 pub mod dense;
+mod device_state;
 pub mod dgc;
 pub mod dropping;
 pub mod fedavg;
@@ -9,6 +10,8 @@ pub mod onebit;
 pub mod qsgd;
 pub mod sbc;
 pub mod terngrad;
+
+pub(crate) use device_state::DeviceVecs;
 
 use crate::method::StateTensors;
 use crate::{CompressError, Result};
