@@ -688,7 +688,11 @@ impl Config {
                 weight_decay: self.weight_decay,
             },
         )
-        .context("method configuration")?;
+        .map_err(|e| match e {
+            // Its text already begins "method configuration: ".
+            e @ compress::CompressError::Config(_) => anyhow::Error::new(e),
+            e => anyhow::Error::new(e).context("method configuration"),
+        })?;
         if self.optimizer == OptimizerChoice::Adam && method.replaces_optimizer() {
             bail!("--optimizer adam with {}: the method applies SGD momentum and weight decay itself (DGC's momentum correction); use --optimizer sgd, or --method-opt momentum_correction=false --method-opt masking=false", method.describe());
         }

@@ -37,6 +37,12 @@ fn refused(args: &[&str], want: &str) {
     let t = text(&o);
     assert!(!o.status.success(), "{args:?} succeeded:\n{t}");
     assert!(t.contains(want), "{args:?}: expected '{want}' in:\n{t}");
+    // Each layer of context says its piece once (the method's own errors begin with
+    // "method configuration", which the caller must not add again).
+    assert!(
+        !t.contains("method configuration: method configuration"),
+        "{args:?}: a doubled prefix in:\n{t}"
+    );
 }
 
 const BASE: [&str; 12] = [
