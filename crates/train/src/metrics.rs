@@ -31,7 +31,9 @@ pub fn remove_present(
 /// that workers writing the same file, even processes of the same PID on different nodes
 /// of a shared file system, do not share one) is written and flushed to disk, renamed over `path`,
 /// and the directory is flushed so that the rename itself is durable. A failed flush is
-/// an error: renaming a file the disk may not hold over a good one would lose both.
+/// an error: renaming a file the disk may not hold over a good one would lose both. A
+/// failed write removes its temporary (a full disk must not stay full of them);
+/// [`remove_stale_temporaries`] takes those a killed process left.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let name = path
         .file_name()
@@ -39,17 +41,61 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let mut tmp_name = name.to_os_string();
     tmp_name.push(format!(".tmp{}-{:016x}", std::process::id(), random_u64()));
     let tmp = path.with_file_name(tmp_name);
-    {
+    let written = (|| -> Result<()> {
         let mut f =
             std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
         f.write_all(bytes)
             .with_context(|| format!("writing {}", tmp.display()))?;
         f.sync_all()
             .with_context(|| format!("flushing {} to disk", tmp.display()))?;
+        drop(f);
+        std::fs::rename(&tmp, path)
+            .with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
     }
-    std::fs::rename(&tmp, path)
-        .with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
+    written?;
     sync_parent(path)
+}
+
+/// Whether `name` is a temporary of [`write_atomic`] for a file whose name starts with
+/// `prefix`: `{file}.tmp{pid}-{16 hex digits}`.
+fn is_temporary(name: &str, prefix: &str) -> bool {
+    let Some((file, tail)) = name.rsplit_once(".tmp") else {
+        return false;
+    };
+    let Some((pid, hex)) = tail.split_once('-') else {
+        return false;
+    };
+    file.starts_with(prefix)
+        && !pid.is_empty()
+        && pid.bytes().all(|b| b.is_ascii_digit())
+        && hex.len() == 16
+        && hex.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// Removes the temporaries of [`write_atomic`] in `dir` for files whose names start with
+/// `prefix`, left by a process killed or failed mid-write (a run directory is used by one
+/// job at a time, so none is being written when a run starts). Returns how many went.
+pub fn remove_stale_temporaries(dir: &Path, prefix: &str) -> Result<usize> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(e).with_context(|| format!("listing {}", dir.display())),
+    };
+    let mut removed = 0;
+    for entry in entries {
+        let entry = entry.with_context(|| format!("listing {}", dir.display()))?;
+        let name = entry.file_name();
+        if name.to_str().is_some_and(|n| is_temporary(n, prefix)) {
+            let p = entry.path();
+            std::fs::remove_file(&p)
+                .with_context(|| format!("removing the stale temporary {}", p.display()))?;
+            removed += 1;
+        }
+    }
+    Ok(removed)
 }
 
 /// 64 random bits for a temporary file's name (the system's generator; should it fail,
@@ -239,6 +285,62 @@ fn nan_if_null<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<f6
 
 #[cfg(test)]
 mod tests {
+    fn names(dir: &std::path::Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// A write that fails (here the rename, onto a directory) leaves no temporary.
+    #[test]
+    fn a_failed_atomic_write_removes_its_temporary() {
+        let dir = std::env::temp_dir().join(format!("gradex-atomic-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("blocked")).unwrap();
+        assert!(super::write_atomic(&dir.join("blocked"), b"bytes").is_err());
+        assert_eq!(names(&dir), vec!["blocked".to_string()]);
+        super::write_atomic(&dir.join("ok"), b"bytes").unwrap();
+        assert_eq!(names(&dir), vec!["blocked".to_string(), "ok".to_string()]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The temporaries a killed writer left go at start, only those of the prefix asked
+    /// for and only names of write_atomic's form.
+    #[test]
+    fn stale_temporaries_of_a_prefix_are_removed() {
+        let dir = std::env::temp_dir().join(format!("gradex-stale-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        for n in [
+            "rank0.safetensors.tmp123-0123456789abcdef",
+            "rank0.prev.safetensors.tmp9-fedcba9876543210",
+            "rank1.safetensors.tmp123-0123456789abcdef",
+            "rank0.safetensors",
+            "rank0.safetensors.tmp-notours",
+            "rank0.safetensors.tmp12-0123",
+        ] {
+            std::fs::write(dir.join(n), b"x").unwrap();
+        }
+        assert_eq!(super::remove_stale_temporaries(&dir, "rank0.").unwrap(), 2);
+        assert_eq!(
+            names(&dir),
+            vec![
+                "rank0.safetensors",
+                "rank0.safetensors.tmp-notours",
+                "rank0.safetensors.tmp12-0123",
+                "rank1.safetensors.tmp123-0123456789abcdef",
+            ]
+        );
+        assert_eq!(
+            super::remove_stale_temporaries(&dir.join("none"), "x").unwrap(),
+            0
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     /// The launcher reads rank 0's summary back: a non-finite metric (an overflowing
     /// perplexity) or step mean, written as null, must not make that fail.
     #[test]

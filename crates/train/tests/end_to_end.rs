@@ -405,6 +405,33 @@ fn gtopk_and_local_on_tensors_train_as_on_slices() {
     }
 }
 
+/// The temporary a failed or killed save left (a whole checkpoint's size, on a disk
+/// that may be full) is removed when the run starts again; other files stay.
+#[test]
+fn a_resume_removes_the_temporaries_a_failed_save_left() {
+    let dir = tmp("stale-tmp");
+    let out = dir.to_str().unwrap();
+    let mut args: Vec<&str> = BASE.to_vec();
+    args.extend(["--steps", "4", "--out", out]);
+    let o = train(&args, &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    let ck = dir.join("checkpoint");
+    let stale = ck.join("rank1.safetensors.tmp4242-00000000deadbeef");
+    let other = ck.join("notes.txt");
+    std::fs::write(&stale, vec![0u8; 4096]).unwrap();
+    std::fs::write(&other, b"keep").unwrap();
+    let o = train(&["--resume", "--steps", "6", "--out", out], &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(!stale.exists(), "the stale temporary is still there");
+    assert!(other.exists());
+    assert!(
+        text(&o).contains("removed 1 temporary checkpoint file"),
+        "{}",
+        text(&o)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn a_resumed_run_continues_bit_for_bit() {
     // 512 samples / (2 workers × 16) = 16 steps per epoch.

@@ -320,6 +320,18 @@ impl Worker {
         let lead = self.rank == 0;
         std::fs::create_dir_all(&cfg.out)
             .with_context(|| format!("creating the run directory {}", cfg.out.display()))?;
+        // A save that failed or was killed mid-write can leave its temporary (a whole
+        // checkpoint's size): this rank's go before it saves again.
+        let stale = crate::metrics::remove_stale_temporaries(
+            &cfg.out.join("checkpoint"),
+            &format!("rank{}.", self.rank),
+        )?;
+        if stale > 0 {
+            crate::progress::say_err(&format!(
+                "[rank {}] removed {stale} temporary checkpoint file(s) an earlier save left",
+                self.rank
+            ));
+        }
         let mut loaded = Ok(());
         if resume {
             let file = self
