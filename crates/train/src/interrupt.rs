@@ -10,7 +10,11 @@
 //! bit for bit. A flag raised after the run's last log line lets the run finish.
 //!
 //! A second signal ends the process at once (`_exit(130)`), losing the steps since the
-//! last checkpoint; the launcher's workers die with it (their parent-death signal). A
+//! last checkpoint, and says in one line which checkpoint a `--resume` continues from
+//! (every rank of a hand-started job keeps its own note with [`set_second_signal_note`]
+//! after each save; a launcher, through which its workers' lines pass, watches rank 0's
+//! checkpoint and says it for the job, [`watch_checkpoints`]); the
+//! launcher's workers die with it (their parent-death signal). A
 //! worker that has not stopped within twice the communication timeout (plus 10 s) of the
 //! first that did is killed by the launcher.
 //!
@@ -20,7 +24,93 @@
 //! launcher alone (`kill PID`): a worker that had the Ctrl-C too must not take the
 //! forwarded one for a second.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+
+/// The line a second signal prints, in one of two buffers (written only by
+/// [`set_second_signal_note`], which fills the idle one and then switches `NOTE_ACTIVE`),
+/// so the handler reads a whole note with atomic loads alone: no lock, no allocation.
+const NOTE_CAP: usize = 512;
+static NOTE: [[AtomicU8; NOTE_CAP]; 2] = [
+    [const { AtomicU8::new(0) }; NOTE_CAP],
+    [const { AtomicU8::new(0) }; NOTE_CAP],
+];
+static NOTE_LEN: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
+static NOTE_ACTIVE: AtomicUsize = AtomicUsize::new(0);
+
+/// The line a second SIGINT or SIGTERM prints to stderr before the process exits
+/// (truncated to 510 bytes; empty: nothing). Called from one thread at a time.
+pub fn set_second_signal_note(line: &str) {
+    let next = 1 - NOTE_ACTIVE.load(Ordering::SeqCst);
+    let mut bytes: Vec<u8> = Vec::with_capacity(NOTE_CAP);
+    if !line.is_empty() {
+        bytes.push(b'\n');
+        bytes.extend(line.bytes().take(NOTE_CAP - 2));
+        bytes.push(b'\n');
+    }
+    for (slot, &b) in NOTE[next].iter().zip(&bytes) {
+        slot.store(b, Ordering::SeqCst);
+    }
+    NOTE_LEN[next].store(bytes.len(), Ordering::SeqCst);
+    NOTE_ACTIVE.store(next, Ordering::SeqCst);
+}
+
+/// The note for a run in `out` whose newest checkpoint (of rank `rank`) stands at `step`,
+/// or that has none yet.
+pub fn note_for(out: &std::path::Path, rank: usize, step: Option<usize>) -> String {
+    let out = out.display();
+    match step {
+        Some(step) => format!(
+            "interrupted again: stopped at once; `--resume --out {out}` continues from the checkpoint of step {step} (rank {rank}'s newest; the ranks take the newest step all of them hold)"
+        ),
+        None => format!(
+            "interrupted again: stopped at once; {out} holds no checkpoint of this run yet, so there is nothing to resume"
+        ),
+    }
+}
+
+/// For a launcher, whose workers' lines a second signal cuts off: a thread that keeps the
+/// note of [`set_second_signal_note`] on rank 0's newest checkpoint in `out` (polled
+/// twice a second; a fresh run ignores files older than the call, which it removes).
+pub fn watch_checkpoints(out: std::path::PathBuf, resume: bool) {
+    let started = std::time::SystemTime::now();
+    let file = crate::checkpoint::path(&out, 0);
+    let spawned = std::thread::Builder::new()
+        .name("checkpoint-note".into())
+        .spawn(move || {
+            let mut seen: Option<std::time::SystemTime> = None;
+            set_second_signal_note(&note_for(&out, 0, None));
+            loop {
+                let modified = std::fs::metadata(&file).and_then(|m| m.modified()).ok();
+                let current = modified.filter(|&m| resume || m >= started);
+                if current.is_some() && current != seen {
+                    if let Ok(Some(pos)) = crate::checkpoint::read_position(&file) {
+                        set_second_signal_note(&note_for(&out, 0, Some(pos.step)));
+                        seen = current;
+                    }
+                }
+                std::thread::sleep(std::time::Duration::from_millis(500));
+            }
+        });
+    if let Err(e) = spawned {
+        crate::progress::say_err(&format!(
+            "warning: no checkpoint note for a second Ctrl-C (starting its thread: {e})"
+        ));
+    }
+}
+
+/// Writes the active note to stderr: atomic loads and `write`, both async-signal-safe.
+fn write_note() {
+    let i = NOTE_ACTIVE.load(Ordering::SeqCst);
+    let len = NOTE_LEN[i].load(Ordering::SeqCst).min(NOTE_CAP);
+    let mut buf = [0u8; NOTE_CAP];
+    for (b, slot) in buf.iter_mut().zip(&NOTE[i]).take(len) {
+        *b = slot.load(Ordering::SeqCst);
+    }
+    if len > 0 {
+        // SAFETY: writes `len` initialised bytes of a stack buffer to fd 2.
+        unsafe { libc::write(2, buf.as_ptr().cast(), len) };
+    }
+}
 
 /// Asked to stop, by any route (a signal of its own, the launcher's, the test hook).
 static REQUESTED: AtomicBool = AtomicBool::new(false);
@@ -33,6 +123,7 @@ extern "C" fn on_signal(_: libc::c_int) {
     // Only async-signal-safe work here: atomics and `_exit`.
     REQUESTED.store(true, Ordering::SeqCst);
     if OWN_SIGNAL.swap(true, Ordering::SeqCst) {
+        write_note();
         // SAFETY: `_exit` is async-signal-safe; it ends the process without unwinding.
         unsafe { libc::_exit(EXIT_STATUS) }
     }
@@ -190,4 +281,47 @@ pub fn exit_if_interrupted(e: &anyhow::Error) {
         crate::progress::say_err(&i.to_string());
     }
     std::process::exit(EXIT_STATUS);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The note as the handler would write it.
+    fn current_note() -> String {
+        let i = NOTE_ACTIVE.load(Ordering::SeqCst);
+        let len = NOTE_LEN[i].load(Ordering::SeqCst);
+        let bytes: Vec<u8> = NOTE[i]
+            .iter()
+            .take(len)
+            .map(|b| b.load(Ordering::SeqCst))
+            .collect();
+        String::from_utf8(bytes).unwrap()
+    }
+
+    /// A launcher's watcher follows rank 0's newest checkpoint; a long note is cut to the
+    /// buffer, on its line.
+    #[test]
+    fn the_second_signal_note_follows_rank_0s_checkpoint() {
+        let out = std::env::temp_dir().join(format!("gradex-note-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&out);
+        std::fs::create_dir_all(out.join("checkpoint")).unwrap();
+        let pos = crate::checkpoint::Position {
+            step: 7,
+            ..Default::default()
+        };
+        crate::checkpoint::save(&crate::checkpoint::path(&out, 0), &[], &pos).unwrap();
+        watch_checkpoints(out.clone(), true);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !current_note().contains("checkpoint of step 7") {
+            assert!(std::time::Instant::now() < deadline, "{}", current_note());
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        assert!(current_note().contains(&format!("--resume --out {}", out.display())));
+        set_second_signal_note(&"x".repeat(2000));
+        let n = current_note();
+        assert_eq!(n.len(), NOTE_CAP);
+        assert!(n.starts_with('\n') && n.ends_with('\n'));
+        let _ = std::fs::remove_dir_all(&out);
+    }
 }

@@ -98,6 +98,9 @@ pub fn run(cfg: &Config, resume: bool, raw_args: &[std::ffi::OsString]) -> Resul
                 anyhow::bail!("--backend nccl needs a GPU per worker: --workers {} on a machine with {gpus} GPU(s); use --backend tcp to share GPUs", cfg.workers);
             }
         }
+        // The workers' own lines pass through this process, which a second signal ends
+        // at once: the job's note on where a resume continues is this process's.
+        interrupt::watch_checkpoints(cfg.out.clone(), resume);
         launcher::launch(cfg.workers, cfg.pin_cores, raw_args)
             .map_err(|e| interrupt::in_run(e, &cfg.out, cfg.checkpoint_every > 0))?;
         let text = std::fs::read_to_string(cfg.out.join("summary.json"))

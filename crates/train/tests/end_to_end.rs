@@ -918,6 +918,15 @@ fn ctrl_c_saves_a_checkpoint_and_a_second_stops_at_once() {
     assert_eq!(status.code(), Some(130), "{status}");
     all_gone_within(&workers, 10, "kept running");
     assert!(!train::checkpoint::path(&dir, 0).exists());
+    // It says so, once for the job (rank 0; the launcher adds nothing).
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut job.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(
+        err.matches("interrupted again: stopped at once").count(),
+        1,
+        "{err}"
+    );
+    assert!(err.contains("holds no checkpoint of this run yet"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 
     // SIGTERM to the launcher alone (`kill PID`), which passes the stop on; a worker's

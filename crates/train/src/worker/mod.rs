@@ -355,6 +355,8 @@ impl Worker {
             }
             self.broadcast_model()?;
         }
+        // Before any save of this run: a resume's checkpoint, or none.
+        self.note_for_a_second_signal(resume.then_some(self.pos.step));
         let source = self
             .task
             .source(cfg.batch_size, self.rank, self.world, cfg.seed)?;

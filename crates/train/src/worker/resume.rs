@@ -56,7 +56,21 @@ impl Worker {
             log_window: window.to_values(),
             ..self.pos.clone()
         };
-        checkpoint::save_generation(&self.cfg.out, self.rank, &tensors, &pos)
+        checkpoint::save_generation(&self.cfg.out, self.rank, &tensors, &pos)?;
+        self.note_for_a_second_signal(Some(pos.step));
+        Ok(())
+    }
+
+    /// What a second Ctrl-C or SIGTERM says before the process exits (see `interrupt`):
+    /// the step of this rank's newest checkpoint, or that there is none. Each rank of a
+    /// hand-started job says its own; in a launched job the launcher says it (its
+    /// workers' lines pass through it, and it ends at once too).
+    pub(super) fn note_for_a_second_signal(&self, saved_step: Option<usize>) {
+        if std::env::var_os(crate::interrupt::LAUNCHED_ENV).is_some() {
+            return;
+        }
+        let line = crate::interrupt::note_for(&self.cfg.out, self.rank, saved_step);
+        crate::interrupt::set_second_signal_note(&line);
     }
 
     /// The checkpoint file every rank can resume from: the ranks exchange the steps of
