@@ -51,7 +51,9 @@ pub use counters::{ByteCounters, Collective, Traffic};
 pub use error::{CommError, Result};
 pub use frame::{decode_header, FrameHeader, FRAME_VERSION, HEADER_LEN};
 pub use group::ProcessGroup;
-pub use master::{bind_loopback_master, prepare_local_worker, MASTER_FD_ENV};
+pub use master::{
+    bind_loopback_master, prepare_local_worker, release_master_listeners, MASTER_FD_ENV,
+};
 pub use nccl::{nccl_library_present, nccl_version, NcclCommunicator};
 pub use sparse::{
     merge_sum_into, sum_all, sum_encoded, top_merge, top_merge_into, truncate_top, SparseVec,

@@ -80,9 +80,22 @@ fn pass_master_listener(command: &mut Command, rank: usize, listener: &TcpListen
 
 /// Listeners adopted so far, by descriptor: a second `from_env` in the same process gets
 /// the same socket instead of a second owner of one descriptor (which would close it
-/// twice). They stay open for the life of the process, so a descriptor number here is
-/// never reused for something else; the port stays held, which costs nothing.
-static ADOPTED: Mutex<Vec<(RawFd, Arc<TcpListener>)>> = Mutex::new(Vec::new());
+/// twice). They stay open until [`release_master_listeners`] (after the rendezvous);
+/// the entry stays, emptied, so that a later adoption of that descriptor number (reused
+/// by then for something else) is refused rather than taken for the listener.
+static ADOPTED: Mutex<Vec<(RawFd, Option<Arc<TcpListener>>)>> = Mutex::new(Vec::new());
+
+/// Lets go of the inherited master listeners once the job's rendezvous is over: the
+/// socket closes when the last configuration holding it is dropped, so that strangers'
+/// connections are refused instead of queued unread for the rest of the job (a
+/// hand-started rank 0, which binds its own, closes it the same way).
+pub fn release_master_listeners() {
+    if let Ok(mut adopted) = ADOPTED.lock() {
+        for (_, l) in adopted.iter_mut() {
+            *l = None;
+        }
+    }
+}
 
 /// Takes ownership of the inherited listener `value` (the text of `GRADEX_MASTER_FD`)
 /// names, after checking that it is an open, listening stream socket bound to `port`
@@ -100,7 +113,9 @@ pub(crate) fn adopt_master_listener(value: &str, port: u16) -> Result<Arc<TcpLis
         .lock()
         .map_err(|_| CommError::Config("the adopted-listener table is poisoned".into()))?;
     if let Some((_, l)) = adopted.iter().find(|(f, _)| *f == fd) {
-        return Ok(l.clone());
+        return l
+            .clone()
+            .ok_or_else(|| bad("was closed after the job's rendezvous".into()));
     }
     let sockopt = |opt: libc::c_int| -> std::io::Result<libc::c_int> {
         let mut v: libc::c_int = 0;
@@ -152,7 +167,7 @@ pub(crate) fn adopt_master_listener(value: &str, port: u16) -> Result<Arc<TcpLis
         }
     }
     let listener = Arc::new(listener);
-    adopted.push((fd, listener.clone()));
+    adopted.push((fd, Some(listener.clone())));
     Ok(listener)
 }
 

@@ -61,7 +61,7 @@ pub fn run(cfg: &Config, resume: bool, raw_args: &[std::ffi::OsString]) -> Resul
     // In a job, the job's size is WORLD_SIZE (read by comm's own parser, which also names
     // a bad value): checks that depend on it (a step's samples, the method's world) and the
     // recorded config.toml use it, not this node's `--workers`.
-    let job = if in_job {
+    let mut job = if in_job {
         Some(comm::CommConfig::from_env().context("reading the job's variables")?)
     } else {
         None
@@ -107,8 +107,14 @@ pub fn run(cfg: &Config, resume: bool, raw_args: &[std::ffi::OsString]) -> Resul
             .with_context(|| format!("reading {}", cfg.out.join("summary.json").display()))?;
         return Ok(Some(serde_json::from_str(&text)?));
     }
-    let comm = if let Some(j) = &job {
-        comm::Communicator::connect(j).context("joining the job")?
+    let comm = if let Some(j) = &mut job {
+        let c = comm::Communicator::connect(j).context("joining the job")?;
+        // Rank 0's master listener (a launcher's, inherited) has served the rendezvous:
+        // closed now, as a hand-started rank 0's is, instead of accepting strangers'
+        // connections for the rest of the job without ever reading them.
+        j.master_listener = None;
+        comm::release_master_listeners();
+        c
     } else {
         comm::Communicator::connect(&comm::CommConfig {
             max_frame: 1 << 34,

@@ -873,6 +873,40 @@ fn exit_within(job: &mut std::process::Child, secs: u64) -> std::process::ExitSt
 
 /// Ctrl-C stops every worker after the same step, each with its checkpoint, and the
 /// launcher exits with 130; a second Ctrl-C stops a job at once, saving nothing.
+/// Once the job has started, rank 0 has closed the master port it inherited from the
+/// launcher (a stranger's connection is refused, not queued unread for the whole job), as
+/// a hand-started rank 0 does.
+#[test]
+fn the_master_port_is_closed_once_the_job_has_started() {
+    let dir = tmp("master-port");
+    let (mut job, _lines) = endless_in_own_group(&dir, "1000000", "training lenet5");
+    let workers = workers_of(&job);
+    let var = |pid: u32, key: &str| -> Option<String> {
+        let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+        env.split(|&b| b == 0).find_map(|kv| {
+            std::str::from_utf8(kv)
+                .ok()?
+                .strip_prefix(&format!("{key}="))
+                .map(String::from)
+        })
+    };
+    let rank0 = workers
+        .iter()
+        .copied()
+        .find(|&p| var(p, "RANK").as_deref() == Some("0"))
+        .expect("rank 0 among the launcher's children");
+    let port: u16 = var(rank0, "MASTER_PORT").unwrap().parse().unwrap();
+    let connected = std::net::TcpStream::connect(("127.0.0.1", port));
+    let _ = job.kill();
+    let _ = job.wait();
+    all_gone_within(&workers, 10, "kept running");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        connected.is_err(),
+        "rank 0 still accepts connections at the master port {port}"
+    );
+}
+
 #[test]
 fn ctrl_c_saves_a_checkpoint_and_a_second_stops_at_once() {
     let dir = tmp("ctrl-c");
