@@ -1290,6 +1290,29 @@ fn wrong_configurations_fail_before_any_worker_starts() {
         ),
         (&["--backend", "mpi"], "[possible values: tcp, nccl]"),
         (
+            &["--exchange", "tensors", "--method", "qsgd"],
+            "--exchange tensors: --method qsgd",
+        ),
+        (
+            &["--exchange", "tensors", "--bucket-elems", "1000"],
+            "--bucket-elems needs --exchange slices",
+        ),
+        (
+            &[
+                "--backend",
+                "nccl",
+                "--device",
+                "cuda",
+                "--exchange",
+                "slices",
+            ],
+            "--exchange slices is for --backend tcp",
+        ),
+        (
+            &["--exchange", "gpu"],
+            "[possible values: auto, slices, tensors]",
+        ),
+        (
             &["--model", "lstm_lm", "--dataset", "fashion-mnist"],
             "language models train on kjv, ptb or synthetic",
         ),
