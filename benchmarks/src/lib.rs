@@ -132,3 +132,23 @@ pub fn random_sparse(rank: usize, n: usize, k: usize) -> comm::SparseVec {
             .collect(),
     )
 }
+
+/// The method of `label` (`name` or `name:key=value,...`) as the one rank of a job
+/// builds it (momentum 0.9, no weight decay); callers add which flag named it.
+pub fn one_rank_method(label: &str) -> Result<Box<dyn compress::Method>> {
+    let (name, opts) = label.split_once(':').unwrap_or((label, ""));
+    let opts: Vec<String> = opts
+        .split(',')
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+        .collect();
+    let ctx = compress::Context {
+        rank: 0,
+        world: 1,
+        seed: 1,
+        momentum: 0.9,
+        nesterov: false,
+        weight_decay: 0.0,
+    };
+    Ok(compress::MethodSpec::parse(name, &opts).and_then(|spec| compress::build(&spec, &ctx))?)
+}

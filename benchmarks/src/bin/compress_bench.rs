@@ -13,7 +13,7 @@ use anyhow::{anyhow, ensure, Context as _, Result};
 use benchmarks::{best_of, init_threads};
 use clap::Parser;
 use comm::{CommConfig, Communicator};
-use compress::{build, Context, MethodSpec, ParamSpec, StepInfo};
+use compress::{ParamSpec, StepInfo};
 use rayon::prelude::*;
 use serde_json::{json, Value};
 use tensor::Rng;
@@ -108,28 +108,6 @@ fn one_rank() -> Result<Communicator> {
     })?)
 }
 
-/// The method of `label` (`name` or `name:key=value,...`) as the one rank of a job
-/// builds it; an error names the label.
-fn build_method(label: &str) -> Result<Box<dyn compress::Method>> {
-    let (name, opts) = label.split_once(':').unwrap_or((label, ""));
-    let opts: Vec<String> = opts
-        .split(',')
-        .filter(|s| !s.is_empty())
-        .map(String::from)
-        .collect();
-    let ctx = Context {
-        rank: 0,
-        world: 1,
-        seed: 1,
-        momentum: 0.9,
-        nesterov: false,
-        weight_decay: 0.0,
-    };
-    MethodSpec::parse(name, &opts)
-        .and_then(|spec| build(&spec, &ctx))
-        .with_context(|| format!("--methods {label}"))
-}
-
 /// Checks every argument, the methods' options included (each method is built once and
 /// dropped), before anything runs: a bad last method or --density must not be found
 /// only after the gradient is generated and the earlier methods have been timed.
@@ -154,7 +132,7 @@ fn validate(args: &Args) -> Result<Vec<String>> {
         args.methods.clone()
     };
     for label in &methods {
-        build_method(label)?;
+        benchmarks::one_rank_method(label).with_context(|| format!("--methods {label}"))?;
     }
     Ok(methods)
 }
@@ -162,7 +140,7 @@ fn validate(args: &Args) -> Result<Vec<String>> {
 /// Best compression and decompression seconds of `label` over the repetitions, with the
 /// density and message bytes of the last one.
 fn bench_method(label: &str, grad: &[f32], repeats: usize) -> Result<Value> {
-    let mut m = build_method(label)?;
+    let mut m = benchmarks::one_rank_method(label).with_context(|| format!("--methods {label}"))?;
     m.init(&[ParamSpec::new("grad", &[grad.len()])])?;
     let mut comm = one_rank()?;
     let mut weights = vec![0f32; grad.len()];

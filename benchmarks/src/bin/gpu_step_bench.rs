@@ -67,20 +67,12 @@ fn exchange_method(
     model: &dyn Module,
     device: Device,
 ) -> Result<Box<dyn compress::Method>> {
-    let opts: Vec<String> = match name {
-        "dense" => vec![],
-        "dgc" => vec!["density=0.001".into(), "warmup_epochs=0".into()],
+    let label = match name {
+        "dense" => "dense",
+        "dgc" => "dgc:density=0.001,warmup_epochs=0",
         other => bail!("--exchange {other}: dense or dgc"),
     };
-    let ctx = compress::Context {
-        rank: 0,
-        world: 1,
-        seed: 1,
-        momentum: 0.9,
-        nesterov: false,
-        weight_decay: 0.0,
-    };
-    let mut m = compress::build(&compress::MethodSpec::parse(name, &opts)?, &ctx)?;
+    let mut m = benchmarks::one_rank_method(label).with_context(|| format!("--exchange {name}"))?;
     let specs: Vec<compress::ParamSpec> = model
         .named_params()
         .iter()

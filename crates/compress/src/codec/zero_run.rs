@@ -42,9 +42,7 @@ pub fn encode_sparse(indices: &[u32], values: &[f32]) -> Result<Vec<u8>> {
     let mut next: u64 = 0;
     for (&i, &v) in indices.iter().zip(values) {
         if !v.is_finite() {
-            return Err(CodecError::Invalid(format!(
-                "the value at index {i} is {v}: the gradient holds inf or NaN (the training diverged? lower --lr)"
-            )));
+            return Err(non_finite(i, v));
         }
         if (i as u64) < next {
             return Err(CodecError::Invalid(format!(
@@ -64,9 +62,25 @@ pub fn encode_sparse(indices: &[u32], values: &[f32]) -> Result<Vec<u8>> {
     Ok(out)
 }
 
+/// The error [`encode_sparse`] gives for a value that is inf or NaN.
+fn non_finite(i: u32, v: f32) -> CodecError {
+    CodecError::Invalid(format!(
+        "the value at index {i} is {v}: the gradient holds inf or NaN (the training diverged? lower --lr)"
+    ))
+}
+
+/// [`encode_sparse`]'s refusal of inf and NaN, without encoding: for a sender that
+/// measures its message with [`encoded_len`] instead of writing it.
+pub fn check_finite(indices: &[u32], values: &[f32]) -> Result<()> {
+    match indices.iter().zip(values).find(|(_, v)| !v.is_finite()) {
+        Some((&i, &v)) => Err(non_finite(i, v)),
+        None => Ok(()),
+    }
+}
+
 /// The length of [`encode_sparse`]'s bytes for strictly ascending `indices`, from the
 /// indices alone: 6 bytes per value and 2 per escape record. The exchange on tensors
-/// reports DGC's message measure so, with only the indices copied off the device.
+/// reports DGC's message measure so, without writing the message.
 pub fn encoded_len(indices: &[u32]) -> usize {
     let mut next: u64 = 0;
     let mut len = 0;

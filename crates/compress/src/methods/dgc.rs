@@ -371,9 +371,9 @@ impl Method for Dgc {
     /// same entries, bit for bit), the chosen pairs summed by the group's TopKAllReduce
     /// (they travel as (u32, f32) pairs: 8 bytes each where the zero-run format takes 6;
     /// `WireStats` reports the zero-run length, the paper's measure, as the host path
-    /// does, and the communicator's counters what crossed the wire). The pairs are also
-    /// encoded on the host once, which measures them and refuses inf and NaN as the host
-    /// path does: k values, a fraction of a millisecond at ResNet-50's 25,558.
+    /// does, and the communicator's counters what crossed the wire). The pairs are read to
+    /// the host once, to measure that length and refuse inf and NaN as the host path's
+    /// encoder does.
     fn exchange_tensor(
         &mut self,
         group: &mut dyn ProcessGroup,
@@ -410,10 +410,9 @@ impl Method for Dgc {
             // The pairs on the host (8 bytes per value sent) for the message measure and
             // the same refusal of inf and NaN as the host path's encoder gives.
             let (indices, values) = sel.to_vecs()?;
-            let len = zero_run::encode_sparse(&indices, &values)
-                .map_err(|e| CompressError::Usage(format!("dgc encode: {e}")))?
-                .len();
-            Ok((sel, len))
+            zero_run::check_finite(&indices, &values)
+                .map_err(|e| CompressError::Usage(format!("dgc encode: {e}")))?;
+            Ok((sel, zero_run::encoded_len(&indices)))
         });
         let (sel, message_bytes) = sel?;
         m.stats.sent_values = sel.len();
@@ -457,8 +456,8 @@ impl Method for Dgc {
 /// as [`Dgc`] and leaves the same state, bit for bit (tests/dgc_device.rs, on the CPU
 /// here and on a GPU by scripts/gpu-check.sh).
 ///
-/// This is the compression side only: the exchange (encoding, collective, decoding) of
-/// the pairs is still [`Dgc`]'s on the host.
+/// This is the compression side only: [`Dgc`]'s `exchange_tensor` (after `place`) drives
+/// it and sums the pairs over a `ProcessGroup`.
 pub struct DgcOnDevice {
     cfg: DgcConfig,
     world: usize,

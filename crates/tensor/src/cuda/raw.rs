@@ -32,11 +32,22 @@ pub fn compute_stream(device: Device) -> Result<Arc<CudaStream>> {
 
 /// The element range of `t` in its buffer, after checking it is a contiguous f32 tensor.
 pub(crate) fn f32_range(op: &'static str, t: &Tensor) -> Result<Range<usize>> {
-    if t.dtype() != DType::F32 {
+    typed_range(op, t, DType::F32, "f32")
+}
+
+/// The element range of `t` in its buffer, after checking it is a contiguous tensor of
+/// `dtype` (named `expected` in the error).
+fn typed_range(
+    op: &'static str,
+    t: &Tensor,
+    dtype: DType,
+    expected: &'static str,
+) -> Result<Range<usize>> {
+    if t.dtype() != dtype {
         return Err(Error::UnsupportedDType {
             op,
             dtype: t.dtype(),
-            expected: "f32",
+            expected,
         });
     }
     t.layout().contiguous_range().ok_or_else(|| {
@@ -108,15 +119,10 @@ pub fn with_u32_view<R>(t: &Tensor, f: impl FnOnce(&CudaView<'_, u32>) -> R) -> 
     Ok(f(&slice.slice(range)))
 }
 
-/// The element range of `t` (on a CUDA device, contiguous) for a u32 view.
-fn u32_range(op: &'static str, t: &Tensor) -> Result<std::ops::Range<usize>> {
+/// The element range of `t` (on a CUDA device, contiguous, U32) for a u32 view.
+fn u32_range(op: &'static str, t: &Tensor) -> Result<Range<usize>> {
     cuda_device(op, t.device())?;
-    t.layout().contiguous_range().ok_or_else(|| {
-        Error::msg(format!(
-            "{op}: the tensor (shape {:?}) is not contiguous",
-            t.dims()
-        ))
-    })
+    typed_range(op, t, DType::U32, "u32")
 }
 
 /// Runs `f` with a writable view of `t`'s elements (contiguous, U32, on a CUDA device):
