@@ -172,11 +172,11 @@ if [ -x .gpu/bin/train ]; then
     fi
   fi
 
-  # DGC, gTop-k and gradient dropping with one worker three ways each: on host slices over TCP, on GPU
-  # tensors over TCP, on GPU tensors over NCCL. The GPU's selection and accumulation equal
-  # the CPU's bit for bit and one rank's sum is its own message, so each method's three
-  # runs must end with the same loss.
-  for method in dgc gtopk topk; do
+  # The methods on tensors with one worker three ways each: on host slices over TCP, on
+  # GPU tensors over TCP, on GPU tensors over NCCL. The GPU's selection, accumulation and
+  # binarization equal the CPU's bit for bit and one rank's sum is its own message, so
+  # each method's three runs must end with the same loss.
+  for method in dgc gtopk topk sbc fedavg; do
     losses=""
     for way in slices tensors-tcp tensors-nccl; do
       name=train-resnet20-$method-$way
@@ -190,6 +190,8 @@ if [ -x .gpu/bin/train ]; then
       case "$method" in
         dgc) opts=(--method-opt warmup_epochs=0) ;;
         gtopk | topk) opts=(--method-opt density=0.01) ;;
+        sbc) opts=(--method-opt delay=5 --method-opt density=0.01) ;;
+        fedavg) opts=(--method-opt delay=5) ;;
       esac
       timed "$name" "$lim" .gpu/bin/train --workers 1 --model resnet20 --dataset synthetic \
         --device cuda "${flags[@]}" --method "$method" "${opts[@]}" --batch-size 64 \

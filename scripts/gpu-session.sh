@@ -23,6 +23,8 @@ default_runs="tensor-sparsify compress-dgc-device compress-exchange-tensor comm-
 train-resnet20-dgc-slices train-resnet20-dgc-tensors-tcp train-resnet20-dgc-tensors-nccl \
 train-resnet20-gtopk-slices train-resnet20-gtopk-tensors-tcp train-resnet20-gtopk-tensors-nccl \
 train-resnet20-topk-slices train-resnet20-topk-tensors-tcp train-resnet20-topk-tensors-nccl \
+train-resnet20-sbc-slices train-resnet20-sbc-tensors-tcp train-resnet20-sbc-tensors-nccl \
+train-resnet20-fedavg-slices train-resnet20-fedavg-tensors-tcp train-resnet20-fedavg-tensors-nccl \
 compress_bench nn-cuda-models tensor-cuda \
 tensor-errors train-resnet20-dgc-cuda train-resnet20-dense-tcp train-resnet20-dense-nccl \
 train-deepspeech-cuda gpu_step_bench"

@@ -121,6 +121,85 @@ pub(crate) fn average_in_place(comm: &mut Communicator, values: &mut [f32]) -> R
     Ok(m.stats)
 }
 
+/// [`average_in_place`] on tensors: `t` (the weights of `local` and `fedavg`) replaced by
+/// its average over the group's ranks, in place on its device.
+pub(crate) fn average_tensor_in_place(
+    group: &mut dyn ProcessGroup,
+    t: &Tensor,
+) -> Result<WireStats> {
+    let n = t.elem_count();
+    let mut m = Meter::new(n);
+    m.comm(|| group.allreduce(t, ReduceOp::Average))?;
+    m.stats.sent_values = n;
+    m.stats.message_bytes = 4 * n;
+    Ok(m.stats)
+}
+
+/// A local step of a method with communication delay, on tensors: the optimizer applies
+/// this rank's own gradient (handed back as it came; nothing is sent).
+pub(crate) fn local_step_tensor(grad: &Tensor) -> TensorUpdate {
+    TensorUpdate {
+        values: grad.clone(),
+        kind: UpdateKind::Gradient,
+        stats: Meter::new(grad.elem_count()).stats,
+    }
+}
+
+/// [`allgather_decode`] over a group: this rank's encoded `message` travels as U32 words
+/// on the group's device — its byte length, then the bytes, zero-padded to a whole word
+/// (on the wire, not in the message measure) — and every rank's message, this one's
+/// included and in rank order, is handed to `decode` on the host.
+pub(crate) fn allgather_decode_group(
+    group: &mut dyn ProcessGroup,
+    m: &mut Meter,
+    method: &'static str,
+    param: usize,
+    message: &[u8],
+    mut decode: impl FnMut(usize, &[u8]) -> std::result::Result<(), CodecError>,
+) -> Result<()> {
+    m.stats.message_bytes += message.len();
+    let len = u32::try_from(message.len()).map_err(|_| {
+        CompressError::Usage(format!(
+            "{method}: parameter {param}'s message of {} bytes exceeds 4 GiB",
+            message.len()
+        ))
+    })?;
+    let mut words = Vec::with_capacity(1 + message.len().div_ceil(4));
+    words.push(len);
+    words.extend(message.chunks(4).map(|c| {
+        let mut w = [0u8; 4];
+        w[..c.len()].copy_from_slice(c);
+        u32::from_le_bytes(w)
+    }));
+    let n = words.len();
+    let mine = Tensor::from_vec(words, n, group.device())?;
+    let all = m.comm(|| group.allgather_v(&mine))?;
+    m.decompress(|| {
+        for (peer, t) in all.iter().enumerate() {
+            let malformed = |source| CompressError::Decode {
+                method,
+                peer,
+                param,
+                source,
+            };
+            let words = t.to_vec::<u32>()?;
+            let len = *words
+                .first()
+                .ok_or_else(|| malformed(CodecError::Truncated("the message's length word")))?
+                as usize;
+            let bytes: Vec<u8> = words[1..].iter().flat_map(|w| w.to_le_bytes()).collect();
+            if len > bytes.len() || bytes.len() - len >= 4 {
+                return Err(malformed(CodecError::Invalid(format!(
+                    "a message of {len} bytes in {} words",
+                    words.len() - 1
+                ))));
+            }
+            decode(peer, &bytes[..len]).map_err(malformed)?;
+        }
+        Ok(())
+    })
+}
+
 /// Whether a method that communicates every `every` steps does so after `step` (from 0).
 pub(crate) fn due(every: Option<u64>, step: u64) -> bool {
     every.is_some_and(|e| e > 0 && (step + 1).is_multiple_of(e))

@@ -25,5 +25,6 @@ pub use build::{build, Context};
 pub use error::{CompressError, Result};
 pub use method::{
     Method, ParamSpec, StateTensors, StepInfo, TensorUpdate, Update, UpdateKind, WireStats,
+    ON_TENSORS,
 };
 pub use options::{help_text, MethodSpec};

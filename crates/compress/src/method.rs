@@ -126,11 +126,14 @@ pub struct TensorUpdate {
     pub stats: WireStats,
 }
 
+/// The methods that run on tensors ([`Method::on_tensors`]), for messages.
+pub const ON_TENSORS: &str = "dense with f32 values, dgc, gtopk, topk, local, sbc and fedavg";
+
 /// The error of a method asked to run on tensors that does not yet.
 pub(crate) fn not_on_tensors(name: &str) -> crate::CompressError {
     crate::CompressError::Usage(format!(
         "{name} does not run on tensors yet: its exchange takes host slices over the TCP \
-         backend (methods on tensors: dense, dgc, gtopk, topk, local; see docs/compress.md)"
+         backend (methods on tensors: {ON_TENSORS}; see docs/compress.md)"
     ))
 }
 
@@ -221,6 +224,21 @@ pub trait Method: Send {
         _grad: &Tensor,
     ) -> Result<TensorUpdate> {
         Err(not_on_tensors(self.name()))
+    }
+    /// [`Method::after_step`] on tensors: parameter `index`'s weights on the group's device,
+    /// overwritten in place where the method synchronises them (the same collectives as
+    /// on slices, over `group`). Methods that never communicate after the step return
+    /// `None`.
+    fn after_step_tensor(
+        &mut self,
+        _group: &mut dyn ProcessGroup,
+        _index: usize,
+        _weights: &Tensor,
+    ) -> Result<Option<WireStats>> {
+        match self.after_step_every() {
+            None => Ok(None),
+            Some(_) => Err(not_on_tensors(self.name())),
+        }
     }
     /// The state a resume needs (residuals, momenta, weight copies, RNG), named, on the
     /// host (a method on tensors copies its state off the device, which can fail).

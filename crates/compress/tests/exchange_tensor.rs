@@ -1,8 +1,9 @@
-//! The exchange on tensors (`Method::place`, `Method::exchange_tensor`) against the
-//! exchange on slices, over the same TCP job: for dense, DGC with its switches, gTop-k, gradient dropping
-//! and its local-gradient modes,
-//! worlds 1–3, several steps, the same updates bit for bit, the same wire statistics, and
-//! the same state at the end — on CPU tensors here, and on GPU tensors (ranks sharing one
+//! The exchange on tensors (`Method::place`, `Method::exchange_tensor`,
+//! `Method::after_step_tensor`) against the exchange on slices, over the same TCP job: for
+//! dense, DGC with its switches, gTop-k, gradient dropping and its local-gradient modes,
+//! SBC and FedAvg, worlds 1–3, several steps, the same updates and synchronised weights
+//! bit for bit, the same wire statistics and momentum masks, and the same state at the
+//! end — on CPU tensors here, and on GPU tensors (ranks sharing one
 //! GPU over TCP) when one is present (`REQUIRE_GPU=1` makes its absence a failure).
 
 mod common;
@@ -87,6 +88,28 @@ fn run(name: &str, opts: &[&str], nesterov: bool, world: usize, device: Device) 
                     [b.stats.sent_values, b.stats.message_bytes],
                 ));
             }
+            // What methods with communication delay or periodic averaging send after the
+            // step: the synchronised weights, the wire statistics and the momentum mask.
+            for (i, shape) in SHAPES.iter().enumerate() {
+                let n: usize = shape.iter().product();
+                let mut w = heavy_tailed(n, 1000 * rank as u64 + 10 * step + i as u64 + 13);
+                let wt = Tensor::from_vec(w.clone(), shape.to_vec(), device).unwrap();
+                let a = host.after_step(c, i, &mut w).unwrap();
+                let b = dev
+                    .after_step_tensor(c as &mut dyn ProcessGroup, i, &wt)
+                    .unwrap();
+                let stats = |s: Option<compress::WireStats>| {
+                    s.map_or([usize::MAX; 2], |s| [s.sent_values, s.message_bytes])
+                };
+                let (ma, mb) = (host.take_momentum_mask(i), dev.take_momentum_mask(i));
+                seen.push((
+                    bits(&w),
+                    bits(&wt.to_vec::<f32>().unwrap()),
+                    ma == mb,
+                    stats(a),
+                    stats(b),
+                ));
+            }
         }
         (seen, state_bits(host.as_ref()), state_bits(dev.as_ref()))
     })
@@ -100,15 +123,17 @@ fn check(name: &str, opts: &[&str], nesterov: bool) {
                 run(name, opts, nesterov, world, device).iter().enumerate()
             {
                 let at = format!("{name} {opts:?} on {device:?}, world {world}, rank {rank}");
+                // Per step, the three updates, then the three weights after the step.
                 for (j, (a, b, same_kind, sa, sb)) in seen.iter().enumerate() {
+                    let what = if j % 6 < 3 { "update" } else { "weights" };
                     assert_eq!(
                         a,
                         b,
-                        "{at}: update {j} (step {}, parameter {})",
-                        j / 3,
+                        "{at}: {what} {j} (step {}, parameter {})",
+                        j / 6,
                         j % 3
                     );
-                    assert!(same_kind, "{at}: update {j}'s kind");
+                    assert!(same_kind, "{at}: {what} {j}'s kind or momentum mask");
                     assert_eq!(sa, sb, "{at}: update {j}'s sent values and message bytes");
                 }
                 assert_eq!(host_state, dev_state, "{at}: the state after 4 steps");
@@ -165,14 +190,29 @@ fn gradient_dropping_and_its_local_modes_on_tensors_equal_them_on_slices() {
     check("topk", &["density=0.01", "warmup_steps=3"], false);
     for mode in ["sum", "partial", "error"] {
         let mode = format!("mode={mode}");
-        check("local", &["density=0.02", mode.as_str()], false);
+        check(
+            "local",
+            &["density=0.02", mode.as_str(), "sync_every=2"],
+            false,
+        );
     }
+}
+
+#[test]
+fn sbc_on_tensors_equals_sbc_on_slices() {
+    check("sbc", &["delay=2", "density=0.01"], false);
+    check("sbc", &["delay=1", "density=0.05", "masking=false"], false);
+}
+
+#[test]
+fn fedavg_on_tensors_equals_fedavg_on_slices() {
+    check("fedavg", &["delay=2"], false);
 }
 
 #[test]
 fn methods_not_on_tensors_say_so() {
     let cx = ctx(0, 1);
-    for name in ["sbc", "qsgd", "terngrad", "onebit", "fedavg"] {
+    for name in ["qsgd", "terngrad", "onebit"] {
         let mut m = built(name, &[] as &[&str], &cx, SHAPES);
         assert!(!m.on_tensors(), "{name}");
         let e = m.place(Device::Cpu).unwrap_err().to_string();

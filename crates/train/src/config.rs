@@ -698,7 +698,7 @@ impl Config {
         }
         if self.exchange == Exchange::Tensors {
             if !method.on_tensors() {
-                bail!("--exchange tensors: --method {} {:?} does not run on tensors yet (dense with f32 values, dgc, gtopk, topk and local do); use --exchange slices or auto", spec.name, self.method_opts);
+                bail!("--exchange tensors: --method {} {:?} does not run on tensors yet ({} do); use --exchange slices or auto", spec.name, self.method_opts, compress::ON_TENSORS);
             }
             if self.bucket_elems > 0 {
                 bail!("--exchange tensors exchanges each parameter's gradient tensor; --bucket-elems needs --exchange slices");
@@ -706,15 +706,14 @@ impl Config {
         }
         match self.backend {
             Backend::Tcp => {}
-            // NCCL moves GPU tensors: the methods that run on tensors (dense with f32
-            // values, DGC) exchange over it; the others encode host byte buffers, which
-            // the TCP backend carries.
+            // NCCL moves GPU tensors: the methods that run on tensors exchange over it;
+            // the others encode host byte buffers, which the TCP backend carries.
             Backend::Nccl => {
                 if self.device != DeviceChoice::Cuda {
                     bail!("--backend nccl needs --device cuda (NCCL reduces GPU buffers; got --device {})", self.device);
                 }
                 if !method.on_tensors() {
-                    bail!("--backend nccl runs the methods on tensors (dense with f32 values, dgc, gtopk, topk, local); --method {} {:?} exchanges host messages: use --backend tcp", spec.name, self.method_opts);
+                    bail!("--backend nccl runs the methods on tensors ({}); --method {} {:?} exchanges host messages: use --backend tcp", compress::ON_TENSORS, spec.name, self.method_opts);
                 }
                 if self.bucket_elems > 0 {
                     bail!("--backend nccl exchanges each parameter's gradient tensor in place; --bucket-elems is for --backend tcp");

@@ -4,9 +4,10 @@
 //! arrival order. Hooks fire in the same order on every rank (the same graph, walked the
 //! same way), so every rank issues the same collectives in the same order.
 //!
-//! Methods on tensors (`Method::on_tensors`: dense, DGC, gTop-k, gradient dropping) get each gradient as
-//! the tensor itself (`Job::ExchangeDevice`) and exchange it with
-//! `Method::exchange_tensor` over a `ProcessGroup`: with `--backend nccl` the thread's
+//! Methods on tensors (`Method::on_tensors`; `compress::ON_TENSORS` lists them) get each
+//! gradient as the tensor itself (`Job::ExchangeDevice`) and exchange it with
+//! `Method::exchange_tensor` (and synchronise the weights after the step with
+//! `Method::after_step_tensor`, `Job::AfterDevice`) over a `ProcessGroup`: with `--backend nccl` the thread's
 //! NCCL communicator, started over the TCP one before any other job; with `--backend
 //! tcp` the TCP communicator, which copies to the host only what crosses the wire (DGC's
 //! chosen pairs). Either way the update comes back on the GPU, and the method's kernels
@@ -45,6 +46,12 @@ pub enum Job {
         index: usize,
         weights: Vec<f32>,
     },
+    /// `Method::after_step_tensor` on a parameter itself (a method on tensors), which the
+    /// method overwrites in place where it synchronises it.
+    AfterDevice {
+        index: usize,
+        weights: Tensor,
+    },
     /// A sum over ranks (evaluation counts, the loss).
     Allreduce(Vec<f32>),
     Broadcast(Vec<u8>),
@@ -72,6 +79,7 @@ pub enum Reply {
     },
     After {
         index: usize,
+        /// The synchronised weights (empty after an `AfterDevice` job: written in place).
         weights: Vec<f32>,
         stats: Option<WireStats>,
         /// Positions (in the bucket's coordinates) whose optimizer momentum to zero.
@@ -211,6 +219,23 @@ impl Exchanger {
                                 momentum_mask: method.take_momentum_mask(index),
                             })
                             .map_err(|e| format!("synchronising parameter {index}: {e}")),
+                        Job::AfterDevice { index, weights } => {
+                            let (group, over): (&mut dyn ProcessGroup, &str) = match nccl.as_mut() {
+                                Some(n) => (n, "NCCL"),
+                                None => (&mut comm, "TCP"),
+                            };
+                            method
+                                .after_step_tensor(group, index, &weights)
+                                .map(|stats| Reply::After {
+                                    index,
+                                    weights: Vec::new(),
+                                    stats,
+                                    momentum_mask: method.take_momentum_mask(index),
+                                })
+                                .map_err(|e| {
+                                    format!("synchronising parameter {index} over {over}: {e}")
+                                })
+                        }
                         Job::Allreduce(mut v) => comm
                             .allreduce(&mut v, ReduceOp::Sum)
                             .map(|_| Reply::Reduced(v))

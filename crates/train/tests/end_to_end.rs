@@ -365,15 +365,17 @@ fn dgc_on_tensors_resumes_bit_for_bit_and_trains_as_on_slices() {
     assert_ne!(st["bytes_sent"], ss["bytes_sent"]);
 }
 
-/// gTop-k and gradient dropping with the local gradient on tensors (`--exchange
-/// tensors`: the tree over the group, the put-back as one scatter; the local mode's
-/// combination on the device, its parameter averaging after the step on the host) train
-/// to the parameters and loss of the same methods on slices.
+/// gTop-k, gradient dropping with the local gradient, SBC and FedAvg on tensors
+/// (`--exchange tensors`: the tree over the group, the put-back as one scatter; the local
+/// mode's combination on the device; the weights synchronised in place after the step,
+/// SBC's momentum masked) train to the parameters and loss of the same methods on slices.
 #[test]
-fn gtopk_and_local_on_tensors_train_as_on_slices() {
-    let methods: [(&str, &[&str]); 2] = [
+fn methods_on_tensors_train_as_on_slices() {
+    let methods: [(&str, &[&str]); 4] = [
         ("gtopk", &["density=0.02"]),
         ("local", &["density=0.02", "sync_every=5"]),
+        ("sbc", &["delay=3", "density=0.02"]),
+        ("fedavg", &["delay=4"]),
     ];
     for (method, opts) in methods {
         let run = |exchange: &str| -> PathBuf {
@@ -403,6 +405,27 @@ fn gtopk_and_local_on_tensors_train_as_on_slices() {
             "{method}"
         );
     }
+}
+
+/// SBC on tensors resumes bit for bit: its `W_sync` and residuals go to the checkpoint
+/// from the device and back, and a resume between two synchronisations continues them.
+#[test]
+fn sbc_on_tensors_resumes_bit_for_bit() {
+    let mut job: Vec<String> = BASE.iter().map(|s| s.to_string()).collect();
+    job.extend(
+        [
+            "--method",
+            "sbc",
+            "--method-opt",
+            "delay=7",
+            "--method-opt",
+            "density=0.02",
+            "--exchange",
+            "tensors",
+        ]
+        .map(String::from),
+    );
+    straight_and_resumed("sbc-tensors-", job);
 }
 
 /// The temporary a failed or killed save left (a whole checkpoint's size, on a disk

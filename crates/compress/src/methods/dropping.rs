@@ -21,12 +21,13 @@
 //! `tensor::sparsify::topk_magnitude`, the group's TopKAllReduce, the combination with
 //! the local gradient as tensor ops in the host's order; the selection's and the sum's
 //! pairs are read to the host once each (k and at most kP values) to refuse inf and NaN as
-//! on slices. `local`'s parameter averaging after the step stays on host slices. The same
-//! updates and residuals as on slices, bit for bit (tests/exchange_tensor.rs).
+//! on slices; `local`'s parameter averaging is the group's allreduce of the weights in
+//! place. The same updates and residuals as on slices, bit for bit
+//! (tests/exchange_tensor.rs).
 
 use crate::exchange::{
-    average_in_place, check_len, dense_average, dense_average_tensor, due, keep_count,
-    refuse_non_finite, Meter,
+    average_in_place, average_tensor_in_place, check_len, check_numel, dense_average,
+    dense_average_tensor, due, keep_count, refuse_non_finite, Meter,
 };
 use crate::method::{
     Method, ParamSpec, StateTensors, StepInfo, TensorUpdate, Update, UpdateKind, WireStats,
@@ -326,6 +327,22 @@ impl Method for GradientDropping {
         };
         check_len("local", index, len, &[weights])?;
         average_in_place(comm, weights).map(Some)
+    }
+    fn after_step_tensor(
+        &mut self,
+        group: &mut dyn ProcessGroup,
+        index: usize,
+        weights: &Tensor,
+    ) -> Result<Option<WireStats>> {
+        if self.cfg.local.is_none() || !due(self.after_step_every(), self.step) {
+            return Ok(None);
+        }
+        let len = match &self.on_device {
+            Some(rs) => rs.len_of(index),
+            None => self.residual.get(index).map(Vec::len),
+        };
+        check_numel("local", index, len, weights)?;
+        average_tensor_in_place(group, weights).map(Some)
     }
     fn state(&self) -> Result<StateTensors> {
         match &self.on_device {

@@ -1,11 +1,18 @@
 //! Federated Averaging (McMahan et al.; the communication-delay baseline of paper 003):
 //! every rank applies its own gradients for `delay` steps, then the parameters are
 //! averaged densely.
+//!
+//! On tensors the same: the local steps hand the gradient back untouched, and the
+//! averaging is the group's allreduce of the weights in place on their device.
 
-use crate::exchange::{average_in_place, check_len, due, Meter};
-use crate::method::{Method, ParamSpec, StepInfo, Update, UpdateKind, WireStats};
+use crate::exchange::{
+    average_in_place, average_tensor_in_place, check_len, check_numel, due, local_step_tensor,
+    Meter,
+};
+use crate::method::{Method, ParamSpec, StepInfo, TensorUpdate, Update, UpdateKind, WireStats};
 use crate::{CompressError, Result};
-use comm::Communicator;
+use comm::{Communicator, ProcessGroup};
+use tensor::{Device, Tensor};
 
 pub struct FedAvg {
     delay: usize,
@@ -51,6 +58,35 @@ impl Method for FedAvg {
     ) -> Result<Update> {
         let n = check_len("fedavg", index, self.sizes.get(index).copied(), &[grad])?;
         Ok(Meter::new(n).update(grad.to_vec(), UpdateKind::Gradient))
+    }
+    fn on_tensors(&self) -> bool {
+        true
+    }
+    /// Nothing to move: FedAvg keeps no per-parameter state.
+    fn place(&mut self, _device: Device) -> Result<()> {
+        Ok(())
+    }
+    fn exchange_tensor(
+        &mut self,
+        _group: &mut dyn ProcessGroup,
+        index: usize,
+        _weights: Option<&Tensor>,
+        grad: &Tensor,
+    ) -> Result<TensorUpdate> {
+        check_numel("fedavg", index, self.sizes.get(index).copied(), grad)?;
+        Ok(local_step_tensor(grad))
+    }
+    fn after_step_tensor(
+        &mut self,
+        group: &mut dyn ProcessGroup,
+        index: usize,
+        weights: &Tensor,
+    ) -> Result<Option<WireStats>> {
+        if !due(self.after_step_every(), self.step) {
+            return Ok(None);
+        }
+        check_numel("fedavg", index, self.sizes.get(index).copied(), weights)?;
+        average_tensor_in_place(group, weights).map(Some)
     }
     fn after_step_every(&self) -> Option<u64> {
         Some(self.delay as u64)

@@ -203,6 +203,9 @@ impl Worker {
     }
 
     fn sync_weights(&mut self, wire: &mut WireStats) -> Result<()> {
+        if self.device_exchange {
+            return self.sync_weights_in_place(wire);
+        }
         let buckets = self.collector.buckets();
         for b in 0..buckets.len() {
             self.ex.send(Job::After {
@@ -229,6 +232,44 @@ impl Worker {
                             format!("masking the momentum of {}", self.params[i].name)
                         })?;
                     }
+                    if let Some(s) = stats {
+                        wire.add_sync(&s);
+                    }
+                }
+                _ => bail!("compression thread: unexpected reply during synchronisation"),
+            }
+        }
+        Ok(())
+    }
+
+    /// [`Self::sync_weights`] for a method on tensors: each parameter handed over as it is,
+    /// synchronised in place on its device by the compression thread.
+    fn sync_weights_in_place(&mut self, wire: &mut WireStats) -> Result<()> {
+        for (i, p) in self.params.iter().enumerate() {
+            self.ex.send(Job::AfterDevice {
+                index: i,
+                weights: p.tensor.clone(),
+            })?;
+        }
+        for _ in 0..self.params.len() {
+            match self.ex.recv()? {
+                Reply::After {
+                    index,
+                    stats,
+                    momentum_mask,
+                    ..
+                } => {
+                    let name = &self
+                        .params
+                        .get(index)
+                        .with_context(|| {
+                            format!("compression thread: a synchronisation of parameter {index}")
+                        })?
+                        .name;
+                    let positions: Vec<usize> = momentum_mask.iter().map(|&p| p as usize).collect();
+                    self.opt
+                        .mask_momentum(index, &positions)
+                        .with_context(|| format!("masking the momentum of {name}"))?;
                     if let Some(s) = stats {
                         wire.add_sync(&s);
                     }
