@@ -8,6 +8,7 @@
 #   .gpu/comm-nccl         crates/comm/tests/nccl.rs (the NCCL backend on one GPU)
 #   .gpu/comm-group        crates/comm/tests/group.rs (ProcessGroup's compositions on GPU tensors)
 #   .gpu/tensor-sparsify   crates/tensor/tests/sparsify.rs (selection and DGC accumulation, GPU vs CPU)
+#   .gpu/tensor-quantize   crates/tensor/tests/quantize.rs (QSGD's and TernGrad's draws, code packing, GPU vs CPU)
 #   .gpu/compress-dgc-device  crates/compress/tests/dgc_device.rs (DGC on GPU tensors vs on slices)
 #   .gpu/compress-exchange-tensor  crates/compress/tests/exchange_tensor.rs (exchange_tensor vs exchange)
 #   .gpu/compress_bench    benchmarks: DGC compression on the GPU against torch.topk (--device cuda)
@@ -50,6 +51,7 @@ cp "$(pick cuda_models)" .gpu/nn-cuda-models
 cp "$(pick nccl)" .gpu/comm-nccl
 cp "$(pick group)" .gpu/comm-group
 cp "$(pick sparsify)" .gpu/tensor-sparsify
+cp "$(pick quantize)" .gpu/tensor-quantize
 cp "$(pick dgc_device)" .gpu/compress-dgc-device
 cp "$(pick exchange_tensor)" .gpu/compress-exchange-tensor
 cargo build --release -p benchmarks --bin gpu_step_bench --bin compress_bench --bin comm_bench --bin sparse_merge_bench -p train --bin train

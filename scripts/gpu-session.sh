@@ -19,7 +19,7 @@ cd "$(dirname "$0")/.."
 final="${OUT:-gpu-logs}"
 mkdir -p "$final"
 export OUT="$final"
-default_runs="tensor-sparsify compress-dgc-device compress-exchange-tensor comm-group comm-nccl \
+default_runs="tensor-sparsify tensor-quantize compress-dgc-device compress-exchange-tensor comm-group comm-nccl \
 train-resnet20-dgc-slices train-resnet20-dgc-tensors-tcp train-resnet20-dgc-tensors-nccl \
 train-resnet20-gtopk-slices train-resnet20-gtopk-tensors-tcp train-resnet20-gtopk-tensors-nccl \
 train-resnet20-topk-slices train-resnet20-topk-tensors-tcp train-resnet20-topk-tensors-nccl \

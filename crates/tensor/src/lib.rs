@@ -38,6 +38,7 @@ pub mod dtype;
 mod error;
 mod op;
 mod ops;
+pub mod quantize;
 mod rng;
 mod shape;
 pub mod sparsify;

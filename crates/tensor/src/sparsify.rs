@@ -91,12 +91,12 @@ fn passes(x: f32, tbits: u32) -> bool {
     m >= tbits && m != 0
 }
 
-fn check_f32(op: &'static str, t: &Tensor) -> Result<()> {
+pub(crate) fn check_f32(op: &'static str, t: &Tensor) -> Result<()> {
     raw::f32_range(op, t).map(|_| ())
 }
 
 /// Runs `f` on the elements of a contiguous f32 CPU tensor.
-fn with_cpu<R>(op: &'static str, t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> Result<R> {
+pub(crate) fn with_cpu<R>(op: &'static str, t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> Result<R> {
     let range = raw::f32_range(op, t)?;
     let s = t.storage();
     match &*s {
@@ -118,7 +118,7 @@ fn with_cpu_mut<R>(op: &'static str, t: &Tensor, f: impl FnOnce(&mut [f32]) -> R
     }
 }
 
-fn cuda_device(d: Device) -> Result<std::sync::Arc<cuda::CudaDevice>> {
+pub(crate) fn cuda_device(d: Device) -> Result<std::sync::Arc<cuda::CudaDevice>> {
     match d {
         Device::Cuda(i) => cuda::device(i),
         Device::Cpu => Err(Error::msg("expected a CUDA tensor")),
@@ -187,7 +187,7 @@ pub fn topk_magnitude(x: &Tensor, k: usize) -> Result<Selected> {
     })?
 }
 
-fn check_u32_len(op: &'static str, n: usize) -> Result<()> {
+pub(crate) fn check_u32_len(op: &'static str, n: usize) -> Result<()> {
     if n > u32::MAX as usize {
         return Err(Error::msg(format!(
             "{op}: {n} elements; indices are u32, at most 2^32 − 1"

@@ -163,6 +163,17 @@ pub const MODULES: &[KernelModule] = &[
         ],
     },
     KernelModule {
+        name: "quantize",
+        source: include_str!("../../kernels/quantize.cu"),
+        kernels: &[
+            "terngrad_codes",
+            "bucket_scales",
+            "qsgd_levels",
+            "pack_codes",
+            "unpack_codes",
+        ],
+    },
+    KernelModule {
         name: "ctc",
         source: include_str!("../../kernels/ctc.cu"),
         kernels: &[

@@ -28,6 +28,7 @@ mod matmul;
 mod norm;
 mod optim;
 mod pool;
+pub(crate) mod quantize;
 mod random;
 pub mod raw;
 mod reduce;
@@ -42,6 +43,7 @@ pub use blas::{set_allow_tf32, tf32_allowed};
 pub use device::{device, device_count, driver_library_present, CudaDevice};
 pub use kernels::nvrtc_available;
 pub use storage::CudaStorage;
+pub(crate) use storage::GpuType;
 pub use stream::{record_compute_event, record_timed_event, synchronize, Event, SideStream};
 
 /// Whether tensors can live on CUDA device `ordinal`: a driver is loadable, the device
