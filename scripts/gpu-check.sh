@@ -173,10 +173,11 @@ if [ -x .gpu/bin/train ]; then
   fi
 
   # The methods on tensors with one worker three ways each: on host slices over TCP, on
-  # GPU tensors over TCP, on GPU tensors over NCCL. The GPU's selection, accumulation and
-  # binarization equal the CPU's bit for bit and one rank's sum is its own message, so
-  # each method's three runs must end with the same loss.
-  for method in dgc gtopk topk sbc fedavg; do
+  # GPU tensors over TCP, on GPU tensors over NCCL. The GPU's selection, accumulation,
+  # binarization and quantization (the same counter-based draws) equal the CPU's bit for
+  # bit and one rank's sum is its own message, so each method's three runs must end with
+  # the same loss.
+  for method in dgc gtopk topk sbc qsgd terngrad onebit fedavg; do
     losses=""
     for way in slices tensors-tcp tensors-nccl; do
       name=train-resnet20-$method-$way
@@ -192,6 +193,8 @@ if [ -x .gpu/bin/train ]; then
         gtopk | topk) opts=(--method-opt density=0.01) ;;
         sbc) opts=(--method-opt delay=5 --method-opt density=0.01) ;;
         fedavg) opts=(--method-opt delay=5) ;;
+        qsgd) opts=(--method-opt min_size=1000) ;;
+        terngrad | onebit) opts=() ;;
       esac
       timed "$name" "$lim" .gpu/bin/train --workers 1 --model resnet20 --dataset synthetic \
         --device cuda "${flags[@]}" --method "$method" "${opts[@]}" --batch-size 64 \
@@ -204,6 +207,30 @@ if [ -x .gpu/bin/train ]; then
       status=1
       row "$method final losses differ between slices, tensors over TCP and over NCCL:$losses"
     fi
+  done
+
+  # Every method on tensors in a 2-process job on one GPU over TCP (two contexts taking
+  # turns): both ranks must end with the same parameters bit for bit, and the summary's
+  # compression ratio is printed beside the method.
+  for method in dense dgc gtopk topk local sbc qsgd terngrad onebit fedavg; do
+    name=train2-resnet20-$method
+    wanted "$name" || continue
+    lim=$(limit 90) || { skip "$name"; continue; }
+    case "$method" in
+      dgc) opts=(--method-opt warmup_epochs=0) ;;
+      gtopk | topk) opts=(--method-opt density=0.01) ;;
+      local) opts=(--method-opt density=0.01 --method-opt sync_every=5) ;;
+      sbc) opts=(--method-opt delay=5 --method-opt density=0.01) ;;
+      fedavg) opts=(--method-opt delay=5) ;;
+      qsgd) opts=(--method-opt min_size=1000) ;;
+      *) opts=() ;;
+    esac
+    timed "$name" "$lim" .gpu/bin/train --workers 2 --model resnet20 --dataset synthetic \
+      --device cuda --exchange tensors --method "$method" "${opts[@]}" --batch-size 32 \
+      --steps 12 --log-every 4 --out "$out/$name"
+    same=$(python3 scripts/same-params.py "$out/$name" 2 2>&1) || status=1
+    ratio=$(grep -o '"message_compression_ratio": *[-0-9.e]*' "$out/$name/summary.json" 2>/dev/null | grep -o '[-0-9.e]*$')
+    row "$(printf '%-26s rc=%-3s ratio %-9s %8s ms  %s' "$name" "$rc" "${ratio:--}" "$ms" "$same")"
   done
 
   # DeepSpeech on synthetic utterances of different lengths: padded batches through

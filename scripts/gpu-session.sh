@@ -24,7 +24,13 @@ train-resnet20-dgc-slices train-resnet20-dgc-tensors-tcp train-resnet20-dgc-tens
 train-resnet20-gtopk-slices train-resnet20-gtopk-tensors-tcp train-resnet20-gtopk-tensors-nccl \
 train-resnet20-topk-slices train-resnet20-topk-tensors-tcp train-resnet20-topk-tensors-nccl \
 train-resnet20-sbc-slices train-resnet20-sbc-tensors-tcp train-resnet20-sbc-tensors-nccl \
+train-resnet20-qsgd-slices train-resnet20-qsgd-tensors-tcp train-resnet20-qsgd-tensors-nccl \
+train-resnet20-terngrad-slices train-resnet20-terngrad-tensors-tcp train-resnet20-terngrad-tensors-nccl \
+train-resnet20-onebit-slices train-resnet20-onebit-tensors-tcp train-resnet20-onebit-tensors-nccl \
 train-resnet20-fedavg-slices train-resnet20-fedavg-tensors-tcp train-resnet20-fedavg-tensors-nccl \
+train2-resnet20-dense train2-resnet20-dgc train2-resnet20-gtopk train2-resnet20-topk \
+train2-resnet20-local train2-resnet20-sbc train2-resnet20-qsgd train2-resnet20-terngrad \
+train2-resnet20-onebit train2-resnet20-fedavg \
 compress_bench nn-cuda-models tensor-cuda \
 tensor-errors train-resnet20-dgc-cuda train-resnet20-dense-tcp train-resnet20-dense-nccl \
 train-deepspeech-cuda gpu_step_bench"

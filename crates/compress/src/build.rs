@@ -132,10 +132,13 @@ pub fn build(spec: &MethodSpec, ctx: &Context) -> Result<Box<dyn Method>> {
                 _ => qsgd::Scale::L2,
             };
             let min_size = o.usize("min_size")?.unwrap_or(10_000);
-            Box::new(Qsgd::new(bits, bucket, coding, min_size, ctx.rng(2))?.with_scale(scale))
+            Box::new(
+                Qsgd::new(bits, bucket, coding, min_size, ctx.seed, ctx.rank)?.with_scale(scale),
+            )
         }
         "terngrad" => Box::new(TernGrad::new(
-            ctx.rng(3),
+            ctx.seed,
+            ctx.rank,
             o.usize("float_last")?.unwrap_or(0),
         )),
         "onebit" => Box::new(OneBit::new(o.usize("bucket")?.unwrap_or(0))),

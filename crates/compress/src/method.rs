@@ -127,7 +127,8 @@ pub struct TensorUpdate {
 }
 
 /// The methods that run on tensors ([`Method::on_tensors`]), for messages.
-pub const ON_TENSORS: &str = "dense with f32 values, dgc, gtopk, topk, local, sbc and fedavg";
+pub const ON_TENSORS: &str =
+    "dense with f32 values, dgc, gtopk, topk, local, sbc, qsgd, terngrad, onebit and fedavg";
 
 /// The error of a method asked to run on tensors that does not yet.
 pub(crate) fn not_on_tensors(name: &str) -> crate::CompressError {

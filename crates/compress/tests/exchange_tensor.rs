@@ -1,7 +1,7 @@
 //! The exchange on tensors (`Method::place`, `Method::exchange_tensor`,
 //! `Method::after_step_tensor`) against the exchange on slices, over the same TCP job: for
-//! dense, DGC with its switches, gTop-k, gradient dropping and its local-gradient modes,
-//! SBC and FedAvg, worlds 1–3, several steps, the same updates and synchronised weights
+//! every method (dense, DGC with its switches, gTop-k, gradient dropping and its
+//! local-gradient modes, SBC, QSGD, TernGrad, 1-bit SGD, FedAvg), worlds 1–3, several steps, the same updates and synchronised weights
 //! bit for bit, the same wire statistics and momentum masks, and the same state at the
 //! end — on CPU tensors here, and on GPU tensors (ranks sharing one
 //! GPU over TCP) when one is present (`REQUIRE_GPU=1` makes its absence a failure).
@@ -210,15 +210,40 @@ fn fedavg_on_tensors_equals_fedavg_on_slices() {
 }
 
 #[test]
-fn methods_not_on_tensors_say_so() {
+fn qsgd_on_tensors_equals_qsgd_on_slices() {
+    // min_size 100: the bias goes dense, the others quantized; buckets that do not divide
+    // the tensors, both codings, both scales.
+    check("qsgd", &["bits=4", "bucket=512", "min_size=100"], false);
+    check(
+        "qsgd",
+        &[
+            "bits=2",
+            "bucket=128",
+            "min_size=100",
+            "coding=fixed",
+            "norm=max",
+        ],
+        false,
+    );
+}
+
+#[test]
+fn terngrad_on_tensors_equals_terngrad_on_slices() {
+    check("terngrad", &[] as &[&str], false);
+    check("terngrad", &["float_last=1"], false);
+}
+
+#[test]
+fn onebit_on_tensors_equals_onebit_on_slices() {
+    check("onebit", &[] as &[&str], false);
+    check("onebit", &["bucket=700"], false);
+}
+
+#[test]
+fn half_precision_dense_does_not_run_on_tensors_and_says_so() {
     let cx = ctx(0, 1);
-    for name in ["qsgd", "terngrad", "onebit"] {
-        let mut m = built(name, &[] as &[&str], &cx, SHAPES);
-        assert!(!m.on_tensors(), "{name}");
-        let e = m.place(Device::Cpu).unwrap_err().to_string();
-        assert!(e.contains("does not run on tensors yet"), "{name}: {e}");
-    }
     let mut half = built("dense", &["wire=f16"], &cx, SHAPES);
     assert!(!half.on_tensors());
-    assert!(half.place(Device::Cpu).is_err());
+    let e = half.place(Device::Cpu).unwrap_err().to_string();
+    assert!(e.contains("does not run on tensors yet"), "{e}");
 }

@@ -385,3 +385,23 @@ fn a_non_finite_gradient_is_refused_by_its_sender() {
     let big = vec![3e38f32; 512];
     assert!(qsgd::encode(&big, 4, 512, Coding::Elias, &mut Rng::new(1)).is_err());
 }
+
+/// QSGD and TernGrad draw from counter-based streams and keep no state; a checkpoint
+/// written when they kept a generator (an `rng` entry) still loads, anything else is
+/// refused.
+#[test]
+fn counter_based_quantizers_keep_no_state_and_accept_an_old_rng() {
+    for name in ["qsgd", "terngrad"] {
+        let ctx = common::ctx(0, 1);
+        let mut m = common::built(name, &[] as &[&str], &ctx, [[100usize]]);
+        assert!(m.state().unwrap().is_empty(), "{name}");
+        m.load_state(&vec![("rng".into(), vec![0.0; 16])]).unwrap();
+        let e = m
+            .load_state(&vec![("residual.0".into(), vec![0.0; 100])])
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("holds 1 state tensors"),
+            "{name}: {e}"
+        );
+    }
+}

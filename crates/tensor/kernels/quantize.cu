@@ -101,3 +101,52 @@ extern "C" __global__ void unpack_codes(const unsigned int* words, unsigned long
         out[j] = (words[j / per] >> (8u * (at / 8u) + (8u - bits - at % 8u))) & mask;
     }
 }
+
+// 1-bit SGD's per-bucket sums, in two passes with a fixed order (so the CPU adds the same
+// way): thread t = b·chunks + c adds chunk c (SIGN_CHUNK values) of bucket b in index
+// order into (Σ x ≥ 0, their count, Σ x < 0, their count), in double; then one thread
+// per bucket adds its chunks' partials in order.
+#define SIGN_CHUNK 1024ull
+extern "C" __global__ void sign_sums_partial(const float* x, unsigned long long n,
+                                             unsigned long long d, unsigned long long chunks,
+                                             unsigned long long buckets, double* partial) {
+    GRID_LOOP(t, buckets * chunks) {
+        unsigned long long b = t / chunks, c = t % chunks;
+        unsigned long long bucket_end = (b + 1) * d < n ? (b + 1) * d : n;
+        unsigned long long start = b * d + c * SIGN_CHUNK;
+        unsigned long long end = start + SIGN_CHUNK < bucket_end ? start + SIGN_CHUNK : bucket_end;
+        double sp = 0.0, np = 0.0, sn = 0.0, nn = 0.0;
+        for (unsigned long long i = start; i < end; ++i) {
+            float v = x[i];
+            if (v >= 0.0f) {
+                sp += (double)v;
+                np += 1.0;
+            } else {
+                sn += (double)v;
+                nn += 1.0;
+            }
+        }
+        partial[4 * t] = sp;
+        partial[4 * t + 1] = np;
+        partial[4 * t + 2] = sn;
+        partial[4 * t + 3] = nn;
+    }
+}
+
+extern "C" __global__ void sign_sums_final(const double* partial, unsigned long long chunks,
+                                           unsigned long long buckets, double* out) {
+    GRID_LOOP(b, buckets) {
+        double acc[4] = {0.0, 0.0, 0.0, 0.0};
+        for (unsigned long long c = 0; c < chunks; ++c)
+            for (int k = 0; k < 4; ++k) acc[k] += partial[4 * (b * chunks + c) + k];
+        for (int k = 0; k < 4; ++k) out[4 * b + k] = acc[k];
+    }
+}
+
+// out[i] = means[2b] where codes[i] is 1, else means[2b + 1], b = i / d: 1-bit SGD's
+// reconstruction of a bucketed tensor from its sign codes and per-bucket means.
+extern "C" __global__ void two_level_values(const unsigned int* codes, const float* means,
+                                            unsigned long long n, unsigned long long d,
+                                            float* out) {
+    GRID_LOOP(i, n) { out[i] = means[2 * (i / d) + (codes[i] ? 0 : 1)]; }
+}

@@ -166,6 +166,96 @@ pub fn qsgd_quantize(
     Ok((scales, cuda_tensor(levels, n, &d)))
 }
 
+/// Values per chunk of [`sign_sums`]'s first pass (kernels/quantize.cu `SIGN_CHUNK`).
+pub const SIGN_CHUNK: usize = 1024;
+
+/// One bucket's (Σ x ≥ 0, their count, Σ x < 0, their count) in f64, added as the kernel
+/// adds them: each chunk of [`SIGN_CHUNK`] values in index order from 0, then the chunks'
+/// sums in order from 0. 1-bit SGD's two means come from these.
+pub fn sign_sums_slice(v: &[f32]) -> [f64; 4] {
+    let mut acc = [0f64; 4];
+    for chunk in v.chunks(SIGN_CHUNK) {
+        let mut part = [0f64; 4];
+        for &x in chunk {
+            if x >= 0.0 {
+                part[0] += x as f64;
+                part[1] += 1.0;
+            } else {
+                part[2] += x as f64;
+                part[3] += 1.0;
+            }
+        }
+        for k in 0..4 {
+            acc[k] += part[k];
+        }
+    }
+    acc
+}
+
+/// [`sign_sums_slice`] of every bucket of `bucket` values of a flat tensor (the last may
+/// be shorter), computed on its device and returned on the host.
+pub fn sign_sums(x: &Tensor, bucket: usize) -> Result<Vec<[f64; 4]>> {
+    const OP: &str = "quantize::sign_sums";
+    check_f32(OP, x)?;
+    if bucket == 0 {
+        return Err(Error::msg(format!("{OP}: a bucket of 0 values")));
+    }
+    if x.device() == Device::Cpu {
+        return with_cpu(OP, x, |v| v.chunks(bucket).map(sign_sums_slice).collect());
+    }
+    let d = cuda_device(x.device())?;
+    let n = x.elem_count();
+    let flat = raw::with_f32_view(x, |v, _| -> Result<Vec<f64>> {
+        let sums = cuda::quantize::sign_sums(&d, v, n, bucket, SIGN_CHUNK)?;
+        d.download(&sums, 4 * n.div_ceil(bucket))
+    })??;
+    Ok(flat
+        .chunks_exact(4)
+        .map(|c| [c[0], c[1], c[2], c[3]])
+        .collect())
+}
+
+/// A bucketed tensor rebuilt from its U32 codes and two values per bucket: element i is
+/// `means[2b]` where its code is nonzero, else `means[2b + 1]`, for its bucket b = i /
+/// `bucket` (`means`: F32 `[2·⌈n / bucket⌉]` on the codes' device). F32 `[n]`.
+pub fn two_level_values(codes: &Tensor, means: &Tensor, bucket: usize) -> Result<Tensor> {
+    const OP: &str = "quantize::two_level_values";
+    let codes = u32_input(OP, codes)?;
+    let means = means.flatten_all()?.contiguous()?;
+    check_f32(OP, &means)?;
+    let n = codes.elem_count();
+    if bucket == 0 || means.elem_count() != 2 * n.div_ceil(bucket) {
+        return Err(Error::msg(format!(
+            "{OP}: {} means for {n} values in buckets of {bucket}",
+            means.elem_count()
+        )));
+    }
+    if codes.device() != means.device() {
+        return Err(Error::msg(format!(
+            "{OP}: codes on {:?}, means on {:?}",
+            codes.device(),
+            means.device()
+        )));
+    }
+    if codes.device() == Device::Cpu {
+        let m = means.to_vec::<f32>()?;
+        let out: Vec<f32> = codes
+            .to_vec::<u32>()?
+            .iter()
+            .enumerate()
+            .map(|(i, &c)| m[2 * (i / bucket) + usize::from(c == 0)])
+            .collect();
+        return Tensor::from_vec(out, n, Device::Cpu);
+    }
+    let d = cuda_device(codes.device())?;
+    let out = raw::with_u32_view(&codes, |c| {
+        raw::with_f32_view(&means, |m, _| {
+            cuda::quantize::two_level_values(&d, c, m, n, bucket)
+        })
+    })???;
+    Ok(cuda_tensor(out, n, &d))
+}
+
 /// Words of 32 bits that `n` codes of `bits` bits fill.
 pub fn packed_words(n: usize, bits: u32) -> usize {
     (n * bits as usize).div_ceil(32)

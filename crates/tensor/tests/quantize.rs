@@ -189,3 +189,44 @@ fn quantizers_are_unbiased_on_the_device() {
         }
     }
 }
+
+#[test]
+fn sign_sums_and_two_level_values_follow_the_slices() {
+    for (n, bucket) in [(0, 5), (1, 5), (3000, 1000), (5000, 5000), (70_001, 2500)] {
+        let v = gradient(n, 11 + n as u64);
+        let want: Vec<[f64; 4]> = v.chunks(bucket).map(quantize::sign_sums_slice).collect();
+        let got = quantize::sign_sums(&flat(&v, Device::Cpu), bucket).unwrap();
+        assert_eq!(got, want, "n {n}");
+        let codes: Vec<u32> = v.iter().map(|&x| (x >= 0.0) as u32).collect();
+        let means: Vec<f32> = want
+            .iter()
+            .flat_map(|s| [(s[0] / s[1].max(1.0)) as f32, (s[2] / s[3].max(1.0)) as f32])
+            .collect();
+        let rebuilt: Vec<f32> = (0..n)
+            .map(|i| means[2 * (i / bucket) + usize::from(codes[i] == 0)])
+            .collect();
+        let on = |d: Device| {
+            let c = Tensor::from_vec(codes.clone(), n, d).unwrap();
+            let m = Tensor::from_vec(means.clone(), means.len(), d).unwrap();
+            quantize::two_level_values(&c, &m, bucket).unwrap()
+        };
+        assert_eq!(on(Device::Cpu).to_vec::<f32>().unwrap(), rebuilt, "n {n}");
+        if let Some(d) = gpu() {
+            let g = quantize::sign_sums(&flat(&v, d), bucket).unwrap();
+            let bits =
+                |s: &[[f64; 4]]| -> Vec<u64> { s.iter().flatten().map(|x| x.to_bits()).collect() };
+            assert_eq!(bits(&g), bits(&want), "GPU sums, n {n}");
+            assert_eq!(on(d).to_vec::<f32>().unwrap(), rebuilt, "GPU values, n {n}");
+        }
+    }
+    // Sums in chunks of 1024 then across chunks: the order the kernels add in.
+    let v = gradient(3000, 5);
+    let mut want = [0f64; 4];
+    for c in v.chunks(quantize::SIGN_CHUNK) {
+        let p = quantize::sign_sums_slice(c);
+        for k in 0..4 {
+            want[k] += p[k];
+        }
+    }
+    assert_eq!(quantize::sign_sums_slice(&v), want);
+}

@@ -365,16 +365,20 @@ fn dgc_on_tensors_resumes_bit_for_bit_and_trains_as_on_slices() {
     assert_ne!(st["bytes_sent"], ss["bytes_sent"]);
 }
 
-/// gTop-k, gradient dropping with the local gradient, SBC and FedAvg on tensors
-/// (`--exchange tensors`: the tree over the group, the put-back as one scatter; the local
-/// mode's combination on the device; the weights synchronised in place after the step,
-/// SBC's momentum masked) train to the parameters and loss of the same methods on slices.
+/// Every other method on tensors (`--exchange tensors`: gTop-k's tree over the group, the
+/// local mode's combination on the device, the weights synchronised in place after the
+/// step with SBC's momentum masked, QSGD's, TernGrad's and 1-bit SGD's quantization on the
+/// device with the same counter-based draws) trains to the parameters and loss of the
+/// same method on slices.
 #[test]
 fn methods_on_tensors_train_as_on_slices() {
-    let methods: [(&str, &[&str]); 4] = [
+    let methods: [(&str, &[&str]); 7] = [
         ("gtopk", &["density=0.02"]),
         ("local", &["density=0.02", "sync_every=5"]),
         ("sbc", &["delay=3", "density=0.02"]),
+        ("qsgd", &["min_size=100"]),
+        ("terngrad", &[]),
+        ("onebit", &["bucket=500"]),
         ("fedavg", &["delay=4"]),
     ];
     for (method, opts) in methods {
@@ -1295,7 +1299,16 @@ fn wrong_configurations_fail_before_any_worker_starts() {
         ),
         (&["--backend", "nccl"], "--backend nccl needs --device cuda"),
         (
-            &["--backend", "nccl", "--device", "cuda", "--method", "sbc"],
+            &[
+                "--backend",
+                "nccl",
+                "--device",
+                "cuda",
+                "--method",
+                "dense",
+                "--method-opt",
+                "wire=f16",
+            ],
             "--backend nccl runs the methods on tensors",
         ),
         (
@@ -1313,8 +1326,15 @@ fn wrong_configurations_fail_before_any_worker_starts() {
         ),
         (&["--backend", "mpi"], "[possible values: tcp, nccl]"),
         (
-            &["--exchange", "tensors", "--method", "qsgd"],
-            "--exchange tensors: --method qsgd",
+            &[
+                "--exchange",
+                "tensors",
+                "--method",
+                "dense",
+                "--method-opt",
+                "wire=f16",
+            ],
+            "--exchange tensors: --method dense",
         ),
         (
             &["--exchange", "tensors", "--bucket-elems", "1000"],

@@ -3,6 +3,7 @@
 pub mod dense;
 mod device_state;
 pub mod dgc;
+pub mod draws;
 pub mod dropping;
 pub mod fedavg;
 pub mod gtopk;

@@ -5,12 +5,23 @@
 //! into the next step. Wire: the 2 means per bucket as f32, then the sign bits.
 //! Messages are allgathered, decoded and averaged. (Seide et al. share means per matrix
 //! column; a bucket of the column length gives that for row-major [out, in] weights.)
+//!
+//! The means' sums are taken in a fixed order that a GPU can share: per chunk of 1,024
+//! values, then across chunks (`tensor::quantize::sign_sums_slice`). On tensors: the
+//! error feedback on the device, the sums there (`quantize::sign_sums`: only 4 doubles a
+//! bucket are read back, to form the means as on slices), the sign bits packed there, the
+//! messages allgathered as equal-size U32 words (the means' bits, then the signs) and
+//! decoded rank by rank on the device. The same update and error as on slices, bit for
+//! bit (tests/exchange_tensor.rs).
 
 use crate::codec::{BitReader, BitWriter, CodecError};
 use crate::exchange::{allgather_average, check_len, Meter};
-use crate::method::{Method, ParamSpec, StateTensors, Update, UpdateKind};
+use crate::method::{Method, ParamSpec, StateTensors, TensorUpdate, Update, UpdateKind};
+use crate::methods::DeviceVecs;
 use crate::{CompressError, Result};
-use comm::Communicator;
+use comm::{Communicator, ProcessGroup};
+use tensor::quantize;
+use tensor::{DType, Device, Tensor};
 
 fn bucket_len(bucket: usize, n: usize) -> usize {
     if bucket == 0 {
@@ -18,6 +29,20 @@ fn bucket_len(bucket: usize, n: usize) -> usize {
     } else {
         bucket
     }
+}
+
+/// A bucket's two reconstruction values from its (Σ x ≥ 0, count, Σ x < 0, count): the
+/// mean of each side, 0 for an empty side.
+fn means_of([sp, np, sn, nn]: [f64; 4]) -> [f32; 2] {
+    let mean = |s: f64, c: f64| if c > 0.0 { (s / c) as f32 } else { 0.0 };
+    [mean(sp, np), mean(sn, nn)]
+}
+
+/// The sender's error for a mean that is not finite.
+fn diverged(index: usize, mean: f32) -> CompressError {
+    CompressError::Usage(format!(
+        "onebit: parameter {index}: the gradient holds inf or NaN (a bucket's mean is {mean}; the training diverged? lower --lr)"
+    ))
 }
 
 /// Quantizes `a` in place into its reconstruction (so the caller's `a − q` is the error)
@@ -28,18 +53,7 @@ pub fn encode(a: &[f32], bucket: usize) -> (Vec<u8>, Vec<f32>) {
     let mut q = vec![0f32; a.len()];
     let mut w = BitWriter::new();
     for (chunk, qc) in a.chunks(d).zip(q.chunks_mut(d)) {
-        let (mut sp, mut np, mut sn, mut nn) = (0f64, 0usize, 0f64, 0usize);
-        for &x in chunk {
-            if x >= 0.0 {
-                sp += x as f64;
-                np += 1;
-            } else {
-                sn += x as f64;
-                nn += 1;
-            }
-        }
-        let mp = if np > 0 { (sp / np as f64) as f32 } else { 0.0 };
-        let mn = if nn > 0 { (sn / nn as f64) as f32 } else { 0.0 };
+        let [mp, mn] = means_of(quantize::sign_sums_slice(chunk));
         means.extend(mp.to_le_bytes());
         means.extend(mn.to_le_bytes());
         for (&x, qv) in chunk.iter().zip(qc.iter_mut()) {
@@ -91,6 +105,8 @@ pub fn decode_add(
 pub struct OneBit {
     bucket: usize,
     error: Vec<Vec<f32>>,
+    /// Once placed: the errors on the device (then `error` is emptied).
+    on_device: Option<DeviceVecs>,
 }
 
 impl OneBit {
@@ -98,8 +114,72 @@ impl OneBit {
         OneBit {
             bucket,
             error: Vec::new(),
+            on_device: None,
         }
     }
+}
+
+/// 1-bit SGD's exchange on tensors (see the module comment) with the error `e` of the
+/// parameter: the averaged update, flat, on `e`'s device.
+fn exchange_on_tensors(
+    group: &mut dyn ProcessGroup,
+    m: &mut Meter,
+    index: usize,
+    e: &Tensor,
+    grad: &Tensor,
+    bucket: usize,
+) -> Result<Tensor> {
+    let n = e.elem_count();
+    let device = e.device();
+    let d = bucket_len(bucket, n);
+    let nb = n.div_ceil(d);
+    let words = quantize::packed_words(n, 1);
+    let message = m.compress(|| -> Result<Tensor> {
+        e.assign(&e.add(&grad.flatten_all()?)?)?;
+        let means: Vec<f32> = quantize::sign_sums(e, d)?
+            .into_iter()
+            .flat_map(means_of)
+            .collect();
+        if let Some(&bad) = means.iter().find(|v| !v.is_finite()) {
+            return Err(diverged(index, bad));
+        }
+        let zeros = Tensor::zeros(n, DType::F32, device)?;
+        let codes = e.ge(&zeros)?.to_dtype(DType::U32)?;
+        let means_t = Tensor::from_vec(means.clone(), 2 * nb, device)?;
+        e.assign(&e.sub(&quantize::two_level_values(&codes, &means_t, d)?)?)?;
+        let bits: Vec<u32> = means.iter().map(|v| v.to_bits()).collect();
+        let head = Tensor::from_vec(bits, 2 * nb, device)?;
+        Ok(Tensor::cat(&[head, quantize::pack_codes(&codes, 1)?], 0)?)
+    })?;
+    m.stats.sent_values = n;
+    m.stats.message_bytes = 8 * nb + n.div_ceil(8);
+    let all = m.comm(|| group.allgather(&message))?;
+    let world = all.dims()[0];
+    m.decompress(|| -> Result<Tensor> {
+        let heads = all.narrow(1, 0, 2 * nb)?.contiguous()?.to_vec::<u32>()?;
+        let mut out = Tensor::zeros(n, DType::F32, device)?;
+        for peer in 0..world {
+            let means: Vec<f32> = heads[2 * nb * peer..2 * nb * (peer + 1)]
+                .iter()
+                .map(|&w| f32::from_bits(w))
+                .collect();
+            if means.iter().any(|v| !v.is_finite()) {
+                return Err(CompressError::Decode {
+                    method: "onebit",
+                    peer,
+                    param: index,
+                    source: CodecError::Invalid("a reconstruction value is not finite".into()),
+                });
+            }
+            let signs = all.narrow(0, peer, 1)?.narrow(1, 2 * nb, words)?;
+            let codes = quantize::unpack_codes(&signs, 1, n)?;
+            let means = Tensor::from_vec(means, 2 * nb, device)?;
+            // The host's `out += mp` or `out += mn`, value by value.
+            out = out.add(&quantize::two_level_values(&codes, &means, d)?)?;
+        }
+        let inv = 1.0 / world as f32;
+        Ok(out.scale(inv as f64)?)
+    })
 }
 
 impl Method for OneBit {
@@ -111,7 +191,38 @@ impl Method for OneBit {
     }
     fn init(&mut self, params: &[ParamSpec]) -> Result<()> {
         self.error = params.iter().map(|p| vec![0.0; p.numel()]).collect();
+        self.on_device = None;
         Ok(())
+    }
+    fn on_tensors(&self) -> bool {
+        true
+    }
+    fn place(&mut self, device: Device) -> Result<()> {
+        let host = std::mem::take(&mut self.error);
+        self.on_device = Some(DeviceVecs::place(host, device)?);
+        Ok(())
+    }
+    fn exchange_tensor(
+        &mut self,
+        group: &mut dyn ProcessGroup,
+        index: usize,
+        _weights: Option<&Tensor>,
+        grad: &Tensor,
+    ) -> Result<TensorUpdate> {
+        let errors = self.on_device.as_ref().ok_or_else(|| {
+            CompressError::Usage(
+                "onebit: exchange_tensor before place (the errors are on the host)".into(),
+            )
+        })?;
+        let (e, n) = errors.for_grad("onebit", index, grad)?;
+        let mut m = Meter::new(n);
+        let out =
+            tensor::no_grad(|| exchange_on_tensors(group, &mut m, index, e, grad, self.bucket))?;
+        Ok(TensorUpdate {
+            values: out.reshape(grad.dims())?,
+            kind: UpdateKind::Gradient,
+            stats: m.stats,
+        })
     }
     fn exchange(
         &mut self,
@@ -120,6 +231,11 @@ impl Method for OneBit {
         _weights: &[f32],
         grad: &[f32],
     ) -> Result<Update> {
+        if self.on_device.is_some() {
+            return Err(CompressError::Usage(
+                "onebit: the errors are on the device (place was called): exchange tensors".into(),
+            ));
+        }
         let n = check_len(
             "onebit",
             index,
@@ -139,10 +255,10 @@ impl Method for OneBit {
                 .chunks_exact(4)
                 .find(|c| !f32::from_le_bytes([c[0], c[1], c[2], c[3]]).is_finite())
             {
-                return Err(CompressError::Usage(format!(
-                    "onebit: parameter {index}: the gradient holds inf or NaN (a bucket's mean is {}; the training diverged? lower --lr)",
-                    f32::from_le_bytes([c[0], c[1], c[2], c[3]])
-                )));
+                return Err(diverged(
+                    index,
+                    f32::from_le_bytes([c[0], c[1], c[2], c[3]]),
+                ));
             }
             e.iter_mut().zip(&q).for_each(|(e, q)| *e -= q);
             Ok(message)
@@ -154,9 +270,15 @@ impl Method for OneBit {
         Ok(m.update(out, UpdateKind::Gradient))
     }
     fn state(&self) -> Result<StateTensors> {
-        Ok(crate::methods::named_state("error", &self.error))
+        match &self.on_device {
+            Some(es) => es.state("error"),
+            None => Ok(crate::methods::named_state("error", &self.error)),
+        }
     }
     fn load_state(&mut self, state: &StateTensors) -> Result<()> {
-        crate::methods::load_named("onebit", state, &mut [("error", &mut self.error)])
+        match &self.on_device {
+            Some(es) => es.load("onebit", "error", state),
+            None => crate::methods::load_named("onebit", state, &mut [("error", &mut self.error)]),
+        }
     }
 }

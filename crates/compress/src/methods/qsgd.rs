@@ -16,14 +16,31 @@
 //! vector"); still unbiased, since |vᵢ|/max ≤ 1, with fewer values at level 0 (lower
 //! variance, longer messages). The wire is the same: the bucket's 32-bit scale, then the
 //! levels, so the decoder does not need to know which scale was used.
+//!
+//! The draws are counter-based, keyed by seed, rank, step and parameter
+//! (`methods::draws`): value i of a tensor takes draw i of its stream, so the GPU draws
+//! what the CPU draws and no generator state is checkpointed. On tensors: the bucket
+//! scales and the levels on the device (`tensor::quantize::qsgd_quantize`, one thread per
+//! bucket adding in index order, so the scales have the CPU's bits), the nonzero levels
+//! compacted there (`sparsify::at_least`), and only they and the scales read to the host,
+//! where the message is coded (Elias or fixed width: both are sequential bit streams, so
+//! they run on the compacted levels on the host, not on the device). The messages are
+//! allgathered over the group as words, decoded and averaged on the host as on slices,
+//! and the average goes back to the device as one dense upload (decoding on the device
+//! is not built). The same update as on slices, bit for bit (tests/exchange_tensor.rs).
 
 use crate::codec::elias::{self, QuantizedBucket};
 use crate::codec::{BitReader, BitWriter, CodecError};
-use crate::exchange::{allgather_average, check_len, dense_average, Meter};
-use crate::method::{Method, ParamSpec, StateTensors, Update, UpdateKind};
+use crate::exchange::{
+    allgather_average, allgather_decode_group, check_len, check_numel, dense_average,
+    dense_average_tensor, Meter,
+};
+use crate::method::{Method, ParamSpec, StateTensors, StepInfo, TensorUpdate, Update, UpdateKind};
+use crate::methods::draws::{method_key, Counter, Draws};
 use crate::{CompressError, Result};
-use comm::Communicator;
-use tensor::Rng;
+use comm::{Communicator, ProcessGroup};
+use tensor::quantize::{self as tq, BucketScale};
+use tensor::{sparsify, Device, Tensor};
 
 /// The paper's presets as `(bits, bucket)`.
 pub fn preset(name: &str) -> Option<(u32, usize)> {
@@ -51,29 +68,26 @@ pub enum Scale {
     Max,
 }
 
+impl Scale {
+    fn of_bucket(self) -> BucketScale {
+        match self {
+            Scale::L2 => BucketScale::L2,
+            Scale::Max => BucketScale::Max,
+        }
+    }
+}
+
 /// Quantizes one bucket with `s` levels, scaled by its 2-norm.
-pub fn quantize(v: &[f32], s: u32, rng: &mut Rng) -> QuantizedBucket {
+pub fn quantize(v: &[f32], s: u32, rng: &mut impl Draws) -> QuantizedBucket {
     quantize_with(v, s, Scale::L2, rng)
 }
 
-/// Quantizes one bucket with `s` levels and the given scale. A non-finite value makes
-/// the scale non-finite (the max propagates NaN), which [`encode_with`] reports.
-pub fn quantize_with(v: &[f32], s: u32, scale: Scale, rng: &mut Rng) -> QuantizedBucket {
-    let norm = match scale {
-        Scale::L2 => v
-            .iter()
-            .map(|&x| (x as f64) * (x as f64))
-            .sum::<f64>()
-            .sqrt(),
-        Scale::Max => v.iter().fold(0f64, |m, &x| {
-            let a = (x as f64).abs();
-            if a > m || a.is_nan() {
-                a
-            } else {
-                m
-            }
-        }),
-    };
+/// Quantizes one bucket with `s` levels and the given scale (the scale as
+/// `tensor::quantize::bucket_scale` computes it; the level by `qsgd_level`'s rule). A
+/// non-finite value makes the scale non-finite (the max propagates NaN), which
+/// [`encode_with`] reports. A bucket of scale 0 draws nothing (`Draws::skip`).
+pub fn quantize_with(v: &[f32], s: u32, scale: Scale, rng: &mut impl Draws) -> QuantizedBucket {
+    let norm = tq::bucket_scale(v, scale.of_bucket());
     let mut entries = Vec::new();
     if norm > 0.0 {
         for (i, &x) in v.iter().enumerate() {
@@ -87,6 +101,8 @@ pub fn quantize_with(v: &[f32], s: u32, scale: Scale, rng: &mut Rng) -> Quantize
                 entries.push((i as u32, x < 0.0, level));
             }
         }
+    } else {
+        rng.skip(v.len() as u64);
     }
     QuantizedBucket {
         norm: norm as f32,
@@ -147,7 +163,7 @@ pub fn encode(
     bits: u32,
     bucket: usize,
     coding: Coding,
-    rng: &mut Rng,
+    rng: &mut impl Draws,
 ) -> Result<(Vec<u8>, usize)> {
     encode_with(v, bits, bucket, coding, Scale::L2, rng)
 }
@@ -159,29 +175,51 @@ pub fn encode_with(
     bucket: usize,
     coding: Coding,
     scale: Scale,
-    rng: &mut Rng,
+    rng: &mut impl Draws,
 ) -> Result<(Vec<u8>, usize)> {
     let s = (1u32 << bits) - 1;
+    let buckets: Vec<QuantizedBucket> = v
+        .chunks(bucket)
+        .map(|c| quantize_with(c, s, scale, rng))
+        .collect();
+    write_buckets(&buckets, v.len(), bits, bucket, coding)
+}
+
+/// The message of a tensor of `n` values quantized into `buckets` of `bucket` values
+/// (the last may be shorter), and its nonzero count; an error naming the first bucket
+/// whose scale is not finite in f32.
+fn write_buckets(
+    buckets: &[QuantizedBucket],
+    n: usize,
+    bits: u32,
+    bucket: usize,
+    coding: Coding,
+) -> Result<(Vec<u8>, usize)> {
     let mut w = BitWriter::new();
     let mut nonzeros = 0;
-    for (i, chunk) in v.chunks(bucket).enumerate() {
-        let q = quantize_with(chunk, s, scale, rng);
+    for (i, q) in buckets.iter().enumerate() {
+        let len = bucket.min(n - i * bucket);
         if !q.norm.is_finite() {
-            // Receivers would refuse the message as malformed; say what happened here.
-            return Err(CompressError::Usage(format!(
-                "qsgd: bucket {i} of the gradient has norm {}: the gradient holds inf or \
-                 NaN, or values beyond f32 (the training diverged? lower --lr)",
-                q.norm
-            )));
+            return Err(non_finite_bucket((i, q.norm as f64)));
         }
         nonzeros += q.entries.len();
         match coding {
-            Coding::Elias => elias::encode_qsgd(&mut w, &q, chunk.len())
+            Coding::Elias => elias::encode_qsgd(&mut w, q, len)
                 .map_err(|e| CompressError::Usage(format!("qsgd encode: {e}")))?,
-            Coding::Fixed => write_fixed(&mut w, &q, chunk.len(), bits),
+            Coding::Fixed => write_fixed(&mut w, q, len, bits),
         }
     }
     Ok((w.finish(), nonzeros))
+}
+
+/// The sender's error for bucket `i` of scale `norm` (not finite in f32): receivers
+/// would refuse the message as malformed; this says what happened.
+fn non_finite_bucket((i, norm): (usize, f64)) -> CompressError {
+    CompressError::Usage(format!(
+        "qsgd: bucket {i} of the gradient has norm {}: the gradient holds inf or NaN, or \
+         values beyond f32 (the training diverged? lower --lr)",
+        norm as f32
+    ))
 }
 
 /// Decodes a tensor's message and adds it into `out`.
@@ -222,17 +260,21 @@ pub struct Qsgd {
     coding: Coding,
     scale: Scale,
     min_size: usize,
-    rng: Rng,
+    /// The key of this rank's draws (`methods::draws::method_key`).
+    key: u64,
+    step: u64,
     sizes: Vec<usize>,
 }
 
 impl Qsgd {
+    /// QSGD for rank `rank` of a job seeded `seed`.
     pub fn new(
         bits: u32,
         bucket: usize,
         coding: Coding,
         min_size: usize,
-        rng: Rng,
+        seed: u64,
+        rank: usize,
     ) -> Result<Self> {
         if !(1..=16).contains(&bits) || bucket == 0 {
             return Err(CompressError::Config(format!(
@@ -245,7 +287,8 @@ impl Qsgd {
             coding,
             scale: Scale::L2,
             min_size,
-            rng,
+            key: method_key(seed, 2, rank),
+            step: 0,
             sizes: Vec::new(),
         })
     }
@@ -291,25 +334,95 @@ impl Method for Qsgd {
             return dense_average(comm, grad);
         }
         let (bits, bucket, coding, scale) = (self.bits, self.bucket, self.coding, self.scale);
-        let rng = &mut self.rng;
+        let mut draws = Counter::for_exchange(self.key, self.step, index);
         let mut m = Meter::new(n);
         let (message, nonzeros) =
-            m.compress(|| encode_with(grad, bits, bucket, coding, scale, rng))?;
+            m.compress(|| encode_with(grad, bits, bucket, coding, scale, &mut draws))?;
         m.stats.sent_values = nonzeros;
         let out = allgather_average(comm, &mut m, "qsgd", index, n, &message, |b, out| {
             decode_add(b, bits, bucket, coding, out)
         })?;
         Ok(m.update(out, UpdateKind::Gradient))
     }
-    fn state(&self) -> Result<StateTensors> {
-        Ok(vec![(
-            "rng".into(),
-            crate::methods::rng_to_state(&self.rng),
-        )])
+    fn begin_step(&mut self, info: StepInfo) {
+        self.step = info.step;
     }
+    fn on_tensors(&self) -> bool {
+        true
+    }
+    /// Nothing to move: the draws are counter-based, and QSGD keeps no other state.
+    fn place(&mut self, _device: Device) -> Result<()> {
+        Ok(())
+    }
+    fn exchange_tensor(
+        &mut self,
+        group: &mut dyn ProcessGroup,
+        index: usize,
+        _weights: Option<&Tensor>,
+        grad: &Tensor,
+    ) -> Result<TensorUpdate> {
+        let n = check_numel("qsgd", index, self.sizes.get(index).copied(), grad)?;
+        if n < self.min_size {
+            return dense_average_tensor(group, grad);
+        }
+        let key = Counter::for_exchange(self.key, self.step, index).key;
+        let (bits, bucket, coding, scale) = (self.bits, self.bucket, self.coding, self.scale);
+        let s = (1u32 << bits) - 1;
+        let g = grad.flatten_all()?.contiguous()?;
+        let mut m = Meter::new(n);
+        let (message, nonzeros) = m.compress(|| -> Result<_> {
+            tensor::no_grad(|| {
+                if sparsify::count_at_least(&g, f32::INFINITY)? > 0 {
+                    // The host's encoder names the bucket; the device's max skips NaN.
+                    let v = g.to_vec::<f32>()?;
+                    let scales = v
+                        .chunks(bucket)
+                        .map(|c| tq::bucket_scale(c, scale.of_bucket()));
+                    let bad = scales.enumerate().find(|(_, x)| !(*x as f32).is_finite());
+                    return Err(non_finite_bucket(bad.unwrap_or((0, f64::NAN))));
+                }
+                let (scales, levels) = tq::qsgd_quantize(&g, bucket, s, scale.of_bucket(), key)?;
+                let (idx, lv) = sparsify::at_least(&levels, 0.5)?.to_vecs()?;
+                let mut buckets: Vec<QuantizedBucket> = scales
+                    .iter()
+                    .map(|&norm| QuantizedBucket {
+                        norm: norm as f32,
+                        entries: Vec::new(),
+                    })
+                    .collect();
+                for (&i, &l) in idx.iter().zip(&lv) {
+                    let (b, at) = (i as usize / bucket, i as usize % bucket);
+                    buckets[b]
+                        .entries
+                        .push((at as u32, l < 0.0, l.abs() as u32));
+                }
+                write_buckets(&buckets, n, bits, bucket, coding)
+            })
+        })?;
+        m.stats.sent_values = nonzeros;
+        let mut out = vec![0f32; n];
+        allgather_decode_group(group, &mut m, "qsgd", index, &message, |_, b| {
+            decode_add(b, bits, bucket, coding, &mut out)
+        })?;
+        let inv = 1.0 / group.world_size() as f32;
+        let values = m.decompress(|| -> Result<Tensor> {
+            out.iter_mut().for_each(|v| *v *= inv);
+            Ok(Tensor::from_vec(out, grad.dims(), grad.device())?)
+        })?;
+        Ok(TensorUpdate {
+            values,
+            kind: UpdateKind::Gradient,
+            stats: m.stats,
+        })
+    }
+    /// Counter-based draws: nothing to save.
+    fn state(&self) -> Result<StateTensors> {
+        Ok(Vec::new())
+    }
+    /// Nothing to load; the `rng` of a checkpoint written when QSGD drew from a sequential
+    /// generator is accepted and dropped (its draws cannot be continued).
     fn load_state(&mut self, state: &StateTensors) -> Result<()> {
-        let (rng, rest) = crate::methods::split_rng("qsgd", state)?;
-        self.rng = rng;
+        let rest: StateTensors = state.iter().filter(|(k, _)| k != "rng").cloned().collect();
         crate::methods::load_named("qsgd", &rest, &mut [])
     }
 }

@@ -10,24 +10,19 @@
 //! TernGrad 8x on AlexNet rather than the 16x of two bits everywhere.
 
 use crate::codec::{BitWriter, CodecError};
-use crate::exchange::{allgather_average, check_len, dense_average, Meter};
-use crate::method::{Method, ParamSpec, StateTensors, Update, UpdateKind};
-use crate::Result;
-use comm::Communicator;
-use tensor::Rng;
+use crate::exchange::{
+    allgather_average, check_len, check_numel, dense_average, dense_average_tensor, Meter,
+};
+use crate::method::{Method, ParamSpec, StateTensors, StepInfo, TensorUpdate, Update, UpdateKind};
+use crate::methods::draws::{method_key, Counter, Draws};
+use crate::{CompressError, Result};
+use comm::{Communicator, ProcessGroup};
+use tensor::quantize;
+use tensor::{sparsify, DType, Device, Tensor};
 
 /// The message of `g`; an error if `g` holds inf or NaN (the scale would be inf, or a
 /// NaN would silently become 0: `f32::max` skips NaN).
-pub fn encode(g: &[f32], rng: &mut Rng) -> Result<(Vec<u8>, usize)> {
-    let diverged = || {
-        crate::CompressError::Usage(
-            "terngrad: the gradient holds inf or NaN (the training diverged? lower --lr)".into(),
-        )
-    };
-    // max|g| over the bit patterns of |g|: for non-negative floats they order as the
-    // values do, and inf and every NaN lie above all finite ones, so one integer max
-    // (which vectorizes, where a finiteness flag beside a float max cost 41 % of the
-    // encoding) gives the scale and catches both.
+pub fn encode(g: &[f32], draws: &mut impl Draws) -> Result<(Vec<u8>, usize)> {
     let top = g.iter().fold(0u32, |m, x| m.max(x.to_bits() & 0x7fff_ffff));
     if top >= f32::INFINITY.to_bits() {
         return Err(diverged());
@@ -37,7 +32,8 @@ pub fn encode(g: &[f32], rng: &mut Rng) -> Result<(Vec<u8>, usize)> {
     w.bits(s.to_bits() as u64, 32);
     let mut nonzeros = 0;
     for &x in g {
-        let keep = s > 0.0 && rng.uniform() < (x.abs() / s) as f64;
+        // `tensor::quantize::terngrad_code`'s rule, for draws of any source.
+        let keep = s > 0.0 && draws.uniform() < (x.abs() / s) as f64;
         let code = match (keep, x < 0.0) {
             (false, _) => 0b00,
             (true, false) => 0b01,
@@ -47,6 +43,12 @@ pub fn encode(g: &[f32], rng: &mut Rng) -> Result<(Vec<u8>, usize)> {
         w.bits(code, 2);
     }
     Ok((w.finish(), nonzeros))
+}
+
+fn diverged() -> CompressError {
+    CompressError::Usage(
+        "terngrad: the gradient holds inf or NaN (the training diverged? lower --lr)".into(),
+    )
 }
 
 pub fn decode_add(bytes: &[u8], out: &mut [f32]) -> std::result::Result<(), CodecError> {
@@ -80,20 +82,94 @@ pub fn decode_add(bytes: &[u8], out: &mut [f32]) -> std::result::Result<(), Code
     Ok(())
 }
 
+/// The U32 words of a scale `s` that carry its bytes as [`encode`] writes them
+/// (big-endian) when the words' bytes are read little-endian.
+fn scale_word(s: f32) -> u32 {
+    u32::from_le_bytes(s.to_bits().to_be_bytes())
+}
+
+/// TernGrad's exchange on tensors (see the module comment): the averaged update, shaped
+/// as `grad`, on its device.
+fn exchange_on_tensors(
+    group: &mut dyn ProcessGroup,
+    m: &mut Meter,
+    index: usize,
+    grad: &Tensor,
+    key: u64,
+) -> Result<Tensor> {
+    let n = grad.elem_count();
+    let device = grad.device();
+    let g = grad.flatten_all()?.contiguous()?;
+    let codes_per_rank = quantize::packed_words(n, 2);
+    let (message, nonzeros) = m.compress(|| -> Result<_> {
+        if sparsify::count_at_least(&g, f32::INFINITY)? > 0 {
+            return Err(diverged());
+        }
+        let s = if n == 0 {
+            0.0
+        } else {
+            g.abs()?.max(&[0], false)?.to_vec::<f32>()?[0]
+        };
+        let codes = quantize::terngrad_codes(&g, s, key)?;
+        let nonzeros = sparsify::count_at_least(&codes.to_dtype(DType::F32)?, 0.5)?;
+        let head = Tensor::from_vec(vec![scale_word(s)], 1, device)?;
+        let message = Tensor::cat(&[head, quantize::pack_codes(&codes, 2)?], 0)?;
+        Ok((message, nonzeros))
+    })?;
+    m.stats.sent_values = nonzeros;
+    m.stats.message_bytes = 4 + (2 * n).div_ceil(8);
+    let all = m.comm(|| group.allgather(&message))?;
+    let world = all.dims()[0];
+    m.decompress(|| -> Result<Tensor> {
+        let malformed = |peer: usize, what: String| CompressError::Decode {
+            method: "terngrad",
+            peer,
+            param: index,
+            source: CodecError::Invalid(what),
+        };
+        let scales = all.narrow(1, 0, 1)?.contiguous()?.to_vec::<u32>()?;
+        let mut out = Tensor::zeros(n, DType::F32, device)?;
+        for (peer, &w) in scales.iter().enumerate() {
+            let s = f32::from_bits(u32::from_be_bytes(w.to_le_bytes()));
+            if !s.is_finite() || s < 0.0 {
+                return Err(malformed(peer, format!("scale {s}")));
+            }
+            let words = all.narrow(0, peer, 1)?.narrow(1, 1, codes_per_rank)?;
+            let c = quantize::unpack_codes(&words, 2, n)?.to_dtype(DType::F32)?;
+            if sparsify::count_at_least(&c, 2.5)? > 0 {
+                return Err(malformed(peer, "ternary code 11".into()));
+            }
+            // The host's `out += s` or `out -= s`; out + 0 elsewhere.
+            let st = Tensor::full(s as f64, n, DType::F32, device)?;
+            let one = Tensor::ones(n, DType::F32, device)?;
+            let two = Tensor::full(2.0, n, DType::F32, device)?;
+            let v = c.eq(&one)?.mul(&st)?.sub(&c.eq(&two)?.mul(&st)?)?;
+            out = out.add(&v)?;
+        }
+        let inv = 1.0 / world as f32;
+        Ok(out.scale(inv as f64)?.reshape(grad.dims())?)
+    })
+}
+
 pub struct TernGrad {
-    rng: Rng,
+    /// The key of this rank's draws (`methods::draws::method_key`).
+    key: u64,
+    step: u64,
     sizes: Vec<usize>,
-    /// How many of the last parameter tensors travel as f32.
     float_last: usize,
 }
 
 impl TernGrad {
-    pub fn new(rng: Rng, float_last: usize) -> Self {
+    pub fn new(seed: u64, rank: usize, float_last: usize) -> Self {
         TernGrad {
-            rng,
+            key: method_key(seed, 3, rank),
+            step: 0,
             sizes: Vec::new(),
             float_last,
         }
+    }
+    fn sent_dense(&self, index: usize) -> bool {
+        index >= self.sizes.len() - self.float_last
     }
 }
 
@@ -106,7 +182,7 @@ impl Method for TernGrad {
     }
     fn init(&mut self, params: &[ParamSpec]) -> Result<()> {
         if self.float_last > params.len() {
-            return Err(crate::CompressError::Config(format!(
+            return Err(CompressError::Config(format!(
                 "terngrad float_last={}: the model has only {} parameter tensors",
                 self.float_last,
                 params.len()
@@ -114,6 +190,9 @@ impl Method for TernGrad {
         }
         self.sizes = params.iter().map(|p| p.numel()).collect();
         Ok(())
+    }
+    fn begin_step(&mut self, info: StepInfo) {
+        self.step = info.step;
     }
     fn exchange(
         &mut self,
@@ -123,27 +202,53 @@ impl Method for TernGrad {
         grad: &[f32],
     ) -> Result<Update> {
         let n = check_len("terngrad", index, self.sizes.get(index).copied(), &[grad])?;
-        if index >= self.sizes.len() - self.float_last {
+        if self.sent_dense(index) {
             return dense_average(comm, grad);
         }
-        let rng = &mut self.rng;
+        let mut draws = Counter::for_exchange(self.key, self.step, index);
         let mut m = Meter::new(n);
-        let (message, nonzeros) = m.compress(|| encode(grad, rng))?;
+        let (message, nonzeros) = m.compress(|| encode(grad, &mut draws))?;
         m.stats.sent_values = nonzeros;
         let out = allgather_average(comm, &mut m, "terngrad", index, n, &message, |b, out| {
             decode_add(b, out)
         })?;
         Ok(m.update(out, UpdateKind::Gradient))
     }
-    fn state(&self) -> Result<StateTensors> {
-        Ok(vec![(
-            "rng".into(),
-            crate::methods::rng_to_state(&self.rng),
-        )])
+    fn on_tensors(&self) -> bool {
+        true
     }
+    /// Nothing to move: the draws are counter-based, and TernGrad keeps no other state.
+    fn place(&mut self, _device: Device) -> Result<()> {
+        Ok(())
+    }
+    fn exchange_tensor(
+        &mut self,
+        group: &mut dyn ProcessGroup,
+        index: usize,
+        _weights: Option<&Tensor>,
+        grad: &Tensor,
+    ) -> Result<TensorUpdate> {
+        let n = check_numel("terngrad", index, self.sizes.get(index).copied(), grad)?;
+        if self.sent_dense(index) {
+            return dense_average_tensor(group, grad);
+        }
+        let key = Counter::for_exchange(self.key, self.step, index).key;
+        let mut m = Meter::new(n);
+        let values = tensor::no_grad(|| exchange_on_tensors(group, &mut m, index, grad, key))?;
+        Ok(TensorUpdate {
+            values,
+            kind: UpdateKind::Gradient,
+            stats: m.stats,
+        })
+    }
+    /// Counter-based draws: nothing to save.
+    fn state(&self) -> Result<StateTensors> {
+        Ok(Vec::new())
+    }
+    /// Nothing to load; the `rng` of a checkpoint written when TernGrad drew from a
+    /// sequential generator is accepted and dropped (its draws cannot be continued).
     fn load_state(&mut self, state: &StateTensors) -> Result<()> {
-        let (rng, rest) = crate::methods::split_rng("terngrad", state)?;
-        self.rng = rng;
+        let rest: StateTensors = state.iter().filter(|(k, _)| k != "rng").cloned().collect();
         crate::methods::load_named("terngrad", &rest, &mut [])
     }
 }

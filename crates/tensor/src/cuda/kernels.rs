@@ -171,6 +171,9 @@ pub const MODULES: &[KernelModule] = &[
             "qsgd_levels",
             "pack_codes",
             "unpack_codes",
+            "sign_sums_partial",
+            "sign_sums_final",
+            "two_level_values",
         ],
     },
     KernelModule {

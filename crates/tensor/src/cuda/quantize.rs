@@ -119,3 +119,61 @@ pub(crate) fn unpack_codes(
     launched("unpack_codes", unsafe { b.launch(CudaDevice::cfg(n)) })?;
     Ok(out)
 }
+
+/// Per bucket of `bucket` values: (Σ x ≥ 0, count, Σ x < 0, count), 4 doubles a bucket.
+pub(crate) fn sign_sums(
+    d: &CudaDevice,
+    x: &CudaView<'_, f32>,
+    n: usize,
+    bucket: usize,
+    chunk: usize,
+) -> Result<CudaSlice<f64>> {
+    let buckets = n.div_ceil(bucket);
+    let chunks = bucket.div_ceil(chunk);
+    let mut partial = d.alloc::<f64>(4 * buckets * chunks)?;
+    let mut out = d.alloc::<f64>(4 * buckets)?;
+    if n == 0 {
+        return Ok(out);
+    }
+    let (n64, d64, c64, b64) = (n as u64, bucket as u64, chunks as u64, buckets as u64);
+    let f = d.func("sign_sums_partial")?;
+    let mut b = d.stream.launch_builder(&f);
+    b.arg(x)
+        .arg(&n64)
+        .arg(&d64)
+        .arg(&c64)
+        .arg(&b64)
+        .arg(&mut partial);
+    // SAFETY: x holds n values; partial 4 per (bucket, chunk).
+    launched("sign_sums_partial", unsafe {
+        b.launch(CudaDevice::cfg(buckets * chunks))
+    })?;
+    let f = d.func("sign_sums_final")?;
+    let mut b = d.stream.launch_builder(&f);
+    b.arg(&partial).arg(&c64).arg(&b64).arg(&mut out);
+    // SAFETY: partial holds 4·buckets·chunks values, out 4 per bucket.
+    launched("sign_sums_final", unsafe {
+        b.launch(CudaDevice::cfg(buckets))
+    })?;
+    Ok(out)
+}
+
+pub(crate) fn two_level_values(
+    d: &CudaDevice,
+    codes: &CudaView<'_, u32>,
+    means: &CudaView<'_, f32>,
+    n: usize,
+    bucket: usize,
+) -> Result<CudaSlice<f32>> {
+    let mut out = d.alloc::<f32>(n)?;
+    if n == 0 {
+        return Ok(out);
+    }
+    let (n64, d64) = (n as u64, bucket as u64);
+    let f = d.func("two_level_values")?;
+    let mut b = d.stream.launch_builder(&f);
+    b.arg(codes).arg(means).arg(&n64).arg(&d64).arg(&mut out);
+    // SAFETY: codes holds n values, means 2 per bucket (checked by the caller).
+    launched("two_level_values", unsafe { b.launch(CudaDevice::cfg(n)) })?;
+    Ok(out)
+}
