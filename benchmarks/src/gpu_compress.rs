@@ -3,13 +3,20 @@
 //! (ours) and PyTorch's `torch.topk`, copy and sum on the same GPU, measured in the same
 //! run by `reference/gpu_select.py`.
 //!
+//! Then every method of `--methods` (the default: all) through its whole exchange on
+//! tensors (`Method::exchange_tensor`, and `after_step_tensor` for the methods that
+//! synchronise after the step) on a one-rank job whose TCP group holds GPU tensors: the
+//! method's device work, its host reads and writes, and the one-rank collective's round
+//! trip of the message through the host.
+//!
 //! Every row is the median of `repeats` runs timed with CUDA events on the compute stream
-//! after `warmup` untimed ones. Rows whose code reads a count back to the host (the
+//! after `warmup` untimed ones (the whole exchanges: at most 5). Rows whose code reads a count back to the host (the
 //! selections, to size their output and to apply DGC's 0.8–1.3·k rule) include that
 //! wait: it is part of their cost.
 
 use crate::run_reference;
 use anyhow::{ensure, Context as _, Result};
+use comm::{CommConfig, Communicator};
 use compress::methods::dgc::{DgcConfig, DgcOnDevice};
 use compress::{ParamSpec, StepInfo};
 use serde_json::{json, Value};
@@ -24,6 +31,16 @@ fn time_ms(
 ) -> Result<f64> {
     for _ in 0..warmup {
         f()?;
+    }
+    if dev == Device::Cpu {
+        // The rows' own tests run on CPU tensors: wall-clock there.
+        let mut t = Vec::with_capacity(repeats);
+        for _ in 0..repeats.max(1) {
+            let start = std::time::Instant::now();
+            f()?;
+            t.push(start.elapsed().as_secs_f64() * 1e3);
+        }
+        return Ok(crate::median(t));
     }
     cuda::synchronize(dev)?;
     let mut t = Vec::with_capacity(repeats);
@@ -52,8 +69,60 @@ fn dgc_config(density: f64, sampling: bool) -> DgcConfig {
     }
 }
 
+/// Each method's whole exchange on tensors of `g` (weights `w`) on one rank, timed: rows
+/// of (label, ms, values sent); a method that does not run on tensors gets no row (it
+/// says so on stderr).
+fn method_rows(
+    methods: &[String],
+    g: &Tensor,
+    w: &Tensor,
+    repeats: usize,
+) -> Result<Vec<(String, f64, Option<usize>)>> {
+    let dev = g.device();
+    let n = g.elem_count();
+    let mut comm = Communicator::connect(&CommConfig {
+        max_frame: 1 << 34,
+        ..CommConfig::loopback(0, 1, 0, b"bench")
+    })?;
+    comm.set_device(dev);
+    let mut rows = Vec::new();
+    for label in methods {
+        let mut m = crate::one_rank_method(label).with_context(|| format!("--methods {label}"))?;
+        if !m.on_tensors() {
+            eprintln!("{label}: does not run on tensors; no GPU row");
+            continue;
+        }
+        m.init(&[ParamSpec::new("grad", &[n])])?;
+        m.place(dev)?;
+        // Its own weights: SBC and FedAvg overwrite them after the step.
+        let weights = w.scale(1.0)?;
+        let (mut step, mut sent) = (0u64, 0);
+        let t = time_ms(dev, 1, repeats.min(5), || {
+            m.begin_step(StepInfo { step, epoch: 100.0 });
+            step += 1;
+            let u = m.exchange_tensor(&mut comm, 0, Some(&weights), g)?;
+            sent = u.stats.sent_values;
+            // A step of learning rate 1, so that a delayed method has an update to send.
+            weights.assign(&weights.sub(&u.values.flatten_all()?)?)?;
+            if let Some(s) = m.after_step_tensor(&mut comm, 0, &weights)? {
+                sent = s.sent_values;
+            }
+            Ok(())
+        })
+        .with_context(|| format!("{label} on tensors"))?;
+        rows.push((format!("{label}: whole exchange, 1 rank"), t, Some(sent)));
+    }
+    Ok(rows)
+}
+
 /// Runs the GPU rows on `grad` (host values, uploaded once) and prints a table (or JSON).
-pub fn run(grad: &[f32], density: f64, repeats: usize, as_json: bool) -> Result<()> {
+pub fn run(
+    grad: &[f32],
+    density: f64,
+    repeats: usize,
+    methods: &[String],
+    as_json: bool,
+) -> Result<()> {
     let dev = Device::Cuda(0);
     ensure!(
         cuda::is_available(0),
@@ -134,6 +203,8 @@ pub fn run(grad: &[f32], density: f64, repeats: usize, as_json: bool) -> Result<
         ));
     }
 
+    rows.extend(method_rows(methods, &g, &w, repeats)?);
+
     let reference = run_reference("gpu_select.py", &[format!("--n={n}"), format!("--k={k}")]);
     let torch: Option<Value> = match reference {
         Ok(v) => Some(v),
@@ -186,4 +257,45 @@ pub fn run(grad: &[f32], density: f64, repeats: usize, as_json: bool) -> Result<
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The per-method rows on CPU tensors: one row per method on tensors (the half-
+    /// precision dense is skipped), each having sent what the method sends.
+    #[test]
+    fn every_method_on_tensors_gets_a_row() {
+        let n = 20_000;
+        let mut r = Rng::new(1);
+        let g = Tensor::randn(n, 0.0, 1.0, DType::F32, Device::Cpu, &mut r).unwrap();
+        let w = Tensor::randn(n, 0.0, 0.05, DType::F32, Device::Cpu, &mut r).unwrap();
+        let methods: Vec<String> = [
+            "dense",
+            "dense:wire=f16",
+            "dgc:density=0.01,warmup_epochs=0",
+            "sbc:delay=1,density=0.01",
+            "qsgd:preset=4bit",
+            "terngrad",
+            "onebit",
+        ]
+        .map(String::from)
+        .to_vec();
+        let rows = method_rows(&methods, &g, &w, 2).unwrap();
+        let labels: Vec<&str> = rows
+            .iter()
+            .map(|r| r.0.split(':').next().unwrap())
+            .collect();
+        assert_eq!(
+            labels,
+            ["dense", "dgc", "sbc", "qsgd", "terngrad", "onebit"]
+        );
+        let sent: Vec<usize> = rows.iter().map(|r| r.2.unwrap()).collect();
+        assert_eq!(sent[0], n);
+        // DGC's sampled threshold keeps between 0.8·k and 1.3·k.
+        assert!((160..=260).contains(&sent[1]), "{}", sent[1]);
+        assert_eq!(sent[2], 200);
+        assert!(rows.iter().all(|r| r.1 >= 0.0));
+    }
 }

@@ -42,8 +42,9 @@ struct Args {
     #[arg(long)]
     json: bool,
     /// `cpu`: every method through its exchange, as above. `cuda`: DGC's compression and
-    /// its selections on GPU 0 against a device copy and torch.topk on the same GPU
-    /// (benchmarks/src/gpu_compress.rs; --methods and --threads do not apply).
+    /// its selections on GPU 0 against a device copy and torch.topk on the same GPU, then
+    /// every method of --methods through its whole exchange on GPU tensors
+    /// (benchmarks/src/gpu_compress.rs; --threads does not apply).
     #[arg(long, default_value = "cpu", value_parser = ["cpu", "cuda"])]
     device: String,
 }
@@ -192,7 +193,13 @@ fn run() -> Result<()> {
     eprintln!("generating {n} heavy-tailed values ...");
     let grad = heavy_tailed(n, 42);
     if args.device == "cuda" {
-        return benchmarks::gpu_compress::run(&grad, args.density, args.repeats.max(5), args.json);
+        return benchmarks::gpu_compress::run(
+            &grad,
+            args.density,
+            args.repeats.max(5),
+            &methods,
+            args.json,
+        );
     }
     let mut rows = Vec::new();
     for label in &methods {
