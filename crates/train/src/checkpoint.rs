@@ -12,9 +12,12 @@
 //! Two generations are kept per rank: saving renames the current file to
 //! `rank{r}.prev.safetensors` before writing the new one. Ranks save at the same step
 //! but not in step with each other, so a job that dies while they save can leave rank 0
-//! one generation ahead of rank 1; a
-//! resume then picks the newest step that every rank holds (see `Worker::agree`),
-//! instead of averaging gradients of replicas that stand at different steps.
+//! one generation ahead of rank 1; a resume then picks the newest step that every rank
+//! holds (see `Worker::agree`), instead of averaging gradients of replicas that stand at
+//! different steps. A resume reads each generation whole first ([`inspect`]): one that
+//! is damaged (its CRC, or not a safetensors file at all) is renamed aside
+//! ([`set_aside`], never deleted) and counts as missing, so the ranks agree on the
+//! newest generation every rank holds intact.
 
 use anyhow::{bail, Context, Result};
 use safetensors::tensor::{Dtype, TensorView};
@@ -241,10 +244,62 @@ fn checksum<'a>(tensors: impl Iterator<Item = (&'a str, &'a [u8])>) -> u32 {
 pub fn load(file: &Path) -> Result<Saved> {
     let bytes = std::fs::read(file)
         .with_context(|| format!("reading the checkpoint {}", file.display()))?;
-    let st = safetensors::SafeTensors::deserialize(&bytes).map_err(|e| {
+    parse(file, &bytes)
+}
+
+/// What a resume finds at a checkpoint's path.
+pub enum Found {
+    Missing,
+    Intact(Position),
+    /// Unreadable as a checkpoint (why): its CRC does not match, or it is not a
+    /// safetensors file with a training position.
+    Damaged(String),
+}
+
+/// Reads `file` whole and checks it as [`load`] does; an I/O error other than a missing
+/// file (permissions, a failing disk) is an error, not damage.
+pub fn inspect(file: &Path) -> Result<Found> {
+    let bytes = match std::fs::read(file) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Found::Missing),
+        Err(e) => {
+            return Err(e).with_context(|| format!("reading the checkpoint {}", file.display()))
+        }
+    };
+    Ok(match parse(file, &bytes) {
+        Ok(saved) => Found::Intact(saved.position),
+        Err(e) => Found::Damaged(format!("{e:#}")),
+    })
+}
+
+/// Renames a damaged checkpoint out of the way, to `{name}.damaged` (`.damaged-2`, … if
+/// taken): kept, not deleted, for whoever wants to look at it. Returns the new path.
+pub fn set_aside(file: &Path) -> Result<PathBuf> {
+    let name = file
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let to = (1..)
+        .map(|i| {
+            let suffix = if i == 1 {
+                ".damaged".to_string()
+            } else {
+                format!(".damaged-{i}")
+            };
+            file.with_file_name(format!("{name}{suffix}"))
+        })
+        .find(|p| !p.exists())
+        .context("no free name to set a damaged checkpoint aside")?;
+    std::fs::rename(file, &to)
+        .with_context(|| format!("setting the damaged {} aside", file.display()))?;
+    Ok(to)
+}
+
+fn parse(file: &Path, bytes: &[u8]) -> Result<Saved> {
+    let st = safetensors::SafeTensors::deserialize(bytes).map_err(|e| {
         anyhow::anyhow!("{} is not a valid safetensors file: {e:?}", file.display())
     })?;
-    let (_, meta) = safetensors::SafeTensors::read_metadata(&bytes)
+    let (_, meta) = safetensors::SafeTensors::read_metadata(bytes)
         .map_err(|e| anyhow::anyhow!("{}: {e:?}", file.display()))?;
     let meta = meta.metadata().clone().unwrap_or_default();
     let position = position_from(file, &meta)?;
@@ -255,7 +310,7 @@ pub fn load(file: &Path) -> Result<Saved> {
         let got = checksum(views.iter().map(|(n, v)| (n.as_str(), v.data())));
         if format!("{got:08x}") != *want {
             bail!(
-                "{} is damaged: its tensors' CRC-32 is {got:08x}, it was written as {want} (moved aside, --resume continues from the previous generation every rank holds)",
+                "{} is damaged: its tensors' CRC-32 is {got:08x}, it was written as {want} (--resume sets a damaged checkpoint aside and continues from the newest generation every rank holds intact)",
                 file.display()
             );
         }
@@ -395,6 +450,38 @@ mod tests {
             assert!(
                 e.contains("is damaged") && e.contains("rank0.safetensors"),
                 "{e}"
+            );
+            assert!(matches!(inspect(&file).unwrap(), Found::Damaged(_)));
+        }
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn inspect_tells_missing_intact_and_damaged_and_damage_is_set_aside_not_deleted() {
+        let dir = std::env::temp_dir().join(format!("gradex-ckpt-aside-{}", std::process::id()));
+        let file = dir.join("rank0.safetensors");
+        assert!(matches!(inspect(&file).unwrap(), Found::Missing));
+        let pos = Position {
+            step: 7,
+            ..Position::default()
+        };
+        save(&file, &sample(), &pos).unwrap();
+        assert!(matches!(inspect(&file).unwrap(), Found::Intact(p) if p.step == 7));
+        for (k, want) in [
+            (1, "rank0.safetensors.damaged"),
+            (2, "rank0.safetensors.damaged-2"),
+        ] {
+            std::fs::write(&file, format!("not a checkpoint {k}")).unwrap();
+            let Found::Damaged(why) = inspect(&file).unwrap() else {
+                panic!("garbage must read as damaged")
+            };
+            assert!(why.contains("rank0.safetensors"), "{why}");
+            let to = set_aside(&file).unwrap();
+            assert_eq!(to, dir.join(want));
+            assert!(!file.exists());
+            assert_eq!(
+                std::fs::read_to_string(&to).unwrap(),
+                format!("not a checkpoint {k}")
             );
         }
         let _ = std::fs::remove_dir_all(dir);

@@ -411,6 +411,46 @@ fn methods_on_tensors_train_as_on_slices() {
     }
 }
 
+/// A checkpoint damaged on disk (bytes flipped in the middle of rank 0's newest) is set
+/// aside by `--resume`, which says so and names the step it resumes from: the newest
+/// generation every rank holds intact (rank 1 falls back to its previous one too). The
+/// run then ends bit for bit as an uninterrupted one.
+#[test]
+fn a_damaged_checkpoint_is_set_aside_and_the_intact_generation_resumed() {
+    let (a, b) = (tmp("damaged-straight"), tmp("damaged-resumed"));
+    let run = |out: &Path, epochs: &str| {
+        let mut args = dgc_job();
+        args.extend(["--epochs", epochs, "--out"].map(String::from));
+        args.push(out.display().to_string());
+        let refs: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+        let o = train(&refs, &[]);
+        assert!(o.status.success(), "{}", text(&o));
+    };
+    run(&a, "3");
+    run(&b, "2");
+    let newest = train::checkpoint::path(&b, 0);
+    let mut bytes = std::fs::read(&newest).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid..mid + 16].iter_mut().for_each(|x| *x ^= 0xA5);
+    std::fs::write(&newest, bytes).unwrap();
+    let o = train(
+        &["--resume", "--epochs", "3", "--out", b.to_str().unwrap()],
+        &[],
+    );
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    let aside = b.join("checkpoint").join("rank0.safetensors.damaged");
+    assert!(t.contains("set the damaged checkpoint"), "{t}");
+    assert!(t.contains(&aside.display().to_string()), "{t}");
+    assert!(t.contains("CRC-32"), "{t}");
+    assert!(
+        t.contains("resuming from its previous checkpoint (step 16)"),
+        "{t}"
+    );
+    assert!(aside.exists(), "the damaged file is kept");
+    assert_same_run(&a, &b);
+}
+
 /// SBC on tensors resumes bit for bit: its `W_sync` and residuals go to the checkpoint
 /// from the device and back, and a resume between two synchronisations continues them.
 #[test]

@@ -73,8 +73,9 @@ impl Worker {
         crate::interrupt::set_second_signal_note(&line);
     }
 
-    /// The checkpoint file every rank can resume from: the ranks exchange the steps of
-    /// both generations they hold and take the newest step all of them have. A
+    /// The checkpoint file every rank can resume from: each rank reads both its
+    /// generations whole, sets a damaged one aside (saying which, and why), and the ranks
+    /// exchange the steps of what is intact and take the newest step all of them hold. A
     /// checkpoint of another world size is refused.
     pub(super) fn agree(&self) -> Result<std::path::PathBuf> {
         let out = &self.cfg.out;
@@ -83,19 +84,33 @@ impl Worker {
             checkpoint::prev_path(out, self.rank),
         ];
         let mut mine = [None, None];
+        let mut set_aside = None;
         for (slot, f) in mine.iter_mut().zip(&files) {
-            if let Some(p) = checkpoint::read_position(f)? {
-                if p.world != 0 && p.world != self.world {
-                    bail!(
-                        "{} was written by a {}-worker run; this run has {} (resume with --workers {})",
+            let p = match checkpoint::inspect(f)? {
+                checkpoint::Found::Missing => continue,
+                checkpoint::Found::Damaged(why) => {
+                    let to = checkpoint::set_aside(f)?;
+                    say_err(&format!(
+                        "rank {}: set the damaged checkpoint {} aside as {} ({why})",
+                        self.rank,
                         f.display(),
-                        p.world,
-                        self.world,
-                        p.world
-                    );
+                        to.display()
+                    ));
+                    set_aside.get_or_insert(to);
+                    continue;
                 }
-                *slot = Some(p.step);
+                checkpoint::Found::Intact(p) => p,
+            };
+            if p.world != 0 && p.world != self.world {
+                bail!(
+                    "{} was written by a {}-worker run; this run has {} (resume with --workers {})",
+                    f.display(),
+                    p.world,
+                    self.world,
+                    p.world
+                );
             }
+            *slot = Some(p.step);
         }
         // Each rank's two generations as 8-byte steps + 1 (0: no file).
         let encode = |s: Option<usize>| s.map_or(0u64, |s| s as u64 + 1).to_le_bytes();
@@ -157,10 +172,14 @@ impl Worker {
         if mine[0] == Some(step) {
             Ok(files[0].clone())
         } else {
+            let newest = match (mine[0], &set_aside) {
+                (Some(s), _) => format!("(step {s}) is not held by every rank"),
+                (None, Some(to)) => format!("was damaged and set aside as {}", to.display()),
+                (None, None) => "is missing".to_string(),
+            };
             say_err(&format!(
-                "rank {}: resuming from its previous checkpoint (step {step}): its newest ({}) is not held by every rank",
-                self.rank,
-                mine[0].map_or("missing".to_string(), |s| format!("step {s}"))
+                "rank {}: resuming from its previous checkpoint (step {step}): its newest {newest}",
+                self.rank
             ));
             // The previous generation becomes the current one, replacing the abandoned
             // newer file: otherwise the next save would rotate that file into the
