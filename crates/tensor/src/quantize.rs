@@ -19,6 +19,7 @@ use crate::storage::Storage;
 use crate::{DType, Device, Error, Result, Tensor};
 
 /// SplitMix64's finalizer (kernels/quantize.cu `mix64`).
+#[inline]
 fn mix64(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
@@ -33,11 +34,20 @@ pub fn counter_key(parts: &[u64]) -> u64 {
         .fold(0x6A09_E667_F3BC_C908, |k, &p| mix64(k ^ mix64(p)))
 }
 
+/// The step between the hash inputs of consecutive draws (2⁶⁴/φ, SplitMix64's).
+pub const COUNTER_GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
+
 /// Draw `i` of stream `key`: 24 random bits over 2^24, exact in f32, in [0, 1). The same
 /// on the CPU and in the kernels.
 pub fn counter_uniform(key: u64, i: u64) -> f32 {
-    let h = mix64(key.wrapping_add(i.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15)));
-    (h >> 40) as f32 * (1.0 / 16_777_216.0)
+    uniform_of(key.wrapping_add(i.wrapping_add(1).wrapping_mul(COUNTER_GAMMA)))
+}
+
+/// The draw whose hash input is `z` (`key + (i + 1)·γ` for draw i): for generators that
+/// keep the input as a running sum.
+#[inline]
+pub fn uniform_of(z: u64) -> f32 {
+    (mix64(z) >> 40) as f32 * (1.0 / 16_777_216.0)
 }
 
 /// TernGrad's code of `x` for scale `s` (> 0) and draw `u`: 1 (+s) or 2 (−s) with

@@ -3,7 +3,7 @@
 //! same draws the GPU kernels make: `tensor::quantize`), or any [`Rng`] (tests and
 //! benchmarks that want a sequential generator).
 
-use tensor::quantize::{counter_key, counter_uniform};
+use tensor::quantize::{counter_key, uniform_of, COUNTER_GAMMA};
 use tensor::Rng;
 
 /// A source of uniform draws in [0, 1), one per quantized value, in order.
@@ -20,32 +20,33 @@ impl Draws for Rng {
     }
 }
 
-/// Draws `next`, `next + 1`, … of the counter stream `key`.
+/// Draws 0, 1, … of the counter stream `key`, in order: draw i is
+/// `counter_uniform(key, i)`, its hash input kept as a running sum (one add a draw where
+/// recomputing it takes a multiply; TernGrad's encoder measured 7 % slower with it).
 #[derive(Clone, Copy, Debug)]
 pub struct Counter {
     pub key: u64,
-    pub next: u64,
+    /// The hash input of the last draw (`key + i·γ` for draw i − 1).
+    z: u64,
 }
 
 impl Counter {
     /// The stream of parameter `index` at `step` for a method keyed `base`
     /// ([`method_key`]).
     pub fn for_exchange(base: u64, step: u64, index: usize) -> Counter {
-        Counter {
-            key: counter_key(&[base, step, index as u64]),
-            next: 0,
-        }
+        let key = counter_key(&[base, step, index as u64]);
+        Counter { key, z: key }
     }
 }
 
 impl Draws for Counter {
+    #[inline]
     fn uniform(&mut self) -> f64 {
-        let u = counter_uniform(self.key, self.next);
-        self.next += 1;
-        u as f64
+        self.z = self.z.wrapping_add(COUNTER_GAMMA);
+        uniform_of(self.z) as f64
     }
     fn skip(&mut self, n: u64) {
-        self.next += n;
+        self.z = self.z.wrapping_add(n.wrapping_mul(COUNTER_GAMMA));
     }
 }
 
@@ -53,4 +54,21 @@ impl Draws for Counter {
 /// draw independently, and a rerun with the same seed draws the same.
 pub fn method_key(seed: u64, salt: u64, rank: usize) -> u64 {
     counter_key(&[seed, salt, rank as u64])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tensor::quantize::counter_uniform;
+
+    #[test]
+    fn a_counter_draws_the_kernels_draws_in_order_and_skips_exactly() {
+        let mut c = Counter::for_exchange(9, 4, 2);
+        let key = c.key;
+        for i in 0..1000 {
+            assert_eq!(c.uniform(), counter_uniform(key, i) as f64, "draw {i}");
+        }
+        c.skip(12_345);
+        assert_eq!(c.uniform(), counter_uniform(key, 1000 + 12_345) as f64);
+    }
 }

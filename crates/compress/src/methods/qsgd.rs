@@ -178,38 +178,52 @@ pub fn encode_with(
     rng: &mut impl Draws,
 ) -> Result<(Vec<u8>, usize)> {
     let s = (1u32 << bits) - 1;
-    let buckets: Vec<QuantizedBucket> = v
-        .chunks(bucket)
-        .map(|c| quantize_with(c, s, scale, rng))
-        .collect();
-    write_buckets(&buckets, v.len(), bits, bucket, coding)
+    let mut w = MessageWriter::new(bits, coding);
+    // Bucket by bucket: each is written and dropped before the next is quantized.
+    for c in v.chunks(bucket) {
+        w.push(&quantize_with(c, s, scale, rng), c.len())?;
+    }
+    Ok(w.finish())
 }
 
-/// The message of a tensor of `n` values quantized into `buckets` of `bucket` values
-/// (the last may be shorter), and its nonzero count; an error naming the first bucket
-/// whose scale is not finite in f32.
-fn write_buckets(
-    buckets: &[QuantizedBucket],
-    n: usize,
+/// A message written bucket after bucket, counting the nonzero levels.
+struct MessageWriter {
+    w: BitWriter,
     bits: u32,
-    bucket: usize,
     coding: Coding,
-) -> Result<(Vec<u8>, usize)> {
-    let mut w = BitWriter::new();
-    let mut nonzeros = 0;
-    for (i, q) in buckets.iter().enumerate() {
-        let len = bucket.min(n - i * bucket);
-        if !q.norm.is_finite() {
-            return Err(non_finite_bucket((i, q.norm as f64)));
-        }
-        nonzeros += q.entries.len();
-        match coding {
-            Coding::Elias => elias::encode_qsgd(&mut w, q, len)
-                .map_err(|e| CompressError::Usage(format!("qsgd encode: {e}")))?,
-            Coding::Fixed => write_fixed(&mut w, q, len, bits),
+    buckets: usize,
+    nonzeros: usize,
+}
+
+impl MessageWriter {
+    fn new(bits: u32, coding: Coding) -> Self {
+        MessageWriter {
+            w: BitWriter::new(),
+            bits,
+            coding,
+            buckets: 0,
+            nonzeros: 0,
         }
     }
-    Ok((w.finish(), nonzeros))
+    /// Appends a bucket of `len` values; an error naming it if its scale is not finite
+    /// in f32.
+    fn push(&mut self, q: &QuantizedBucket, len: usize) -> Result<()> {
+        if !q.norm.is_finite() {
+            return Err(non_finite_bucket((self.buckets, q.norm as f64)));
+        }
+        self.buckets += 1;
+        self.nonzeros += q.entries.len();
+        match self.coding {
+            Coding::Elias => elias::encode_qsgd(&mut self.w, q, len)
+                .map_err(|e| CompressError::Usage(format!("qsgd encode: {e}")))?,
+            Coding::Fixed => write_fixed(&mut self.w, q, len, self.bits),
+        }
+        Ok(())
+    }
+    /// The message and its nonzero count.
+    fn finish(self) -> (Vec<u8>, usize) {
+        (self.w.finish(), self.nonzeros)
+    }
 }
 
 /// The sender's error for bucket `i` of scale `norm` (not finite in f32): receivers
@@ -383,20 +397,24 @@ impl Method for Qsgd {
                 }
                 let (scales, levels) = tq::qsgd_quantize(&g, bucket, s, scale.of_bucket(), key)?;
                 let (idx, lv) = sparsify::at_least(&levels, 0.5)?.to_vecs()?;
-                let mut buckets: Vec<QuantizedBucket> = scales
-                    .iter()
-                    .map(|&norm| QuantizedBucket {
+                // The compacted levels, ascending, taken bucket by bucket.
+                let mut w = MessageWriter::new(bits, coding);
+                let mut at = 0;
+                for (b, &norm) in scales.iter().enumerate() {
+                    let (start, len) = (b * bucket, bucket.min(n - b * bucket));
+                    let mut q = QuantizedBucket {
                         norm: norm as f32,
                         entries: Vec::new(),
-                    })
-                    .collect();
-                for (&i, &l) in idx.iter().zip(&lv) {
-                    let (b, at) = (i as usize / bucket, i as usize % bucket);
-                    buckets[b]
-                        .entries
-                        .push((at as u32, l < 0.0, l.abs() as u32));
+                    };
+                    while at < idx.len() && (idx[at] as usize) < start + len {
+                        let l = lv[at];
+                        q.entries
+                            .push((idx[at] - start as u32, l < 0.0, l.abs() as u32));
+                        at += 1;
+                    }
+                    w.push(&q, len)?;
                 }
-                write_buckets(&buckets, n, bits, bucket, coding)
+                Ok(w.finish())
             })
         })?;
         m.stats.sent_values = nonzeros;
