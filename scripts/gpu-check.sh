@@ -212,7 +212,7 @@ if [ -x .gpu/bin/train ]; then
   # Every method on tensors in a 2-process job on one GPU over TCP (two contexts taking
   # turns): both ranks must end with the same parameters bit for bit, and the summary's
   # compression ratio is printed beside the method.
-  for method in dense dgc gtopk topk local sbc qsgd terngrad onebit fedavg; do
+  for method in dense dgc gtopk topk local sbc qsgd terngrad onebit fedavg powersgd; do
     name=train2-resnet20-$method
     wanted "$name" || continue
     lim=$(limit 90) || { skip "$name"; continue; }
@@ -223,6 +223,7 @@ if [ -x .gpu/bin/train ]; then
       sbc) opts=(--method-opt delay=5 --method-opt density=0.01) ;;
       fedavg) opts=(--method-opt delay=5) ;;
       qsgd) opts=(--method-opt min_size=1000) ;;
+      powersgd) opts=(--method-opt rank=2 --method-opt start_iter=2) ;;
       *) opts=() ;;
     esac
     timed "$name" "$lim" .gpu/bin/train --workers 2 --model resnet20 --dataset synthetic \

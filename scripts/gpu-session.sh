@@ -30,7 +30,7 @@ train-resnet20-onebit-slices train-resnet20-onebit-tensors-tcp train-resnet20-on
 train-resnet20-fedavg-slices train-resnet20-fedavg-tensors-tcp train-resnet20-fedavg-tensors-nccl \
 train2-resnet20-dense train2-resnet20-dgc train2-resnet20-gtopk train2-resnet20-topk \
 train2-resnet20-local train2-resnet20-sbc train2-resnet20-qsgd train2-resnet20-terngrad \
-train2-resnet20-onebit train2-resnet20-fedavg \
+train2-resnet20-onebit train2-resnet20-fedavg train2-resnet20-powersgd \
 compress_bench nn-cuda-models tensor-cuda \
 tensor-errors train-resnet20-dgc-cuda train-resnet20-dense-tcp train-resnet20-dense-nccl \
 train-deepspeech-cuda gpu_step_bench"

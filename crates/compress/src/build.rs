@@ -8,6 +8,7 @@ use crate::methods::dropping::{DroppingConfig, GradientDropping, LocalMode};
 use crate::methods::fedavg::FedAvg;
 use crate::methods::gtopk::GTopK;
 use crate::methods::onebit::OneBit;
+use crate::methods::powersgd::{PowerSgd, PowerSgdConfig};
 use crate::methods::qsgd::{self, Coding, Qsgd};
 use crate::methods::sbc::{self, Sbc};
 use crate::methods::terngrad::TernGrad;
@@ -143,6 +144,15 @@ pub fn build(spec: &MethodSpec, ctx: &Context) -> Result<Box<dyn Method>> {
         )),
         "onebit" => Box::new(OneBit::new(o.usize("bucket")?.unwrap_or(0))),
         "fedavg" => Box::new(FedAvg::new(o.usize("delay")?.unwrap_or(10))?),
+        "powersgd" => Box::new(PowerSgd::new(PowerSgdConfig {
+            rank: o.usize("rank")?.unwrap_or(1),
+            start_iter: o.usize("start_iter")?.unwrap_or(1000) as u64,
+            min_compression_rate: o.f64("min_compression_rate")?.unwrap_or(2.0),
+            error_feedback: o.bool("error_feedback")?,
+            warm_start: o.bool("warm_start")?,
+            batched: o.bool("batched")?,
+            seed: ctx.seed,
+        })?),
         other => {
             return Err(CompressError::Config(format!(
                 "method '{other}' is listed but has no builder"

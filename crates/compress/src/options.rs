@@ -215,6 +215,30 @@ pub const METHODS: &[MethodInfo] = &[
         )],
     },
     MethodInfo {
+        name: "powersgd",
+        summary: "PowerSGD (Vogels et al.) as PyTorch's powerSGD_hook: rank-r P, Q by one power iteration, error feedback, warm start",
+        options: &[
+            ("rank", "1", "the approximation's rank r"),
+            (
+                "start_iter",
+                "1000",
+                "steps allreduced dense before compression starts (PyTorch's default)",
+            ),
+            (
+                "min_compression_rate",
+                "2",
+                "matrices compressing less (n*m / ((n+m)*r)) go dense",
+            ),
+            ("error_feedback", "true", "keep what the approximation left out"),
+            ("warm_start", "true", "start each step's Q from the last one"),
+            (
+                "batched",
+                "false",
+                "every tensor as one zero-padded square matrix (batched_powerSGD_hook)",
+            ),
+        ],
+    },
+    MethodInfo {
         name: "fedavg",
         summary: "Federated Averaging: local steps, then dense parameter averaging",
         options: &[("delay", "10", "local steps between averagings")],

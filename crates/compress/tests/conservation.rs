@@ -413,3 +413,20 @@ fn dgc_dense_1d_sends_every_vector_dense_and_sparsifies_the_rest() {
         );
     }
 }
+
+/// PowerSGD's error feedback: what the rank-r approximations left out stays in the
+/// ranks' errors (every tensor compressed: batched squares).
+#[test]
+fn powersgd_error_feedback_conserves() {
+    let opts = [
+        "batched=true",
+        "start_iter=0",
+        "rank=2",
+        "min_compression_rate=1",
+    ];
+    for world in [1, 3] {
+        let out = run(world, 5, "powersgd", &opts, 0.0, "error");
+        let worst = check_conservation(world, &out, "powersgd");
+        assert!(worst < 1e-5, "world {world}: relative error {worst}");
+    }
+}

@@ -247,3 +247,42 @@ fn half_precision_dense_does_not_run_on_tensors_and_says_so() {
     let e = half.place(Device::Cpu).unwrap_err().to_string();
     assert!(e.contains("does not run on tensors yet"), "{e}");
 }
+
+/// PowerSGD on tensors against slices: the same code (on slices it runs on CPU tensors),
+/// so bit for bit on CPU tensors; on a GPU the matrix products are cuBLAS's, so the
+/// updates, weights and state agree within 1e-3 of their scale.
+#[test]
+fn powersgd_on_tensors_equals_powersgd_on_slices() {
+    let opts = ["rank=2", "start_iter=1", "min_compression_rate=1"];
+    let close = |a: &[u32], b: &[u32]| -> bool {
+        let (a, b): (Vec<f32>, Vec<f32>) = (
+            a.iter().map(|&x| f32::from_bits(x)).collect(),
+            b.iter().map(|&x| f32::from_bits(x)).collect(),
+        );
+        let scale = a.iter().map(|x| x.abs()).fold(0f32, f32::max).max(1e-30);
+        a.len() == b.len() && a.iter().zip(&b).all(|(x, y)| (x - y).abs() <= 1e-3 * scale)
+    };
+    for device in devices() {
+        for world in 1..=2 {
+            for (rank, (seen, hs, ds)) in run("powersgd", &opts, false, world, device)
+                .iter()
+                .enumerate()
+            {
+                let at = format!("powersgd on {device:?}, world {world}, rank {rank}");
+                for (j, (a, b, same, sa, sb)) in seen.iter().enumerate() {
+                    if device == Device::Cpu {
+                        assert_eq!(a, b, "{at}: entry {j}");
+                    } else {
+                        assert!(close(a, b), "{at}: entry {j}");
+                    }
+                    assert!(same, "{at}: entry {j}'s kind");
+                    assert_eq!(sa, sb, "{at}: entry {j}'s sent values and bytes");
+                }
+                assert_eq!(hs.len(), ds.len(), "{at}: state entries");
+                for (x, y) in hs.iter().zip(ds) {
+                    assert!(close(x, y), "{at}: the state");
+                }
+            }
+        }
+    }
+}

@@ -120,6 +120,8 @@ fn every_method_trains_with_identical_parameters_and_its_compression_ratio() {
         ("qsgd", &["preset=4bit"], 8.0, 20.0),
         ("local", &["density=0.01", "sync_every=8"], 5.0, 9.0),
         ("fedavg", &["delay=4"], 3.99, 4.01),
+        // Rank 4: 431,080 values as 10,200 (every weight compressed, the biases dense).
+        ("powersgd", &["rank=4", "start_iter=0"], 42.2, 42.3),
     ];
     for (method, opts, lo, hi) in cases {
         let dir = tmp(method);
@@ -372,8 +374,9 @@ fn dgc_on_tensors_resumes_bit_for_bit_and_trains_as_on_slices() {
 /// same method on slices.
 #[test]
 fn methods_on_tensors_train_as_on_slices() {
-    let methods: [(&str, &[&str]); 7] = [
+    let methods: [(&str, &[&str]); 8] = [
         ("gtopk", &["density=0.02"]),
+        ("powersgd", &["rank=2", "start_iter=3"]),
         ("local", &["density=0.02", "sync_every=5"]),
         ("sbc", &["delay=3", "density=0.02"]),
         ("qsgd", &["min_size=100"]),

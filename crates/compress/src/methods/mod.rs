@@ -8,6 +8,7 @@ pub mod dropping;
 pub mod fedavg;
 pub mod gtopk;
 pub mod onebit;
+pub mod powersgd;
 pub mod qsgd;
 pub mod sbc;
 pub mod terngrad;
