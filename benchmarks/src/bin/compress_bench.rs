@@ -99,6 +99,8 @@ fn default_methods(density: f64) -> Vec<String> {
         "qsgd:preset=4bit,coding=fixed".into(),
         "terngrad".into(),
         "onebit".into(),
+        // The flat gradient is a vector: the batched variant makes it a square.
+        "powersgd:batched=true,start_iter=0,rank=4".into(),
     ]
 }
 

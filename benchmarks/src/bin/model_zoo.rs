@@ -46,9 +46,63 @@ struct Args {
     /// Threads (default: RAYON_NUM_THREADS, else all cores).
     #[arg(long)]
     threads: Option<usize>,
+    /// Also PowerSGD's compression ratio at these ranks (e.g. 1,2,4): the values each
+    /// tensor puts on the wire per step (PyTorch's rule: matrices of the first dimension
+    /// by the rest, compressed where n·m / ((n + m)·r) ≥ 2, the others dense), beside what
+    /// PyTorch's hook computes for the same shapes (`reference/powersgd_ratio.py`).
+    #[arg(long, value_delimiter = ',')]
+    powersgd: Vec<usize>,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
+}
+
+/// PowerSGD's wire at each rank for a model's parameter shapes: one JSON object per rank
+/// with ours and (where PyTorch runs) the hook's figures.
+fn powersgd_rows(shapes: &[Vec<usize>], ranks: &[usize]) -> Result<Vec<Value>> {
+    let dense: usize = shapes.iter().map(|s| s.iter().product::<usize>()).sum();
+    let torch = run_reference(
+        "powersgd_ratio.py",
+        &[
+            format!("--shapes={}", serde_json::to_string(shapes)?),
+            format!(
+                "--ranks={}",
+                ranks
+                    .iter()
+                    .map(|r| r.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+        ],
+    )
+    .map_err(|e| eprintln!("model_zoo: PyTorch's PowerSGD figures not computed ({e:#})"))
+    .ok();
+    ranks
+        .iter()
+        .map(|&rank| {
+            let cfg = compress::methods::powersgd::PowerSgdConfig {
+                rank,
+                start_iter: 0,
+                min_compression_rate: 2.0,
+                error_feedback: true,
+                warm_start: true,
+                batched: false,
+                seed: 0,
+            };
+            let sent: usize = shapes
+                .iter()
+                .map(|s| compress::methods::powersgd::wire_values(s, &cfg))
+                .sum();
+            let theirs = torch.as_ref().and_then(|t| t[rank.to_string()].as_u64());
+            Ok(json!({
+                "rank": rank,
+                "dense_values": dense,
+                "sent_values": sent,
+                "ratio": dense as f64 / sent as f64,
+                "torch_sent_values": theirs,
+            }))
+        })
+        .collect()
 }
 
 /// What a model eats, for the timing step.
@@ -336,6 +390,17 @@ fn run() -> Result<()> {
         if let Input::Tokens { hidden, .. } = e.input {
             row["hidden"] = json!(hidden);
         }
+        if !args.powersgd.is_empty() {
+            if args.powersgd.contains(&0) {
+                bail!("--powersgd: ranks are at least 1");
+            }
+            let shapes: Vec<Vec<usize>> = model
+                .named_params()
+                .iter()
+                .map(|p| p.tensor.dims().to_vec())
+                .collect();
+            row["powersgd"] = json!(powersgd_rows(&shapes, &args.powersgd)?);
+        }
         if args.time {
             let (batch, mut f) =
                 step(model.as_ref(), e.input, args.batch, args.lm_batch, &mut rng)?;
@@ -392,6 +457,28 @@ fn run() -> Result<()> {
             opt(r.get("torch_step_ms").unwrap_or(&Value::Null), 1),
             opt(r.get("ours_over_torch_time").unwrap_or(&Value::Null), 2),
         );
+    }
+    if !args.powersgd.is_empty() {
+        println!("\nPowerSGD per step (values on the wire; min_compression_rate 2):");
+        println!(
+            "{:<16} {:>5} {:>12} {:>12} {:>9} {:>14}",
+            "model", "rank", "dense", "sent", "ratio", "PyTorch's sent"
+        );
+        for r in &rows {
+            for p in r["powersgd"].as_array().into_iter().flatten() {
+                println!(
+                    "{:<16} {:>5} {:>12} {:>12} {:>8.1}x {:>14}",
+                    r["name"].as_str().unwrap_or("?"),
+                    p["rank"].as_u64().unwrap_or(0),
+                    p["dense_values"].as_u64().unwrap_or(0),
+                    p["sent_values"].as_u64().unwrap_or(0),
+                    p["ratio"].as_f64().unwrap_or(f64::NAN),
+                    p["torch_sent_values"]
+                        .as_u64()
+                        .map_or("-".to_string(), |v| v.to_string()),
+                );
+            }
+        }
     }
     Ok(())
 }

@@ -13,7 +13,7 @@
 //! `Q` starts from normal values drawn from the job's seed (the same on every rank, so the
 //! ranks' `P`s share a basis) and is orthonormalised once. Before `start_iter` steps every
 //! tensor is allreduced dense, as are vectors (unless batched) and matrices whose
-//! compression rate `n·m / ((n + m)·r)` is below `min_compression_rate`. The wire per
+//! compression rate `n·m / ((n + m)·r)` is not above `min_compression_rate`. The wire per
 //! compressed tensor and step: `(n + m)·r` f32 values in two allreduces.
 //!
 //! Where ours differs from the hook: the hook works on DDP's buckets and keeps one error
@@ -82,9 +82,20 @@ fn matrix_of(shape: &[usize], cfg: &PowerSgdConfig) -> Option<(usize, usize)> {
         }
         (shape[0], n / shape[0].max(1))
     };
+    // The hook's test, strict as it is: compressed·rate < uncompressed.
     let r = cfg.rank.min(rows).min(cols);
-    let rate = (rows * cols) as f64 / ((rows + cols) * r.max(1)) as f64;
-    (n > 0 && rate >= cfg.min_compression_rate).then_some((rows, cols))
+    let compressed = ((rows + cols) * r) as f64;
+    (n > 0 && compressed * cfg.min_compression_rate < (rows * cols) as f64).then_some((rows, cols))
+}
+
+/// Values a parameter of `shape` puts on the wire per step once compressing:
+/// `(rows + cols)·r` where it is compressed, else all of them (the arithmetic of the
+/// compression ratio, the same as PyTorch's hook for the same shapes).
+pub fn wire_values(shape: &[usize], cfg: &PowerSgdConfig) -> usize {
+    match matrix_of(shape, cfg) {
+        Some((rows, cols)) => (rows + cols) * cfg.rank.min(rows).min(cols),
+        None => shape.iter().product(),
+    }
 }
 
 /// Orthonormalises the columns of `m` (`[n, r]`) by Gram–Schmidt, in place of a QR: each
