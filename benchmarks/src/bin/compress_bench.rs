@@ -318,9 +318,9 @@ mod tests {
 
     #[test]
     fn the_defaults_build_every_method() {
-        assert_eq!(check(&[]).unwrap().len(), 14);
+        assert_eq!(check(&[]).unwrap().len(), 15);
         let one = check(&["--values", "1", "--repeats", "1", "--threads", "1"]);
-        assert_eq!(one.unwrap().len(), 14);
+        assert_eq!(one.unwrap().len(), 15);
     }
 
     #[test]
