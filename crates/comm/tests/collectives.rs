@@ -75,6 +75,34 @@ fn allreduce_matches_the_serial_sum_for_worlds_1_to_8() {
 }
 
 #[test]
+fn bfloat16_allreduce_is_identical_everywhere_and_within_bf16_rounding() {
+    for world in [1, 2, 3] {
+        let n = 1001;
+        let out = job(world, |c| {
+            let mut d = data(c.rank(), n);
+            c.allreduce_bf16(&mut d, ReduceOp::Sum).unwrap();
+            (d, c.counters().total().payload_sent)
+        });
+        let inputs: Vec<Vec<f32>> = (0..world).map(|r| data(r, n)).collect();
+        for (rank, (sum, sent)) in out.iter().enumerate() {
+            assert_eq!(sum, &out[0].0, "world {world}: rank {rank} differs");
+            let want_bytes = if world == 1 {
+                0
+            } else {
+                2 * 2 * (world - 1) * n / world
+            };
+            assert!((*sent as i64 - want_bytes as i64).abs() <= 4 * world as i64);
+            for (i, &got) in sum.iter().enumerate() {
+                let exact: f64 = inputs.iter().map(|x| x[i] as f64).sum();
+                let tol = (world as f64) * 2f64.powi(-7) * (exact.abs() + world as f64);
+                assert!((got as f64 - exact).abs() <= tol, "{got} vs {exact}");
+                assert_eq!(half::bf16::from_f32(got).to_f32(), got, "not a bf16 value");
+            }
+        }
+    }
+}
+
+#[test]
 fn half_precision_allreduce_is_identical_everywhere_and_within_f16_rounding() {
     for world in [1, 2, 3, 5] {
         let n = 1001;

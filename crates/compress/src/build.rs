@@ -2,7 +2,7 @@
 //! world size, the seed and the optimizer's momentum and weight decay (DGC's momentum
 //! correction takes over both).
 
-use crate::methods::dense::Dense;
+use crate::methods::dense::{self, Dense};
 use crate::methods::dgc::{Dgc, DgcConfig};
 use crate::methods::dropping::{DroppingConfig, GradientDropping, LocalMode};
 use crate::methods::fedavg::FedAvg;
@@ -49,7 +49,13 @@ pub fn build(spec: &MethodSpec, ctx: &Context) -> Result<Box<dyn Method>> {
         check_density(name, d)
     };
     Ok(match spec.name.as_str() {
-        "dense" => Box::new(Dense::new(o.choice("wire", &["f32", "f16"])? == "f16")),
+        "dense" => Box::new(Dense::new(
+            match o.choice("wire", &["f32", "f16", "bf16"])?.as_str() {
+                "f16" => dense::Wire::F16,
+                "bf16" => dense::Wire::Bf16,
+                _ => dense::Wire::F32,
+            },
+        )),
         "topk" | "local" => {
             let local = spec.name == "local";
             let cfg = DroppingConfig {

@@ -37,7 +37,11 @@ pub const METHODS: &[MethodInfo] = &[
     MethodInfo {
         name: "dense",
         summary: "ring allreduce of the full gradient (the baseline)",
-        options: &[("wire", "f32", "f32 or f16 (half-precision ring allreduce)")],
+        options: &[(
+            "wire",
+            "f32",
+            "f32, f16 or bf16 (a 16-bit ring allreduce: IEEE half or bfloat16)",
+        )],
     },
     MethodInfo {
         name: "topk",

@@ -114,6 +114,7 @@ fn every_method_converges_with_identical_parameters_in_worker_processes() {
     let cases: &[(&str, &str, f64, f64)] = &[
         ("dense", "", 1.0, 1.0),
         ("dense", "wire=f16", 2.0, 2.0),
+        ("dense", "wire=bf16", 2.0, 2.0),
         ("topk", "density=0.1", 4.9, 5.0),
         ("local", "density=0.1;sync_every=20;mode=partial", 3.9, 4.0),
         ("local", "density=0.1;sync_every=20;mode=sum", 3.9, 4.0),

@@ -1,5 +1,5 @@
-//! `dense`: the baseline. The full gradient goes through a ring allreduce, as f32 or as
-//! IEEE half precision on the wire (the reduction itself stays in f32).
+//! `dense`: the baseline. The full gradient goes through a ring allreduce, as f32, IEEE
+//! half precision or bfloat16 on the wire (the reduction itself stays in f32).
 
 use crate::exchange::{check_len, check_numel, dense_average, dense_average_tensor, Meter};
 use crate::method::{not_on_tensors, Method, ParamSpec, TensorUpdate, Update, UpdateKind};
@@ -7,16 +7,31 @@ use crate::Result;
 use comm::{Communicator, ProcessGroup, ReduceOp};
 use tensor::{Device, Tensor};
 
+/// The dense ring's wire format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wire {
+    F32,
+    F16,
+    Bf16,
+}
+
 pub struct Dense {
-    half: bool,
+    wire: Wire,
     sizes: Vec<usize>,
 }
 
 impl Dense {
-    pub fn new(half: bool) -> Self {
+    pub fn new(wire: Wire) -> Self {
         Dense {
-            half,
+            wire,
             sizes: Vec::new(),
+        }
+    }
+    fn wire_name(&self) -> &'static str {
+        match self.wire {
+            Wire::F32 => "f32",
+            Wire::F16 => "f16",
+            Wire::Bf16 => "bf16",
         }
     }
 }
@@ -26,7 +41,7 @@ impl Method for Dense {
         "dense"
     }
     fn describe(&self) -> String {
-        format!("dense(wire={})", if self.half { "f16" } else { "f32" })
+        format!("dense(wire={})", self.wire_name())
     }
     fn init(&mut self, params: &[ParamSpec]) -> Result<()> {
         self.sizes = params.iter().map(|p| p.numel()).collect();
@@ -40,23 +55,27 @@ impl Method for Dense {
         grad: &[f32],
     ) -> Result<Update> {
         check_len("dense", index, self.sizes.get(index).copied(), &[grad])?;
-        if !self.half {
-            return dense_average(comm, grad);
-        }
         let mut m = Meter::new(grad.len());
         let mut out = grad.to_vec();
-        m.comm(|| comm.allreduce_f16(&mut out, ReduceOp::Average))?;
+        match self.wire {
+            Wire::F32 => return dense_average(comm, grad),
+            Wire::F16 => m.comm(|| comm.allreduce_f16(&mut out, ReduceOp::Average))?,
+            Wire::Bf16 => m.comm(|| comm.allreduce_bf16(&mut out, ReduceOp::Average))?,
+        }
         m.stats.sent_values = grad.len();
         m.stats.message_bytes = 2 * grad.len();
         Ok(m.update(out, UpdateKind::Gradient))
     }
-    /// f32 on the wire only: the half-precision ring has no tensor version yet.
+    /// f32 on the wire only: the 16-bit rings have no tensor version yet.
     fn on_tensors(&self) -> bool {
-        !self.half
+        self.wire == Wire::F32
     }
     fn place(&mut self, _device: Device) -> Result<()> {
-        if self.half {
-            return Err(not_on_tensors("dense with wire=f16"));
+        if self.wire != Wire::F32 {
+            return Err(not_on_tensors(&format!(
+                "dense with wire={}",
+                self.wire_name()
+            )));
         }
         Ok(())
     }
@@ -67,8 +86,11 @@ impl Method for Dense {
         _weights: Option<&Tensor>,
         grad: &Tensor,
     ) -> Result<TensorUpdate> {
-        if self.half {
-            return Err(not_on_tensors("dense with wire=f16"));
+        if self.wire != Wire::F32 {
+            return Err(not_on_tensors(&format!(
+                "dense with wire={}",
+                self.wire_name()
+            )));
         }
         check_numel("dense", index, self.sizes.get(index).copied(), grad)?;
         dense_average_tensor(group, grad)
