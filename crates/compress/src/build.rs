@@ -10,8 +10,11 @@ use crate::methods::gtopk::GTopK;
 use crate::methods::onebit::OneBit;
 use crate::methods::powersgd::{PowerSgd, PowerSgdConfig};
 use crate::methods::qsgd::{self, Coding, Qsgd};
+use crate::methods::randomk::RandomK;
 use crate::methods::sbc::{self, Sbc};
+use crate::methods::sign::{Sign, SignKind};
 use crate::methods::terngrad::TernGrad;
+use crate::methods::threshold::ThresholdV;
 use crate::options::{check_density, MethodSpec};
 use crate::{CompressError, Method, Result};
 use tensor::Rng;
@@ -150,6 +153,16 @@ pub fn build(spec: &MethodSpec, ctx: &Context) -> Result<Box<dyn Method>> {
         )),
         "onebit" => Box::new(OneBit::new(o.usize("bucket")?.unwrap_or(0))),
         "fedavg" => Box::new(FedAvg::new(o.usize("delay")?.unwrap_or(10))?),
+        "signsgd" => Box::new(Sign::new("signsgd", SignKind::Vote { momentum: 0.0 })?),
+        "signum" => Box::new(Sign::new(
+            "signum",
+            SignKind::Vote {
+                momentum: o.f64("momentum")?.unwrap_or(0.9),
+            },
+        )?),
+        "efsignsgd" => Box::new(Sign::new("efsignsgd", SignKind::ErrorFeedback)?),
+        "randomk" => Box::new(RandomK::new(o.f64("density")?.unwrap_or(0.01), ctx.seed)?),
+        "thresholdv" => Box::new(ThresholdV::new(o.f64("threshold")?.unwrap_or(0.01))?),
         "powersgd" => Box::new(PowerSgd::new(PowerSgdConfig {
             rank: o.usize("rank")?.unwrap_or(1),
             start_iter: o.usize("start_iter")?.unwrap_or(1000) as u64,

@@ -200,6 +200,73 @@ pub(crate) fn allgather_decode_group(
     })
 }
 
+/// The slices' exchange of a method written on tensors alone: `grad` as a CPU tensor, the
+/// TCP communicator as the group (its device must be the CPU: the method was not
+/// placed), the update read back.
+pub(crate) fn on_cpu_tensors(
+    method: &str,
+    comm: &mut Communicator,
+    grad: &[f32],
+    f: impl FnOnce(&mut dyn ProcessGroup, &Tensor) -> Result<TensorUpdate>,
+) -> Result<Update> {
+    if ProcessGroup::device(comm) != tensor::Device::Cpu {
+        return Err(CompressError::Usage(format!(
+            "{method}: slices exchanged over a communicator set to the GPU (exchange tensors)"
+        )));
+    }
+    let n = grad.len();
+    let u = f(
+        comm,
+        &Tensor::from_vec(grad.to_vec(), n, tensor::Device::Cpu)?,
+    )?;
+    Ok(Update {
+        values: u.values.flatten_all()?.to_vec::<f32>()?,
+        kind: u.kind,
+        stats: u.stats,
+    })
+}
+
+/// Every rank's 1-bit codes of `codes` (U32 0/1, `[n]`), packed (the codecs' bit order)
+/// and allgathered with `head` words before them: per rank, its head words (on the host)
+/// and its codes unpacked (U32 `[n]`, on the group's device). The message measure is the
+/// caller's.
+pub(crate) fn allgather_bits(
+    group: &mut dyn ProcessGroup,
+    m: &mut Meter,
+    head: &[u32],
+    codes: &Tensor,
+) -> Result<Vec<(Vec<u32>, Tensor)>> {
+    let n = codes.elem_count();
+    let device = codes.device();
+    let words = tensor::quantize::packed_words(n, 1);
+    let message = m.compress(|| -> Result<Tensor> {
+        let packed = tensor::quantize::pack_codes(codes, 1)?;
+        if head.is_empty() {
+            return Ok(packed);
+        }
+        let h = Tensor::from_vec(head.to_vec(), head.len(), device)?;
+        Ok(Tensor::cat(&[h, packed], 0)?)
+    })?;
+    let all = m.comm(|| group.allgather(&message))?;
+    m.decompress(|| {
+        let h = head.len();
+        let heads = if h == 0 {
+            Vec::new()
+        } else {
+            all.narrow(1, 0, h)?.contiguous()?.to_vec::<u32>()?
+        };
+        (0..all.dims()[0])
+            .map(|peer| -> Result<(Vec<u32>, Tensor)> {
+                let bits = all.narrow(0, peer, 1)?.narrow(1, h, words)?;
+                Ok((
+                    heads[h * peer..h * (peer + 1)].to_vec(),
+                    tensor::quantize::unpack_codes(&bits, 1, n)?,
+                ))
+            })
+            .collect()
+    })
+}
+
 /// Whether a method that communicates every `every` steps does so after `step` (from 0).
 pub(crate) fn due(every: Option<u64>, step: u64) -> bool {
     every.is_some_and(|e| e > 0 && (step + 1).is_multiple_of(e))

@@ -128,7 +128,7 @@ pub struct TensorUpdate {
 
 /// The methods that run on tensors ([`Method::on_tensors`]), for messages.
 pub const ON_TENSORS: &str =
-    "dense with f32 values, dgc, gtopk, topk, local, sbc, qsgd, terngrad, onebit, fedavg and powersgd";
+    "every method but dense with a 16-bit wire (dense f32, dgc, gtopk, topk, local, sbc, qsgd, terngrad, onebit, fedavg, powersgd, signsgd, signum, efsignsgd, randomk, thresholdv)";
 
 /// The error of a method asked to run on tensors that does not yet.
 pub(crate) fn not_on_tensors(name: &str) -> crate::CompressError {

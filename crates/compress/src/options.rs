@@ -243,6 +243,35 @@ pub const METHODS: &[MethodInfo] = &[
         ],
     },
     MethodInfo {
+        name: "signsgd",
+        summary: "signSGD with majority vote (Bernstein et al.): one bit a value, the update the sign of the ranks' summed signs (±1: the learning rate is the step)",
+        options: &[],
+    },
+    MethodInfo {
+        name: "signum",
+        summary: "signum: signSGD on the rank's momentum m = beta*m + (1-beta)*g, majority vote",
+        options: &[("momentum", "0.9", "beta of the method's own momentum, in [0, 1)")],
+    },
+    MethodInfo {
+        name: "efsignsgd",
+        summary: "EF-signSGD (Karimireddy et al.): (|p|_1/n)*sign(p) of p = g + e, error feedback, averaged",
+        options: &[],
+    },
+    MethodInfo {
+        name: "randomk",
+        summary: "random-k: the same k random positions on every rank (from the seed), their residual values allreduced",
+        options: &[(
+            "density",
+            "0.01",
+            "fraction of each tensor's entries sent per step",
+        )],
+    },
+    MethodInfo {
+        name: "thresholdv",
+        summary: "threshold-v: every residual entry with |e| >= v sent as a pair, TopKAllReduce",
+        options: &[("threshold", "0.01", "v, the magnitude an entry must reach")],
+    },
+    MethodInfo {
         name: "fedavg",
         summary: "Federated Averaging: local steps, then dense parameter averaging",
         options: &[("delay", "10", "local steps between averagings")],

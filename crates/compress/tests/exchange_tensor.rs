@@ -248,12 +248,10 @@ fn half_precision_dense_does_not_run_on_tensors_and_says_so() {
     assert!(e.contains("does not run on tensors yet"), "{e}");
 }
 
-/// PowerSGD on tensors against slices: the same code (on slices it runs on CPU tensors),
-/// so bit for bit on CPU tensors; on a GPU the matrix products are cuBLAS's, so the
-/// updates, weights and state agree within 1e-3 of their scale.
-#[test]
-fn powersgd_on_tensors_equals_powersgd_on_slices() {
-    let opts = ["rank=2", "start_iter=1", "min_compression_rate=1"];
+/// A method whose tensor path runs the slices' code on CPU tensors but whose GPU kernels
+/// add in another order (cuBLAS's products, a reduction's tree): bit for bit on CPU
+/// tensors, within 1e-3 of each vector's scale on a GPU.
+fn check_close(name: &str, opts: &[&str]) {
     let close = |a: &[u32], b: &[u32]| -> bool {
         let (a, b): (Vec<f32>, Vec<f32>) = (
             a.iter().map(|&x| f32::from_bits(x)).collect(),
@@ -264,11 +262,8 @@ fn powersgd_on_tensors_equals_powersgd_on_slices() {
     };
     for device in devices() {
         for world in 1..=2 {
-            for (rank, (seen, hs, ds)) in run("powersgd", &opts, false, world, device)
-                .iter()
-                .enumerate()
-            {
-                let at = format!("powersgd on {device:?}, world {world}, rank {rank}");
+            for (rank, (seen, hs, ds)) in run(name, opts, false, world, device).iter().enumerate() {
+                let at = format!("{name} {opts:?} on {device:?}, world {world}, rank {rank}");
                 for (j, (a, b, same, sa, sb)) in seen.iter().enumerate() {
                     if device == Device::Cpu {
                         assert_eq!(a, b, "{at}: entry {j}");
@@ -285,4 +280,22 @@ fn powersgd_on_tensors_equals_powersgd_on_slices() {
             }
         }
     }
+}
+
+#[test]
+fn powersgd_on_tensors_equals_powersgd_on_slices() {
+    check_close(
+        "powersgd",
+        &["rank=2", "start_iter=1", "min_compression_rate=1"],
+    );
+}
+
+#[test]
+fn sign_methods_random_k_and_threshold_v_on_tensors_equal_them_on_slices() {
+    check("signsgd", &[], false);
+    check("signum", &["momentum=0.8"], false);
+    check("randomk", &["density=0.05"], false);
+    check("thresholdv", &["threshold=0.002"], false);
+    // The scale ‖p‖₁/n is a reduction, added in another order on a GPU.
+    check_close("efsignsgd", &[]);
 }

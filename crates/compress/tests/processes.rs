@@ -134,6 +134,14 @@ fn every_method_converges_with_identical_parameters_in_worker_processes() {
         ("terngrad", "float_last=1", 15.6, 15.7),
         ("onebit", "bucket=512", 27.0, 29.0),
         ("fedavg", "delay=5", 5.0, 5.0),
+        // One bit a value: 12,016 values in 1,502 bytes (efsignsgd: and two scales).
+        ("signsgd", "", 31.9, 32.1),
+        ("signum", "momentum=0.5", 31.9, 32.1),
+        ("efsignsgd", "", 31.8, 31.9),
+        // k = 1,200 + 2 values, 4 bytes each.
+        ("randomk", "density=0.1", 9.9, 10.1),
+        // Whatever reaches v, 8 bytes a pair: on this problem 1.1x at v = 2, 1.9x at 4.
+        ("thresholdv", "threshold=4", 1.0, 1000.0),
         // 110 × 110 and 4 × 4 squares at rank 2: 12,016 values for (220 + 8)·2 sent.
         (
             "powersgd",

@@ -10,8 +10,11 @@ pub mod gtopk;
 pub mod onebit;
 pub mod powersgd;
 pub mod qsgd;
+pub mod randomk;
 pub mod sbc;
+pub mod sign;
 pub mod terngrad;
+pub mod threshold;
 
 pub(crate) use device_state::DeviceVecs;
 
