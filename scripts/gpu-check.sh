@@ -177,7 +177,7 @@ if [ -x .gpu/bin/train ]; then
   # binarization and quantization (the same counter-based draws) equal the CPU's bit for
   # bit and one rank's sum is its own message, so each method's three runs must end with
   # the same loss.
-  for method in dgc gtopk topk sbc qsgd terngrad onebit fedavg; do
+  for method in dgc gtopk topk sbc qsgd terngrad onebit fedavg signsgd randomk thresholdv; do
     losses=""
     for way in slices tensors-tcp tensors-nccl; do
       name=train-resnet20-$method-$way
@@ -194,7 +194,9 @@ if [ -x .gpu/bin/train ]; then
         sbc) opts=(--method-opt delay=5 --method-opt density=0.01) ;;
         fedavg) opts=(--method-opt delay=5) ;;
         qsgd) opts=(--method-opt min_size=1000) ;;
-        terngrad | onebit) opts=() ;;
+        randomk) opts=(--method-opt density=0.01) ;;
+        thresholdv) opts=(--method-opt threshold=0.001) ;;
+        terngrad | onebit | signsgd) opts=() ;;
       esac
       timed "$name" "$lim" .gpu/bin/train --workers 1 --model resnet20 --dataset synthetic \
         --device cuda "${flags[@]}" --method "$method" "${opts[@]}" --batch-size 64 \
@@ -212,7 +214,8 @@ if [ -x .gpu/bin/train ]; then
   # Every method on tensors in a 2-process job on one GPU over TCP (two contexts taking
   # turns): both ranks must end with the same parameters bit for bit, and the summary's
   # compression ratio is printed beside the method.
-  for method in dense dgc gtopk topk local sbc qsgd terngrad onebit fedavg powersgd; do
+  for method in dense dgc gtopk topk local sbc qsgd terngrad onebit fedavg powersgd signsgd \
+    signum efsignsgd randomk thresholdv; do
     name=train2-resnet20-$method
     wanted "$name" || continue
     lim=$(limit 90) || { skip "$name"; continue; }
@@ -224,6 +227,8 @@ if [ -x .gpu/bin/train ]; then
       fedavg) opts=(--method-opt delay=5) ;;
       qsgd) opts=(--method-opt min_size=1000) ;;
       powersgd) opts=(--method-opt rank=2 --method-opt start_iter=2) ;;
+      randomk) opts=(--method-opt density=0.01) ;;
+      thresholdv) opts=(--method-opt threshold=0.001) ;;
       *) opts=() ;;
     esac
     timed "$name" "$lim" .gpu/bin/train --workers 2 --model resnet20 --dataset synthetic \
