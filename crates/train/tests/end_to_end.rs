@@ -533,15 +533,17 @@ fn a_resumed_run_continues_bit_for_bit() {
         &["--resume", "--synthetic-samples", "520", "--out", out],
         "training split of 512 samples; this run's has 520",
     );
-    // A checkpoint that only rank 1 cannot read (its header intact, its tensors cut
-    // short): every rank refuses before any of them rewrites the run's files, so the new
-    // flag does not reach config.toml and metrics.jsonl keeps its records.
+    // A checkpoint that only rank 1 cannot use (intact, but without one of the model's
+    // tensors; a damaged one is set aside instead, see
+    // a_damaged_checkpoint_is_set_aside_and_the_intact_generation_resumed): every rank
+    // refuses before any of them rewrites the run's files, so the new flag does not reach
+    // config.toml and metrics.jsonl keeps its records.
     let d = tmp("half-read");
     copy_dir(&b, &d);
     let ck1 = train::checkpoint::path(&d, 1);
-    let bytes = std::fs::read(&ck1).unwrap();
-    let header = 8 + u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
-    std::fs::write(&ck1, &bytes[..header + (bytes.len() - header) / 2]).unwrap();
+    let mut saved = train::checkpoint::load(&ck1).unwrap();
+    saved.tensors.retain(|(name, _, _)| name != "param/fc2.bias");
+    train::checkpoint::save(&ck1, &saved.tensors, &saved.position).unwrap();
     let (config, metrics) = (
         std::fs::read(d.join("config.toml")).unwrap(),
         std::fs::read(d.join("metrics.jsonl")).unwrap(),
