@@ -50,7 +50,7 @@ pub use cost::{ping_pong, AlphaBeta};
 pub use counters::{ByteCounters, Collective, Traffic};
 pub use error::{CommError, Result};
 pub use frame::{decode_header, FrameHeader, FRAME_VERSION, HEADER_LEN};
-pub use group::ProcessGroup;
+pub use group::{ProcessGroup, Subgroup};
 pub use master::{
     bind_loopback_master, prepare_local_worker, release_master_listeners, MASTER_FD_ENV,
 };

@@ -343,3 +343,73 @@ fn compositions_on_gpu_tensors_equal_the_cpu_results() {
         }
     }
 }
+
+/// Subgroups of a world of 5 (two "nodes" {0, 1, 2} and {3, 4}, and their leaders
+/// {0, 3}): each primitive over a subgroup equals the same primitive over a world of the
+/// members' size, the sum added in member order; the composed TopK runs on a subgroup;
+/// bad memberships are refused.
+#[test]
+fn subgroups_run_every_primitive_among_their_members() {
+    let out = job(5, |c| {
+        let me = c.rank();
+        let node: Vec<usize> = if me < 3 { vec![0, 1, 2] } else { vec![3, 4] };
+        let v = |r: usize| data(r, 7);
+        let mut got = Vec::new();
+        {
+            let mut g = comm::Subgroup::new(c, node.clone()).unwrap();
+            assert_eq!(g.world_size(), node.len());
+            let t = Tensor::from_vec(v(me), 7, Device::Cpu).unwrap();
+            g.allreduce(&t, ReduceOp::Average).unwrap();
+            got.push(t.to_vec::<f32>().unwrap());
+            let all = g
+                .allgather(&Tensor::from_vec(v(me), 7, Device::Cpu).unwrap())
+                .unwrap();
+            assert_eq!(all.dims(), [node.len(), 7]);
+            got.push(all.to_vec::<f32>().unwrap());
+            let b = Tensor::from_vec(vec![me as u32; 3], 3, Device::Cpu).unwrap();
+            g.broadcast(&b, node.len() - 1).unwrap();
+            assert_eq!(
+                b.to_vec::<u32>().unwrap(),
+                vec![*node.last().unwrap() as u32; 3]
+            );
+            g.barrier().unwrap();
+        }
+        if me == 0 || me == 3 {
+            let mut leaders = comm::Subgroup::new(c, vec![0, 3]).unwrap();
+            let local = SparseVec {
+                indices: vec![me as u32, 9],
+                values: vec![1.0, me as f32],
+            };
+            let s = leaders.topk_allreduce(&selected(&local, 10)).unwrap();
+            got.push(dense(&sparse_of(&s), 10));
+        }
+        // A rank outside the members, unsorted members, a rank past the world.
+        assert!(comm::Subgroup::new(c, vec![(me + 1) % 5]).is_err());
+        assert!(comm::Subgroup::new(c, vec![me, me]).is_err());
+        assert!(comm::Subgroup::new(c, vec![me, 7]).is_err());
+        got
+    });
+    for (rank, got) in out.iter().enumerate() {
+        let node: Vec<usize> = if rank < 3 { vec![0, 1, 2] } else { vec![3, 4] };
+        let p = node.len() as f32;
+        let want_avg: Vec<f32> = (0..7)
+            .map(|i| {
+                let mut s = 0f32;
+                for &m in &node {
+                    s += data(m, 7)[i];
+                }
+                s * (1.0 / p)
+            })
+            .collect();
+        assert_eq!(got[0], want_avg, "rank {rank}: the node's average");
+        let stacked: Vec<f32> = node.iter().flat_map(|&m| data(m, 7)).collect();
+        assert_eq!(got[1], stacked, "rank {rank}: the node's allgather");
+        if rank == 0 || rank == 3 {
+            let mut want = vec![0f32; 10];
+            want[0] += 1.0;
+            want[3] += 1.0;
+            want[9] = 0.0 + 3.0;
+            assert_eq!(got[2], want, "rank {rank}: the leaders' TopK");
+        }
+    }
+}

@@ -166,6 +166,9 @@ pub struct Config {
     pub dropout: Option<f64>,
     pub bptt: usize,
     pub bucket_elems: usize,
+    /// Workers per node of the hierarchical exchange (0: flat; see `--local-world-size`).
+    #[serde(default)]
+    pub local_world_size: usize,
     pub pin_cores: PinCores,
     /// Save a checkpoint every this many epochs and where the run ends (0: never).
     pub checkpoint_every: usize,
@@ -211,6 +214,7 @@ impl Default for Config {
             dropout: None,
             bptt: 35,
             bucket_elems: 0,
+            local_world_size: 0,
             pin_cores: PinCores::Auto,
             checkpoint_every: 1,
             overwrite: false,
@@ -378,6 +382,14 @@ pub struct Args {
     /// bucket as one vector (for dgc, N <= dense_below changes nothing but the count).
     #[arg(long)]
     pub bucket_elems: Option<usize>,
+    /// Hierarchical exchange (torchrun's LOCAL_WORLD_SIZE): ranks come in nodes of N
+    /// consecutive ranks; each node averages its gradients densely (its workers share a
+    /// fast link: NCCL on GPUs, TCP on CPUs), its first rank runs the method across the
+    /// nodes' first ranks only, and sends the result back to its node. Bytes inside and
+    /// across nodes are counted apart (summary.json). 0: every rank runs the method (flat).
+    /// Needs a method on tensors that does not synchronise after the step.
+    #[arg(long)]
+    pub local_world_size: Option<usize>,
 }
 
 /// The most samples (tokens, for a language model) `--dataset synthetic` generates: 2³⁰,
@@ -485,6 +497,7 @@ impl Config {
             eval_every,
             bptt,
             bucket_elems,
+            local_world_size,
             checkpoint_every
         );
         if args.data_dir.is_some() {
@@ -695,6 +708,27 @@ impl Config {
         })?;
         if self.optimizer == OptimizerChoice::Adam && method.replaces_optimizer() {
             bail!("--optimizer adam with {}: the method applies SGD momentum and weight decay itself (DGC's momentum correction); use --optimizer sgd, or --method-opt momentum_correction=false --method-opt masking=false", method.describe());
+        }
+        if self.local_world_size > 0 {
+            let l = self.local_world_size;
+            if self.workers % l != 0 {
+                bail!(
+                    "--local-world-size {l}: {} workers do not make whole nodes of {l}",
+                    self.workers
+                );
+            }
+            if !method.on_tensors() {
+                bail!("--local-world-size: the hierarchical exchange runs methods on tensors; --method {} {:?} does not ({} do)", spec.name, self.method_opts, compress::ON_TENSORS);
+            }
+            if method.after_step_every().is_some() {
+                bail!("--local-world-size with --method {}: a method that synchronises the weights after the step (sbc, local, fedavg) has no hierarchical form yet", spec.name);
+            }
+            if self.exchange == Exchange::Slices {
+                bail!("--local-world-size exchanges tensors; --exchange slices does not combine with it");
+            }
+            if self.bucket_elems > 0 {
+                bail!("--local-world-size exchanges each parameter's tensor; --bucket-elems needs the flat exchange");
+            }
         }
         if self.exchange == Exchange::Tensors {
             if !method.on_tensors() {

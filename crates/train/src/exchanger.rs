@@ -60,6 +60,8 @@ pub enum Job {
     State,
     LoadState(compress::StateTensors),
     Counters,
+    /// The hierarchical exchange's bytes sent inside and across nodes.
+    NodeBytes,
     Stop,
 }
 
@@ -91,6 +93,7 @@ pub enum Reply {
     State(compress::StateTensors),
     Loaded,
     Counters(Traffic),
+    NodeBytes(Option<(u64, u64)>),
     Failed(String),
 }
 
@@ -123,6 +126,7 @@ impl Exchanger {
         method: Box<dyn Method>,
         nccl: Option<Device>,
         tensors: Option<Device>,
+        local_world_size: usize,
     ) -> Result<Exchanger> {
         if let Some(d) = tensors {
             comm.set_device(d);
@@ -143,6 +147,8 @@ impl Exchanger {
                 // below, and the channel disconnects only once they are gone.
                 let _ended = ended_tx;
                 let (mut comm, mut method, rx, tx) = (comm, method, rx, tx);
+                let mut hierarchy =
+                    (local_world_size > 0).then(|| crate::hierarchy::Hierarchy::new(local_world_size));
                 // Bytes of the trainer's own collectives (initial broadcast, loss and
                 // evaluation sums, NCCL's start-up), kept out of the method's traffic.
                 let mut overhead = Traffic::default();
@@ -199,8 +205,10 @@ impl Exchanger {
                                 Some(n) => (n, "NCCL"),
                                 None => (&mut comm, "TCP"),
                             };
-                            method
-                                .exchange_tensor(group, index, weights.as_ref(), &grad)
+                            match hierarchy.as_mut() {
+                                Some(h) => h.exchange(method.as_mut(), group, index, weights.as_ref(), &grad),
+                                None => method.exchange_tensor(group, index, weights.as_ref(), &grad),
+                            }
                                 .map(|u| Reply::DeviceUpdate {
                                     index,
                                     update: u.values,
@@ -261,6 +269,7 @@ impl Exchanger {
                                     method.describe()
                                 )
                             }),
+                        Job::NodeBytes => Ok(Reply::NodeBytes(hierarchy.as_ref().map(|h| h.bytes()))),
                         Job::Counters => {
                             let mut t = comm.counters().total();
                             if let Some(n) = &nccl {
@@ -368,6 +377,15 @@ impl Exchanger {
             _ => anyhow::bail!("compression thread: unexpected reply to a counter request"),
         }
     }
+    /// With `--local-world-size`, the payload bytes this rank sent inside its node and
+    /// across nodes.
+    pub fn node_bytes(&self) -> Result<Option<(u64, u64)>> {
+        self.send(Job::NodeBytes)?;
+        match self.recv()? {
+            Reply::NodeBytes(b) => Ok(b),
+            _ => anyhow::bail!("compression thread: unexpected reply to a node-bytes request"),
+        }
+    }
     pub fn state(&self) -> Result<compress::StateTensors> {
         self.send(Job::State)?;
         match self.recv()? {
@@ -426,7 +444,8 @@ mod tests {
             ..comm::CommConfig::loopback(0, 1, 0, b"t")
         })
         .expect("a one-rank communicator");
-        Exchanger::spawn(comm, dense(1), Some(Device::Cpu), None).expect("the compression thread")
+        Exchanger::spawn(comm, dense(1), Some(Device::Cpu), None, 0)
+            .expect("the compression thread")
     }
 
     /// The dense method for rank 0 of `world`.
@@ -477,7 +496,7 @@ mod tests {
             drop(c);
         });
         let comm = Communicator::connect(&cfg(0)).expect("rank 0");
-        let mut ex = Exchanger::spawn(comm, dense(2), None, None).expect("the thread");
+        let mut ex = Exchanger::spawn(comm, dense(2), None, None, 0).expect("the thread");
         assert_eq!(ex.stop_within, Duration::from_secs(40));
         ex.stop_within = Duration::from_millis(300);
         ex.jobs.send(Job::Allreduce(vec![1.0; 4])).expect("queued");
@@ -495,7 +514,7 @@ mod tests {
         // An idle thread stops and is joined well within the bound.
         let one =
             Communicator::connect(&comm::CommConfig::loopback(0, 1, 0, b"t")).expect("rank 0");
-        let ex = Exchanger::spawn(one, dense(1), None, None).expect("the thread");
+        let ex = Exchanger::spawn(one, dense(1), None, None, 0).expect("the thread");
         let t = Instant::now();
         drop(ex);
         assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());

@@ -194,6 +194,13 @@ pub struct Summary {
     pub compression_ratio: Option<f64>,
     /// The papers' ratio: dense f32 message bytes / the method's message bytes.
     pub message_compression_ratio: Option<f64>,
+    /// With `--local-world-size`: of `bytes_sent`, what this rank sent inside its node
+    /// and across nodes since this process started (a resumed run's count from the
+    /// resume). Null for a flat exchange.
+    #[serde(default)]
+    pub intra_node_bytes_sent: Option<u64>,
+    #[serde(default)]
+    pub inter_node_bytes_sent: Option<u64>,
     pub wall_seconds: f64,
     pub steps: usize,
     pub epochs: usize,

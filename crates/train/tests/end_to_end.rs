@@ -454,6 +454,115 @@ fn a_damaged_checkpoint_is_set_aside_and_the_intact_generation_resumed() {
     assert_same_run(&a, &b);
 }
 
+/// The hierarchical exchange: 4 workers as 2 nodes of 2. Dense through the hierarchy
+/// (each node's average, then the leaders' average) trains to the flat dense run's
+/// parameters within f32 rounding; DGC through it leaves every rank with the same
+/// parameters; both count the bytes inside and across nodes apart, the latter only what
+/// the leaders exchanged. Wrong node sizes and methods are refused before any worker
+/// starts.
+#[test]
+fn the_hierarchical_exchange_matches_the_flat_one_and_counts_bytes_apart() {
+    let run = |name: &str, method: &[&str], local: Option<&str>| -> PathBuf {
+        let dir = tmp(name);
+        let mut args = vec![
+            "--model",
+            "lenet5",
+            "--dataset",
+            "synthetic",
+            "--workers",
+            "4",
+            "--batch-size",
+            "8",
+            "--synthetic-samples",
+            "256",
+            "--eval-samples",
+            "64",
+            "--steps",
+            "12",
+            "--lr",
+            "0.05",
+            "--out",
+        ];
+        let out = dir.display().to_string();
+        args.push(&out);
+        args.extend(method);
+        if let Some(l) = local {
+            args.extend(["--local-world-size", l]);
+        }
+        let o = train(&args, &[]);
+        assert!(o.status.success(), "{name}: {}", text(&o));
+        dir
+    };
+    let flat = run("hier-flat", &["--method", "dense"], None);
+    let hier = run("hier-dense", &["--method", "dense"], Some("2"));
+    for rank in 0..4 {
+        let (a, b) = (params(&flat, rank), params(&hier, rank));
+        assert!(
+            params(&hier, 0) == b,
+            "rank {rank} differs from rank 0 in the hierarchy"
+        );
+        for ((name, x), (_, y)) in a.iter().zip(&b) {
+            let scale = x.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-6);
+            let worst = x.iter().zip(y).fold(0f32, |m, (p, q)| m.max((p - q).abs()));
+            assert!(
+                worst <= 1e-4 * scale,
+                "rank {rank} {name}: {worst} of {scale}"
+            );
+        }
+    }
+    let s = summary(&hier);
+    let (intra, inter) = (
+        s["intra_node_bytes_sent"].as_u64().unwrap(),
+        s["inter_node_bytes_sent"].as_u64().unwrap(),
+    );
+    assert_eq!(intra + inter, s["bytes_sent"].as_u64().unwrap());
+    assert!(inter > 0 && intra > 0, "{intra} {inter}");
+    assert!(summary(&flat)["inter_node_bytes_sent"].is_null());
+
+    let dgc = run(
+        "hier-dgc",
+        &["--method", "dgc", "--method-opt", "warmup_epochs=0"],
+        Some("2"),
+    );
+    for rank in 1..4 {
+        assert!(
+            params(&dgc, rank) == params(&dgc, 0),
+            "rank {rank}'s parameters"
+        );
+    }
+    let s = summary(&dgc);
+    let inter = s["inter_node_bytes_sent"].as_u64().unwrap();
+    let intra = s["intra_node_bytes_sent"].as_u64().unwrap();
+    // Across nodes DGC's pairs; inside them the dense node average and its broadcast.
+    assert!(inter * 20 < intra, "{inter} across, {intra} inside");
+
+    let base = [
+        "--model",
+        "lenet5",
+        "--dataset",
+        "synthetic",
+        "--workers",
+        "4",
+    ];
+    let with = |extra: &[&'static str]| -> Vec<&'static str> {
+        let mut v = base.to_vec();
+        v.extend(extra);
+        v
+    };
+    refused(
+        &with(&["--local-world-size", "3"]),
+        "do not make whole nodes of 3",
+    );
+    refused(
+        &with(&["--local-world-size", "2", "--method", "sbc"]),
+        "no hierarchical form yet",
+    );
+    refused(
+        &with(&["--local-world-size", "2", "--exchange", "slices"]),
+        "--exchange slices does not combine",
+    );
+}
+
 /// SBC on tensors resumes bit for bit: its `W_sync` and residuals go to the checkpoint
 /// from the device and back, and a resume between two synchronisations continues them.
 #[test]
@@ -542,7 +651,9 @@ fn a_resumed_run_continues_bit_for_bit() {
     copy_dir(&b, &d);
     let ck1 = train::checkpoint::path(&d, 1);
     let mut saved = train::checkpoint::load(&ck1).unwrap();
-    saved.tensors.retain(|(name, _, _)| name != "param/fc2.bias");
+    saved
+        .tensors
+        .retain(|(name, _, _)| name != "param/fc2.bias");
     train::checkpoint::save(&ck1, &saved.tensors, &saved.position).unwrap();
     let (config, metrics) = (
         std::fs::read(d.join("config.toml")).unwrap(),

@@ -21,7 +21,10 @@
 
 pub mod composed;
 mod nccl;
+mod sub;
 mod tcp;
+
+pub use sub::Subgroup;
 
 use crate::counters::{ByteCounters, Collective};
 use crate::{CommError, ReduceOp, Result};

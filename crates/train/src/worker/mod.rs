@@ -190,7 +190,8 @@ impl Worker {
         let device_exchange = match cfg.exchange {
             Exchange::Tensors => true,
             Exchange::Slices => false,
-            Exchange::Auto => nccl,
+            // The hierarchical exchange is built on tensors.
+            Exchange::Auto => nccl || cfg.local_world_size > 0,
         };
         if device_exchange {
             method
@@ -202,6 +203,7 @@ impl Worker {
             method,
             nccl.then_some(device),
             device_exchange.then_some(device),
+            cfg.local_world_size,
         )?;
         let collector = Arc::new(Collector::new(buckets, ex.jobs.clone(), ex.reads_weights));
         let fired: Arc<Vec<AtomicBool>> =
@@ -550,6 +552,7 @@ impl Worker {
             last = self.evaluate()?;
         }
         let (bytes_sent, bytes_received) = self.traffic()?;
+        let node_bytes = self.ex.node_bytes()?;
         let dense = dense_ring(self.pos.step as u64);
         let ratio = |d: u64, s: u64| {
             if s > 0 {
@@ -569,6 +572,8 @@ impl Worker {
             dense_bytes: dense,
             compression_ratio: ratio(dense, bytes_sent),
             message_compression_ratio: ratio(self.pos.dense_message_bytes, self.pos.message_bytes),
+            intra_node_bytes_sent: node_bytes.map(|b| b.0),
+            inter_node_bytes_sent: node_bytes.map(|b| b.1),
             wall_seconds: wall_before + started.elapsed().as_secs_f64(),
             steps: self.pos.step,
             epochs: self.pos.epoch,

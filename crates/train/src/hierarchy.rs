@@ -1,0 +1,113 @@
+//! The hierarchical exchange (`--local-world-size L`), as BytePS and Bagua run it on
+//! clusters of multi-GPU nodes: ranks come in nodes of L consecutive ranks; each node
+//! averages its gradients densely (a fast local link: NCCL on GPUs, TCP on CPUs), the
+//! node's first rank (its leader) runs the compression method across the leaders only,
+//! and broadcasts the result — and whether it is a gradient or a step direction — back
+//! to its node. With equal nodes the leaders' average of node averages is the job's
+//! average, so the learning rate means what it means flat.
+//!
+//! The node and the leaders are [`comm::Subgroup`]s of the job's group, made of its
+//! point-to-point calls, so the method runs unchanged on the leaders' group. Only leaders
+//! call the method: the others' method state stays as it started. The bytes this rank
+//! sends inside its node and across nodes are counted apart ([`Hierarchy::bytes`]).
+
+use comm::{ProcessGroup, ReduceOp, Subgroup};
+use compress::{CompressError, Method, TensorUpdate, UpdateKind, WireStats};
+use std::time::Instant;
+use tensor::{no_grad, DType, Tensor};
+
+pub struct Hierarchy {
+    local: usize,
+    intra_sent: u64,
+    inter_sent: u64,
+}
+
+fn sent(g: &dyn ProcessGroup) -> u64 {
+    g.counters().total().payload_sent
+}
+
+impl Hierarchy {
+    /// Nodes of `local` ranks (at least 1).
+    pub fn new(local: usize) -> Hierarchy {
+        Hierarchy {
+            local: local.max(1),
+            intra_sent: 0,
+            inter_sent: 0,
+        }
+    }
+
+    /// Payload bytes this rank has sent inside its node and across nodes.
+    pub fn bytes(&self) -> (u64, u64) {
+        (self.intra_sent, self.inter_sent)
+    }
+
+    /// Parameter `index`'s exchange through the hierarchy (see the module comment).
+    pub fn exchange(
+        &mut self,
+        method: &mut dyn Method,
+        group: &mut dyn ProcessGroup,
+        index: usize,
+        weights: Option<&Tensor>,
+        grad: &Tensor,
+    ) -> compress::Result<TensorUpdate> {
+        let (rank, world, l) = (group.rank(), group.world_size(), self.local);
+        if world % l != 0 {
+            return Err(CompressError::Usage(format!(
+                "--local-world-size {l}: a job of {world} ranks does not make whole nodes"
+            )));
+        }
+        let leader = rank / l * l;
+        let node: Vec<usize> = (leader..leader + l).collect();
+        let leaders: Vec<usize> = (0..world).step_by(l).collect();
+        let device = grad.device();
+        let n = grad.elem_count();
+        // A copy: autograd's gradient is not ours to overwrite.
+        let g = no_grad(|| grad.scale(1.0))?;
+        let t = Instant::now();
+        let before = sent(group);
+        Subgroup::new(group, node.clone())?.allreduce(&g, ReduceOp::Average)?;
+        self.intra_sent += sent(group) - before;
+        let mut intra_seconds = t.elapsed().as_secs_f64();
+        let (values, kind, mut stats) = if rank == leader {
+            let before = sent(group);
+            let u = {
+                let mut across = Subgroup::new(group, leaders)?;
+                method.exchange_tensor(&mut across, index, weights, &g)?
+            };
+            self.inter_sent += sent(group) - before;
+            (no_grad(|| u.values.contiguous())?, u.kind, u.stats)
+        } else {
+            let stats = WireStats {
+                elements: n,
+                dense_bytes: 4 * n,
+                ..WireStats::default()
+            };
+            (
+                Tensor::zeros(grad.dims(), DType::F32, device)?,
+                UpdateKind::Gradient,
+                stats,
+            )
+        };
+        let code = Tensor::from_vec(vec![(kind == UpdateKind::Direction) as u32], 1, device)?;
+        let t = Instant::now();
+        let before = sent(group);
+        {
+            let mut intra = Subgroup::new(group, node)?;
+            intra.broadcast(&values, 0)?;
+            intra.broadcast(&code, 0)?;
+        }
+        self.intra_sent += sent(group) - before;
+        intra_seconds += t.elapsed().as_secs_f64();
+        stats.comm_seconds += intra_seconds;
+        let kind = if code.to_vec::<u32>()?[0] == 1 {
+            UpdateKind::Direction
+        } else {
+            UpdateKind::Gradient
+        };
+        Ok(TensorUpdate {
+            values,
+            kind,
+            stats,
+        })
+    }
+}
