@@ -711,7 +711,7 @@ impl Config {
         }
         if self.local_world_size > 0 {
             let l = self.local_world_size;
-            if self.workers % l != 0 {
+            if !self.workers.is_multiple_of(l) {
                 bail!(
                     "--local-world-size {l}: {} workers do not make whole nodes of {l}",
                     self.workers

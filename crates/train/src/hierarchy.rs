@@ -51,7 +51,7 @@ impl Hierarchy {
         grad: &Tensor,
     ) -> compress::Result<TensorUpdate> {
         let (rank, world, l) = (group.rank(), group.world_size(), self.local);
-        if world % l != 0 {
+        if !world.is_multiple_of(l) {
             return Err(CompressError::Usage(format!(
                 "--local-world-size {l}: a job of {world} ranks does not make whole nodes"
             )));
