@@ -5,10 +5,13 @@
 //!   aggregation) and returns the [`Update`] the optimizer applies, with the bytes it put
 //!   on the wire ([`WireStats`]).
 //! - [`build`] makes one from a [`MethodSpec`] (`name` and `key=value` options, checked
-//!   against [`options::METHODS`], which also gives `--help` its text).
-//! - Methods ([`methods`]): `dense` (f32 or f16 wire), `topk` (gradient dropping),
-//!   `local` (with the local gradient: SUM, PARTIAL, ERROR), `dgc`, `gtopk`, `sbc`,
-//!   `qsgd`, and the baselines `terngrad`, `onebit`, `fedavg`.
+//!   against [`METHODS`], the registry: one entry per method with its options and its
+//!   constructor, which also gives `--help` its text).
+//! - Methods ([`methods`]): the five papers' — `topk` (gradient dropping), `local` (with
+//!   the local gradient: SUM, PARTIAL, ERROR), `dgc`, `gtopk`, `sbc`, `qsgd` — their
+//!   baselines `dense` (f32, f16 or bf16 wire), `terngrad`, `onebit`, `fedavg`, and the
+//!   methods researchers compare against: `powersgd`, `signsgd`, `signum`, `efsignsgd`,
+//!   `randomk`, `thresholdv`.
 //! - Shared pieces: wire codecs with hardened decoders ([`codec`]) and selection
 //!   ([`select`]: exact top-k by selection, DGC's sampled threshold).
 
@@ -21,7 +24,7 @@ pub mod methods;
 pub mod options;
 pub mod select;
 
-pub use build::{build, Context};
+pub use build::{build, Context, METHODS};
 pub use error::{CompressError, Result};
 pub use method::{
     Method, ParamSpec, StateTensors, StepInfo, TensorUpdate, Update, UpdateKind, WireStats,
