@@ -12,7 +12,7 @@
 //! "Usual settings" are each method's paper's (or library's) defaults where they fit a
 //! short run, named in the table's options column: sparsifiers at 0.1 % (gradient
 //! dropping, DGC with a one-epoch warm-up, gTop-k), SBC(2), QSGD 4 bits, PowerSGD at rank
-//! 2 from step 10, random-k at 1 %, threshold-v at 0.001; signSGD and signum, whose
+//! 2 from step 10, random-k at 1 %, threshold-v at GRACE's 0.01; signSGD and signum, whose
 //! updates are ±1, at learning rate 0.001 without the trainer's momentum (their papers'
 //! order of magnitude); the others at the task's learning rate with momentum 0.9.
 
@@ -103,7 +103,7 @@ const ENTRIES: &[Entry] = &[
     },
     entry("efsignsgd", "efsignsgd", &[]),
     entry("randomk", "randomk", &["density=0.01"]),
-    entry("thresholdv", "thresholdv", &["threshold=0.001"]),
+    entry("thresholdv", "thresholdv", &["threshold=0.01"]),
 ];
 
 fn base_config(args: &Args) -> Result<Config> {
