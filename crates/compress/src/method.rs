@@ -151,14 +151,30 @@ pub trait Method: Send {
     fn init(&mut self, params: &[ParamSpec]) -> Result<()>;
     fn begin_step(&mut self, _info: StepInfo) {}
     /// Exchanges the local gradient of parameter `index` (whose current weights are
-    /// `weights`) and returns what the optimizer applies.
+    /// `weights`) and returns what the optimizer applies. By default, a method written on
+    /// tensors alone runs its [`Method::exchange_tensor`] on CPU tensors over the TCP
+    /// communicator (one code path for both; the weights go along when non-empty).
     fn exchange(
         &mut self,
         comm: &mut Communicator,
         index: usize,
         weights: &[f32],
         grad: &[f32],
-    ) -> Result<Update>;
+    ) -> Result<Update> {
+        let w = if weights.is_empty() {
+            None
+        } else {
+            Some(Tensor::from_vec(
+                weights.to_vec(),
+                weights.len(),
+                Device::Cpu,
+            )?)
+        };
+        let name = self.name();
+        crate::exchange::on_cpu_tensors(name, comm, grad, |g, t| {
+            self.exchange_tensor(g, index, w.as_ref(), t)
+        })
+    }
     /// After the optimizer has applied this step's updates: methods that communicate
     /// weights (delay, periodic averaging) do so here and may overwrite `weights`.
     /// Returns what went on the wire, if anything.

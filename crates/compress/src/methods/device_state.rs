@@ -1,6 +1,6 @@
-//! Per-parameter state vectors on a device (the residuals of the methods on tensors), read
-//! and written in the host methods' checkpoint format (`{name}.{index}`), so a checkpoint
-//! of either resumes the other.
+//! Per-parameter state vectors on a device (the residuals, errors and momenta of the
+//! methods on tensors), read and written in the host methods' checkpoint format
+//! (`{name}.{index}`), so a checkpoint of either resumes the other.
 
 use crate::exchange::check_numel;
 use crate::method::StateTensors;
@@ -20,6 +20,26 @@ impl DeviceVecs {
             })
             .collect::<tensor::Result<_>>()?;
         Ok(DeviceVecs(ts))
+    }
+    /// Zero vectors of `sizes`, on `device` (a method's state at `init`, on the CPU until
+    /// it is placed).
+    pub fn zeros(sizes: impl IntoIterator<Item = usize>, device: Device) -> Result<Self> {
+        let ts = sizes
+            .into_iter()
+            .map(|n| Tensor::zeros(n, tensor::DType::F32, device))
+            .collect::<tensor::Result<_>>()?;
+        Ok(DeviceVecs(ts))
+    }
+    /// Moves every vector to `device` (`Method::place`).
+    pub fn move_to(&mut self, device: Device) -> Result<()> {
+        for t in &mut self.0 {
+            *t = t.to_device(device)?;
+        }
+        Ok(())
+    }
+    /// Parameter `index`'s vector.
+    pub fn get(&self, index: usize) -> Option<&Tensor> {
+        self.0.get(index)
     }
     /// The length of parameter `index`'s vector (`None`: no such parameter).
     pub fn len_of(&self, index: usize) -> Option<usize> {

@@ -26,10 +26,10 @@
 //! The method runs on tensors (any device, over any `ProcessGroup`); on slices it runs the
 //! same code on CPU tensors over the TCP communicator.
 
-use crate::exchange::{check_len, check_numel, dense_average_tensor, Meter};
-use crate::method::{Method, ParamSpec, StateTensors, StepInfo, TensorUpdate, Update, UpdateKind};
+use crate::exchange::{check_numel, dense_average_tensor, Meter};
+use crate::method::{Method, ParamSpec, StateTensors, StepInfo, TensorUpdate, UpdateKind};
 use crate::{CompressError, Result};
-use comm::{Communicator, ProcessGroup, ReduceOp};
+use comm::{ProcessGroup, ReduceOp};
 use tensor::{DType, Device, Rng, Tensor};
 
 #[derive(Clone, Debug, PartialEq)]
@@ -249,27 +249,6 @@ impl Method for PowerSgd {
         self.step = info.step;
     }
     /// The same code on CPU tensors over the TCP communicator.
-    fn exchange(
-        &mut self,
-        comm: &mut Communicator,
-        index: usize,
-        _weights: &[f32],
-        grad: &[f32],
-    ) -> Result<Update> {
-        if self.device != Device::Cpu {
-            return Err(CompressError::Usage(
-                "powersgd: the state is on the GPU (place was called): exchange tensors".into(),
-            ));
-        }
-        let n = check_len("powersgd", index, self.sizes.get(index).copied(), &[grad])?;
-        let g = Tensor::from_vec(grad.to_vec(), n, Device::Cpu)?;
-        let u = self.exchange_on(comm, index, &g)?;
-        Ok(Update {
-            values: u.values.to_vec::<f32>()?,
-            kind: u.kind,
-            stats: u.stats,
-        })
-    }
     fn on_tensors(&self) -> bool {
         true
     }
@@ -342,7 +321,7 @@ impl Method for PowerSgd {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use comm::CommConfig;
+    use comm::{CommConfig, Communicator};
 
     fn one_rank() -> Communicator {
         Communicator::connect(&CommConfig::loopback(0, 1, 0, b"powersgd")).expect("one rank")

@@ -5,10 +5,11 @@
 //! travel (4 bytes each). On tensors on any device; on slices, the same code on CPU
 //! tensors.
 
-use crate::exchange::{check_numel, keep_count, on_cpu_tensors, refuse_non_finite, Meter};
-use crate::method::{Method, ParamSpec, StateTensors, StepInfo, TensorUpdate, Update, UpdateKind};
+use crate::exchange::{keep_count, refuse_non_finite, Meter};
+use crate::method::{Method, ParamSpec, StateTensors, StepInfo, TensorUpdate, UpdateKind};
+use crate::methods::DeviceVecs;
 use crate::Result;
-use comm::{Communicator, ProcessGroup, ReduceOp};
+use comm::{ProcessGroup, ReduceOp};
 use std::collections::HashSet;
 use tensor::{sparsify, DType, Device, Rng, Tensor};
 
@@ -16,7 +17,7 @@ pub struct RandomK {
     density: f64,
     seed: u64,
     step: u64,
-    residual: Vec<Tensor>,
+    residual: DeviceVecs,
 }
 
 /// `k` distinct positions below `n`, ascending, from `key` (Floyd's sampling: k draws,
@@ -43,7 +44,7 @@ impl RandomK {
             density,
             seed,
             step: 0,
-            residual: Vec::new(),
+            residual: DeviceVecs::zeros([], Device::Cpu)?,
         })
     }
 
@@ -53,9 +54,7 @@ impl RandomK {
         index: usize,
         grad: &Tensor,
     ) -> Result<TensorUpdate> {
-        let sizes = self.residual.iter().map(Tensor::elem_count);
-        let n = check_numel("randomk", index, sizes.clone().nth(index), grad)?;
-        let e = &self.residual[index];
+        let (e, n) = self.residual.for_grad("randomk", index, grad)?;
         let device = e.device();
         let k = keep_count(self.density, n);
         let key = tensor::quantize::counter_key(&[self.seed, 0x7261, self.step, index as u64]);
@@ -96,34 +95,17 @@ impl Method for RandomK {
         format!("randomk(density={})", self.density)
     }
     fn init(&mut self, params: &[ParamSpec]) -> Result<()> {
-        self.residual = params
-            .iter()
-            .map(|p| Tensor::zeros(p.numel(), DType::F32, Device::Cpu))
-            .collect::<tensor::Result<_>>()?;
+        self.residual = DeviceVecs::zeros(params.iter().map(ParamSpec::numel), Device::Cpu)?;
         Ok(())
     }
     fn begin_step(&mut self, info: StepInfo) {
         self.step = info.step;
     }
-    fn exchange(
-        &mut self,
-        comm: &mut Communicator,
-        index: usize,
-        _weights: &[f32],
-        grad: &[f32],
-    ) -> Result<Update> {
-        on_cpu_tensors("randomk", comm, grad, |g, t| {
-            tensor::no_grad(|| self.exchange_on(g, index, t))
-        })
-    }
     fn on_tensors(&self) -> bool {
         true
     }
     fn place(&mut self, device: Device) -> Result<()> {
-        for r in &mut self.residual {
-            *r = r.to_device(device)?;
-        }
-        Ok(())
+        self.residual.move_to(device)
     }
     fn exchange_tensor(
         &mut self,
@@ -135,25 +117,10 @@ impl Method for RandomK {
         tensor::no_grad(|| self.exchange_on(group, index, grad))
     }
     fn state(&self) -> Result<StateTensors> {
-        let host: Vec<Vec<f32>> = self
-            .residual
-            .iter()
-            .map(|t| t.to_vec::<f32>())
-            .collect::<tensor::Result<_>>()?;
-        Ok(crate::methods::named_state("residual", &host))
+        self.residual.state("residual")
     }
     fn load_state(&mut self, state: &StateTensors) -> Result<()> {
-        let mut host: Vec<Vec<f32>> = self
-            .residual
-            .iter()
-            .map(|t| vec![0.0; t.elem_count()])
-            .collect();
-        crate::methods::load_named("randomk", state, &mut [("residual", &mut host)])?;
-        for (t, h) in self.residual.iter_mut().zip(host) {
-            let n = h.len();
-            *t = Tensor::from_vec(h, n, t.device())?;
-        }
-        Ok(())
+        self.residual.load("randomk", "residual", state)
     }
 }
 

@@ -14,10 +14,11 @@
 //! tensors on any device (the bits packed and unpacked by `tensor::quantize`), the
 //! messages allgathered as equal-size words; on slices, the same code on CPU tensors.
 
-use crate::exchange::{allgather_bits, check_numel, on_cpu_tensors, Meter};
-use crate::method::{Method, ParamSpec, StateTensors, TensorUpdate, Update, UpdateKind};
+use crate::exchange::{allgather_bits, check_numel, Meter};
+use crate::method::{Method, ParamSpec, StateTensors, TensorUpdate, UpdateKind};
+use crate::methods::DeviceVecs;
 use crate::{CompressError, Result};
-use comm::{Communicator, ProcessGroup};
+use comm::ProcessGroup;
 use tensor::{sparsify, DType, Device, Tensor};
 
 /// Which sign method.
@@ -34,7 +35,7 @@ pub struct Sign {
     name: &'static str,
     sizes: Vec<usize>,
     /// Per parameter: signum's momentum, or EF-signSGD's error (empty for signSGD).
-    state: Vec<Tensor>,
+    state: DeviceVecs,
 }
 
 impl Sign {
@@ -50,7 +51,7 @@ impl Sign {
             kind,
             name,
             sizes: Vec::new(),
-            state: Vec::new(),
+            state: DeviceVecs::zeros([], Device::Cpu)?,
         })
     }
     fn keeps_state(&self) -> bool {
@@ -83,13 +84,13 @@ impl Sign {
             }
             Ok(match self.kind {
                 SignKind::Vote { momentum } if momentum > 0.0 => {
-                    let s = &self.state[index];
+                    let s = self.state.get(index).ok_or_else(|| no_state(self.name, index))?;
                     s.assign(&s.scale(momentum)?.add(&g.scale(1.0 - momentum)?)?)?;
                     (s.clone(), Vec::new())
                 }
                 SignKind::Vote { .. } => (g.clone(), Vec::new()),
                 SignKind::ErrorFeedback => {
-                    let e = &self.state[index];
+                    let e = self.state.get(index).ok_or_else(|| no_state(self.name, index))?;
                     let p = g.add(e)?;
                     let l1 = p.abs()?.to_dtype(DType::F64)?.sum_all()?.to_vec::<f64>()?[0];
                     let scale = if n == 0 { 0.0 } else { (l1 / n as f64) as f32 };
@@ -131,7 +132,10 @@ impl Sign {
                 SignKind::ErrorFeedback => {
                     // This rank's Δ leaves its error.
                     let mine = signs(&codes)?.scale(f32::from_bits(head[0]) as f64)?;
-                    self.state[index].assign(&p.sub(&mine)?)?;
+                    self.state
+                        .get(index)
+                        .ok_or_else(|| no_state(self.name, index))?
+                        .assign(&p.sub(&mine)?)?;
                     Ok(sum.scale(1.0 / world as f64)?)
                 }
             }
@@ -157,33 +161,15 @@ impl Method for Sign {
     fn init(&mut self, params: &[ParamSpec]) -> Result<()> {
         self.sizes = params.iter().map(ParamSpec::numel).collect();
         let keeps = self.keeps_state();
-        self.state = self
-            .sizes
-            .iter()
-            .map(|&n| Tensor::zeros(if keeps { n } else { 0 }, DType::F32, Device::Cpu))
-            .collect::<tensor::Result<_>>()?;
+        let sizes = self.sizes.iter().map(|&n| if keeps { n } else { 0 });
+        self.state = DeviceVecs::zeros(sizes, Device::Cpu)?;
         Ok(())
-    }
-    fn exchange(
-        &mut self,
-        comm: &mut Communicator,
-        index: usize,
-        _weights: &[f32],
-        grad: &[f32],
-    ) -> Result<Update> {
-        let name = self.name;
-        on_cpu_tensors(name, comm, grad, |g, t| {
-            tensor::no_grad(|| self.exchange_on(g, index, t))
-        })
     }
     fn on_tensors(&self) -> bool {
         true
     }
     fn place(&mut self, device: Device) -> Result<()> {
-        for s in &mut self.state {
-            *s = s.to_device(device)?;
-        }
-        Ok(())
+        self.state.move_to(device)
     }
     fn exchange_tensor(
         &mut self,
@@ -198,28 +184,18 @@ impl Method for Sign {
         if !self.keeps_state() {
             return Ok(Vec::new());
         }
-        let host: Vec<Vec<f32>> = self
-            .state
-            .iter()
-            .map(|t| t.to_vec::<f32>())
-            .collect::<tensor::Result<_>>()?;
-        Ok(crate::methods::named_state(self.state_name(), &host))
+        self.state.state(self.state_name())
     }
     fn load_state(&mut self, state: &StateTensors) -> Result<()> {
-        let mut host: Vec<Vec<f32>> = self
-            .state
-            .iter()
-            .map(|t| vec![0.0; t.elem_count()])
-            .collect();
-        if self.keeps_state() {
-            crate::methods::load_named(self.name, state, &mut [(self.state_name(), &mut host)])?;
-        } else {
-            crate::methods::load_named(self.name, state, &mut [])?;
+        if !self.keeps_state() {
+            return crate::methods::load_named(self.name, state, &mut []);
         }
-        for (t, h) in self.state.iter_mut().zip(host) {
-            let n = h.len();
-            *t = Tensor::from_vec(h, n, t.device())?;
-        }
-        Ok(())
+        self.state.load(self.name, self.state_name(), state)
     }
+}
+
+fn no_state(name: &str, index: usize) -> CompressError {
+    CompressError::Usage(format!(
+        "{name}: parameter {index} was not declared to init"
+    ))
 }

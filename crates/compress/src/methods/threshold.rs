@@ -4,17 +4,16 @@
 //! the gradient's scale (none where every entry is below v). On tensors on any device
 //! (`tensor::sparsify::at_least`); on slices, the same code on CPU tensors.
 
-use crate::exchange::{
-    check_numel, on_cpu_tensors, refuse_non_finite, sparse_average_tensor, Meter,
-};
-use crate::method::{Method, ParamSpec, StateTensors, TensorUpdate, Update, UpdateKind};
+use crate::exchange::{refuse_non_finite, sparse_average_tensor, Meter};
+use crate::method::{Method, ParamSpec, StateTensors, TensorUpdate, UpdateKind};
+use crate::methods::DeviceVecs;
 use crate::{CompressError, Result};
-use comm::{Communicator, ProcessGroup};
-use tensor::{sparsify, DType, Device, Tensor};
+use comm::ProcessGroup;
+use tensor::{sparsify, Device, Tensor};
 
 pub struct ThresholdV {
     threshold: f32,
-    residual: Vec<Tensor>,
+    residual: DeviceVecs,
 }
 
 impl ThresholdV {
@@ -26,7 +25,7 @@ impl ThresholdV {
         }
         Ok(ThresholdV {
             threshold: threshold as f32,
-            residual: Vec::new(),
+            residual: DeviceVecs::zeros([], Device::Cpu)?,
         })
     }
 
@@ -36,9 +35,7 @@ impl ThresholdV {
         index: usize,
         grad: &Tensor,
     ) -> Result<TensorUpdate> {
-        let len = self.residual.get(index).map(Tensor::elem_count);
-        let n = check_numel("thresholdv", index, len, grad)?;
-        let e = &self.residual[index];
+        let (e, n) = self.residual.for_grad("thresholdv", index, grad)?;
         let mut m = Meter::new(n);
         let sel = m.compress(|| -> Result<sparsify::Selected> {
             e.assign(&e.add(&grad.flatten_all()?)?)?;
@@ -72,31 +69,14 @@ impl Method for ThresholdV {
         format!("thresholdv(threshold={})", self.threshold)
     }
     fn init(&mut self, params: &[ParamSpec]) -> Result<()> {
-        self.residual = params
-            .iter()
-            .map(|p| Tensor::zeros(p.numel(), DType::F32, Device::Cpu))
-            .collect::<tensor::Result<_>>()?;
+        self.residual = DeviceVecs::zeros(params.iter().map(ParamSpec::numel), Device::Cpu)?;
         Ok(())
-    }
-    fn exchange(
-        &mut self,
-        comm: &mut Communicator,
-        index: usize,
-        _weights: &[f32],
-        grad: &[f32],
-    ) -> Result<Update> {
-        on_cpu_tensors("thresholdv", comm, grad, |g, t| {
-            tensor::no_grad(|| self.exchange_on(g, index, t))
-        })
     }
     fn on_tensors(&self) -> bool {
         true
     }
     fn place(&mut self, device: Device) -> Result<()> {
-        for r in &mut self.residual {
-            *r = r.to_device(device)?;
-        }
-        Ok(())
+        self.residual.move_to(device)
     }
     fn exchange_tensor(
         &mut self,
@@ -108,24 +88,9 @@ impl Method for ThresholdV {
         tensor::no_grad(|| self.exchange_on(group, index, grad))
     }
     fn state(&self) -> Result<StateTensors> {
-        let host: Vec<Vec<f32>> = self
-            .residual
-            .iter()
-            .map(|t| t.to_vec::<f32>())
-            .collect::<tensor::Result<_>>()?;
-        Ok(crate::methods::named_state("residual", &host))
+        self.residual.state("residual")
     }
     fn load_state(&mut self, state: &StateTensors) -> Result<()> {
-        let mut host: Vec<Vec<f32>> = self
-            .residual
-            .iter()
-            .map(|t| vec![0.0; t.elem_count()])
-            .collect();
-        crate::methods::load_named("thresholdv", state, &mut [("residual", &mut host)])?;
-        for (t, h) in self.residual.iter_mut().zip(host) {
-            let n = h.len();
-            *t = Tensor::from_vec(h, n, t.device())?;
-        }
-        Ok(())
+        self.residual.load("thresholdv", "residual", state)
     }
 }
