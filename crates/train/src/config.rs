@@ -387,7 +387,7 @@ pub struct Args {
     /// fast link: NCCL on GPUs, TCP on CPUs), its first rank runs the method across the
     /// nodes' first ranks only, and sends the result back to its node. Bytes inside and
     /// across nodes are counted apart (summary.json). 0: every rank runs the method (flat).
-    /// Needs a method on tensors that does not synchronise after the step.
+    /// Needs a method on tensors.
     #[arg(long)]
     pub local_world_size: Option<usize>,
 }
@@ -719,9 +719,6 @@ impl Config {
             }
             if !method.on_tensors() {
                 bail!("--local-world-size: the hierarchical exchange runs methods on tensors; --method {} {:?} does not ({} do)", spec.name, self.method_opts, compress::ON_TENSORS);
-            }
-            if method.after_step_every().is_some() {
-                bail!("--local-world-size with --method {}: a method that synchronises the weights after the step (sbc, local, fedavg) has no hierarchical form yet", spec.name);
             }
             if self.exchange == Exchange::Slices {
                 bail!("--local-world-size exchanges tensors; --exchange slices does not combine with it");

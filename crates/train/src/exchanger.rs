@@ -232,13 +232,17 @@ impl Exchanger {
                                 Some(n) => (n, "NCCL"),
                                 None => (&mut comm, "TCP"),
                             };
-                            method
-                                .after_step_tensor(group, index, &weights)
-                                .map(|stats| Reply::After {
+                            match hierarchy.as_mut() {
+                                Some(h) => h.after_step(method.as_mut(), group, index, &weights),
+                                None => method
+                                    .after_step_tensor(group, index, &weights)
+                                    .map(|stats| (stats, method.take_momentum_mask(index))),
+                            }
+                                .map(|(stats, momentum_mask)| Reply::After {
                                     index,
                                     weights: Vec::new(),
                                     stats,
-                                    momentum_mask: method.take_momentum_mask(index),
+                                    momentum_mask,
                                 })
                                 .map_err(|e| {
                                     format!("synchronising parameter {index} over {over}: {e}")

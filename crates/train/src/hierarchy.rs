@@ -8,7 +8,9 @@
 //!
 //! The node and the leaders are [`comm::Subgroup`]s of the job's group, made of its
 //! point-to-point calls, so the method runs unchanged on the leaders' group. Only leaders
-//! call the method: the others' method state stays as it started. The bytes this rank
+//! call the method: the others' method state stays as it started. Methods that
+//! synchronise the weights after the step do it among the leaders too, who pass the
+//! weights and the momentum mask on to their nodes ([`Hierarchy::after_step`]). The bytes this rank
 //! sends inside its node and across nodes are counted apart ([`Hierarchy::bytes`]).
 
 use comm::{ProcessGroup, ReduceOp, Subgroup};
@@ -25,6 +27,10 @@ pub struct Hierarchy {
 fn sent(g: &dyn ProcessGroup) -> u64 {
     g.counters().total().payload_sent
 }
+
+/// What a synchronisation after the step returns: what went on the wire and the
+/// positions whose optimizer momentum to zero.
+pub type AfterStep = (Option<WireStats>, Vec<u32>);
 
 impl Hierarchy {
     /// Nodes of `local` ranks (at least 1).
@@ -109,5 +115,55 @@ impl Hierarchy {
             kind,
             stats,
         })
+    }
+
+    /// Parameter `index`'s synchronisation after the step (SBC, `local`, FedAvg): the
+    /// ranks of a node hold the same weights (they applied the same updates), so the
+    /// leaders synchronise theirs across nodes and each broadcasts the result, and the
+    /// momentum positions it masked, to its node.
+    pub fn after_step(
+        &mut self,
+        method: &mut dyn Method,
+        group: &mut dyn ProcessGroup,
+        index: usize,
+        weights: &Tensor,
+    ) -> compress::Result<AfterStep> {
+        let (rank, l) = (group.rank(), self.local);
+        let leader = rank / l * l;
+        let node: Vec<usize> = (leader..leader + l).collect();
+        let leaders: Vec<usize> = (0..group.world_size()).step_by(l).collect();
+        let device = weights.device();
+        let (stats, mask) = if rank == leader {
+            let before = sent(group);
+            let stats = {
+                let mut across = Subgroup::new(group, leaders)?;
+                method.after_step_tensor(&mut across, index, weights)?
+            };
+            self.inter_sent += sent(group) - before;
+            (stats, method.take_momentum_mask(index))
+        } else {
+            (None, Vec::new())
+        };
+        let before = sent(group);
+        let mask = {
+            let mut intra = Subgroup::new(group, node)?;
+            intra.broadcast(weights, 0)?;
+            let len = Tensor::from_vec(vec![mask.len() as u32], 1, device)?;
+            intra.broadcast(&len, 0)?;
+            let len = len.to_vec::<u32>()?[0] as usize;
+            if len == 0 {
+                Vec::new()
+            } else {
+                let positions = if rank == leader {
+                    Tensor::from_vec(mask, len, device)?
+                } else {
+                    Tensor::zeros(len, DType::U32, device)?
+                };
+                intra.broadcast(&positions, 0)?;
+                positions.to_vec::<u32>()?
+            }
+        };
+        self.intra_sent += sent(group) - before;
+        Ok((stats, mask))
     }
 }

@@ -457,9 +457,9 @@ fn a_damaged_checkpoint_is_set_aside_and_the_intact_generation_resumed() {
 /// The hierarchical exchange: 4 workers as 2 nodes of 2. Dense through the hierarchy
 /// (each node's average, then the leaders' average) trains to the flat dense run's
 /// parameters within f32 rounding; DGC through it leaves every rank with the same
-/// parameters; both count the bytes inside and across nodes apart, the latter only what
-/// the leaders exchanged. Wrong node sizes and methods are refused before any worker
-/// starts.
+/// parameters, as do SBC and FedAvg, which synchronise among the leaders after the step;
+/// the bytes inside and across nodes are counted apart, the latter only what the leaders
+/// exchanged. Wrong node sizes and methods are refused before any worker starts.
 #[test]
 fn the_hierarchical_exchange_matches_the_flat_one_and_counts_bytes_apart() {
     let run = |name: &str, method: &[&str], local: Option<&str>| -> PathBuf {
@@ -536,6 +536,29 @@ fn the_hierarchical_exchange_matches_the_flat_one_and_counts_bytes_apart() {
     // Across nodes DGC's pairs; inside them the dense node average and its broadcast.
     assert!(inter * 20 < intra, "{inter} across, {intra} inside");
 
+    // Methods that synchronise after the step: the leaders do, and pass the weights (and
+    // SBC's momentum mask) to their nodes; every rank ends with the same parameters.
+    for (name, opts) in [
+        ("hier-sbc", ["--method", "sbc", "--method-opt", "delay=3"]),
+        (
+            "hier-fedavg",
+            ["--method", "fedavg", "--method-opt", "delay=4"],
+        ),
+    ] {
+        let dir = run(name, &opts, Some("2"));
+        for rank in 1..4 {
+            assert!(
+                params(&dir, rank) == params(&dir, 0),
+                "{name}: rank {rank}'s parameters"
+            );
+        }
+        let s = summary(&dir);
+        assert!(
+            s["inter_node_bytes_sent"].as_u64().unwrap() > 0,
+            "{name}: {s}"
+        );
+    }
+
     let base = [
         "--model",
         "lenet5",
@@ -554,8 +577,15 @@ fn the_hierarchical_exchange_matches_the_flat_one_and_counts_bytes_apart() {
         "do not make whole nodes of 3",
     );
     refused(
-        &with(&["--local-world-size", "2", "--method", "sbc"]),
-        "no hierarchical form yet",
+        &with(&[
+            "--local-world-size",
+            "2",
+            "--method",
+            "dense",
+            "--method-opt",
+            "wire=f16",
+        ]),
+        "the hierarchical exchange runs methods on tensors",
     );
     refused(
         &with(&["--local-world-size", "2", "--exchange", "slices"]),
