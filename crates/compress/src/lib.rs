@@ -27,7 +27,7 @@ pub mod select;
 pub use build::{build, Context, METHODS};
 pub use error::{CompressError, Result};
 pub use method::{
-    Method, ParamSpec, StateTensors, StepInfo, TensorUpdate, Update, UpdateKind, WireStats,
-    ON_TENSORS,
+    on_tensors_text, Method, ParamSpec, StateTensors, StepInfo, TensorUpdate, Update, UpdateKind,
+    WireStats,
 };
 pub use options::{help_text, MethodSpec};

@@ -126,15 +126,22 @@ pub struct TensorUpdate {
     pub stats: WireStats,
 }
 
-/// The methods that run on tensors ([`Method::on_tensors`]), for messages.
-pub const ON_TENSORS: &str =
-    "every method but dense with a 16-bit wire (dense f32, dgc, gtopk, topk, local, sbc, qsgd, terngrad, onebit, fedavg, powersgd, signsgd, signum, efsignsgd, randomk, thresholdv)";
+/// The methods that run on tensors ([`Method::on_tensors`]), for messages: every entry
+/// of the registry, whose only configurations off tensors are dense's 16-bit wires.
+pub fn on_tensors_text() -> String {
+    let names: Vec<&str> = crate::build::METHODS.iter().map(|m| m.name).collect();
+    format!(
+        "every method but dense with wire=f16 or bf16: {}",
+        names.join(", ")
+    )
+}
 
 /// The error of a method asked to run on tensors that does not yet.
 pub(crate) fn not_on_tensors(name: &str) -> crate::CompressError {
     crate::CompressError::Usage(format!(
         "{name} does not run on tensors yet: its exchange takes host slices over the TCP \
-         backend (methods on tensors: {ON_TENSORS}; see docs/compress.md)"
+         backend (methods on tensors: {}; see docs/compress.md)",
+        on_tensors_text()
     ))
 }
 

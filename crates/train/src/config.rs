@@ -718,7 +718,7 @@ impl Config {
                 );
             }
             if !method.on_tensors() {
-                bail!("--local-world-size: the hierarchical exchange runs methods on tensors; --method {} {:?} does not ({} do)", spec.name, self.method_opts, compress::ON_TENSORS);
+                bail!("--local-world-size: the hierarchical exchange runs methods on tensors; --method {} {:?} does not ({} do)", spec.name, self.method_opts, compress::on_tensors_text());
             }
             if self.exchange == Exchange::Slices {
                 bail!("--local-world-size exchanges tensors; --exchange slices does not combine with it");
@@ -729,7 +729,7 @@ impl Config {
         }
         if self.exchange == Exchange::Tensors {
             if !method.on_tensors() {
-                bail!("--exchange tensors: --method {} {:?} does not run on tensors yet ({} do); use --exchange slices or auto", spec.name, self.method_opts, compress::ON_TENSORS);
+                bail!("--exchange tensors: --method {} {:?} does not run on tensors yet ({} do); use --exchange slices or auto", spec.name, self.method_opts, compress::on_tensors_text());
             }
             if self.bucket_elems > 0 {
                 bail!("--exchange tensors exchanges each parameter's gradient tensor; --bucket-elems needs --exchange slices");
@@ -744,7 +744,7 @@ impl Config {
                     bail!("--backend nccl needs --device cuda (NCCL reduces GPU buffers; got --device {})", self.device);
                 }
                 if !method.on_tensors() {
-                    bail!("--backend nccl runs the methods on tensors ({}); --method {} {:?} exchanges host messages: use --backend tcp", compress::ON_TENSORS, spec.name, self.method_opts);
+                    bail!("--backend nccl runs the methods on tensors ({}); --method {} {:?} exchanges host messages: use --backend tcp", compress::on_tensors_text(), spec.name, self.method_opts);
                 }
                 if self.bucket_elems > 0 {
                     bail!("--backend nccl exchanges each parameter's gradient tensor in place; --bucket-elems is for --backend tcp");

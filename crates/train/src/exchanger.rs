@@ -4,7 +4,7 @@
 //! arrival order. Hooks fire in the same order on every rank (the same graph, walked the
 //! same way), so every rank issues the same collectives in the same order.
 //!
-//! Methods on tensors (`Method::on_tensors`; `compress::ON_TENSORS` lists them) get each
+//! Methods on tensors (`Method::on_tensors`; `compress::on_tensors_text()` lists them) get each
 //! gradient as the tensor itself (`Job::ExchangeDevice`) and exchange it with
 //! `Method::exchange_tensor` (and synchronise the weights after the step with
 //! `Method::after_step_tensor`, `Job::AfterDevice`) over a `ProcessGroup`: with `--backend nccl` the thread's

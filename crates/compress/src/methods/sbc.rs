@@ -41,7 +41,7 @@ use crate::method::{
 use crate::methods::DeviceVecs;
 use crate::select::exact_topk;
 use crate::{CompressError, Result};
-use comm::{Communicator, ProcessGroup};
+use comm::{Communicator, ProcessGroup, SparseVec};
 use tensor::sparsify::{self, Selected};
 use tensor::{DType, Device, Tensor};
 
@@ -172,26 +172,17 @@ pub fn decode_add(bytes: &[u8], out: &mut [f32]) -> std::result::Result<usize, C
 }
 
 /// The ranks' `(μ, positions)` in rank order, summed by position as [`decode_add`] sums
-/// them into a dense vector (the same f32 additions in the same order, from 0): the
-/// positions ascending, with their sums.
-fn sum_by_position(messages: &[(f32, Vec<u32>)]) -> (Vec<u32>, Vec<f32>) {
-    let mut entries: Vec<(u32, f32)> = messages
+/// them into a dense vector (the same f32 additions in the same order): TopKAllReduce's
+/// reduction, `comm::sum_all`, of one sparse vector per rank.
+fn sum_by_position(messages: &[(f32, Vec<u32>)]) -> SparseVec {
+    let parts: Vec<SparseVec> = messages
         .iter()
-        .flat_map(|(mean, pos)| pos.iter().map(move |&p| (p, *mean)))
+        .map(|(mean, pos)| SparseVec {
+            indices: pos.clone(),
+            values: vec![*mean; pos.len()],
+        })
         .collect();
-    // Stable: equal positions stay in rank order.
-    entries.sort_by_key(|e| e.0);
-    let (mut idx, mut val): (Vec<u32>, Vec<f32>) = (Vec::new(), Vec::new());
-    for (p, mean) in entries {
-        match (idx.last(), val.last_mut()) {
-            (Some(&last), Some(v)) if last == p => *v += mean,
-            _ => {
-                idx.push(p);
-                val.push(0.0 + mean);
-            }
-        }
-    }
-    (idx, val)
+    comm::sum_all(&parts)
 }
 
 /// The state of an SBC placed on a device.
@@ -358,7 +349,10 @@ impl Method for Sbc {
         let inv = 1.0 / self.world as f32;
         m.decompress(|| {
             tensor::no_grad(|| -> Result<()> {
-                let (idx, val) = sum_by_position(&messages);
+                let SparseVec {
+                    indices: idx,
+                    values: val,
+                } = sum_by_position(&messages);
                 if !idx.is_empty() {
                     let k = idx.len();
                     let idx = Tensor::from_vec(idx, k, device)?;
@@ -527,9 +521,9 @@ mod tests {
                 dense[p as usize] += mean;
             }
         }
-        let (idx, val) = sum_by_position(&msgs);
-        assert_eq!(idx, vec![0, 3, 5, 7]);
-        for (i, v) in idx.iter().zip(&val) {
+        let s = sum_by_position(&msgs);
+        assert_eq!(s.indices, vec![0, 3, 5, 7]);
+        for (i, v) in s.indices.iter().zip(&s.values) {
             assert_eq!(v.to_bits(), dense[*i as usize].to_bits(), "position {i}");
         }
     }

@@ -139,12 +139,11 @@ fn exchange_on_tensors(
             if sparsify::count_at_least(&c, 2.5)? > 0 {
                 return Err(malformed(peer, "ternary code 11".into()));
             }
-            // The host's `out += s` or `out -= s`; out + 0 elsewhere.
-            let st = Tensor::full(s as f64, n, DType::F32, device)?;
+            // The host's `out += s` or `out -= s` (out + (−s): the same bits), out + 0
+            // elsewhere: codes 1 and 2 as (c == 1) − (c == 2) = +1 and −1, times s.
             let one = Tensor::ones(n, DType::F32, device)?;
-            let two = Tensor::full(2.0, n, DType::F32, device)?;
-            let v = c.eq(&one)?.mul(&st)?.sub(&c.eq(&two)?.mul(&st)?)?;
-            out = out.add(&v)?;
+            let signs = c.eq(&one)?.sub(&c.eq(&one.scale(2.0)?)?)?;
+            out = out.add(&signs.scale(s as f64)?)?;
         }
         let inv = 1.0 / world as f32;
         Ok(out.scale(inv as f64)?.reshape(grad.dims())?)
