@@ -25,6 +25,12 @@ pub struct CommonArgs {
     /// jobs' runs, one continued by hand included.
     #[arg(long, value_name = "N")]
     pub checkpoint_every: Option<usize>,
+    /// Keep a job that already finished with this very configuration (its run directory
+    /// holds a summary.json and a job.toml equal to the one this table would write)
+    /// instead of running it again: a long table stopped midway continues with the jobs
+    /// it has not finished. Without it, running the table again replaces every job.
+    #[arg(long)]
+    pub reuse: bool,
     /// Internal: run as one worker of the job described by this config file.
     #[arg(long, hide = true)]
     pub worker_config: Option<PathBuf>,
@@ -102,6 +108,14 @@ pub struct Job {
     /// `metrics.jsonl`, one value per line (step and eval records).
     pub records: Vec<Value>,
     pub wall_seconds: f64,
+}
+
+/// Whether `dir` holds a finished run (a summary) of the job described by `job_text`:
+/// `job.toml` is written before the workers start, so a run that died has one without a
+/// summary, and a summary beside another job file is an earlier table's.
+fn finished_with(dir: &Path, job_text: &str) -> bool {
+    dir.join("summary.json").is_file()
+        && std::fs::read_to_string(dir.join("job.toml")).is_ok_and(|t| t == job_text)
 }
 
 impl Job {
@@ -349,7 +363,16 @@ pub fn run_job(cfg: &Config, label: &str, common: &CommonArgs) -> Result<Job> {
     let dir = &cfg.out;
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let job_file = dir.join("job.toml");
-    std::fs::write(&job_file, toml::to_string_pretty(cfg)?)
+    let job_text = toml::to_string_pretty(cfg)?;
+    if common.reuse && finished_with(dir, &job_text) {
+        eprintln!("== {label}: keeping the finished run in {}", dir.display());
+        let job = Job::read(dir)?;
+        return Ok(Job {
+            wall_seconds: job.summary["wall_seconds"].as_f64().unwrap_or(f64::NAN),
+            ..job
+        });
+    }
+    std::fs::write(&job_file, &job_text)
         .with_context(|| format!("writing {}", job_file.display()))?;
     eprintln!("== {label}, {} workers -> {}", cfg.workers, dir.display());
     let started = Instant::now();

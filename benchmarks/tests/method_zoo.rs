@@ -5,6 +5,8 @@
 
 mod common;
 
+use serde_json::Value;
+
 #[test]
 fn wrong_arguments_fail_before_any_job() {
     common::fails_before_any_job(
@@ -101,5 +103,47 @@ fn every_method_runs_and_the_table_has_a_row_each() {
     let csv = std::fs::read_to_string(dir.join("zoo.csv")).expect("zoo.csv");
     assert_eq!(csv.lines().count(), 19, "{csv}");
     assert!(dir.join("curves.png").is_file());
+    reuse_keeps_finished_jobs_and_reruns_changed_ones(&dir, &rows);
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// `--reuse` over the table's own directory keeps the finished jobs of the same
+/// configuration (the rows come back equal, nothing runs) and runs a job whose
+/// configuration changed.
+fn reuse_keeps_finished_jobs_and_reruns_changed_ones(dir: &std::path::Path, rows: &[Value]) {
+    let out = dir.to_string_lossy().to_string();
+    let args = |steps: &'static str| {
+        vec![
+            "--synthetic",
+            "--steps",
+            steps,
+            "--eval-samples",
+            "32",
+            "--checkpoint-every",
+            "0",
+            "--json",
+            "--reuse",
+            "--methods",
+            "dense,topk",
+            "--out",
+        ]
+    };
+    let bin = env!("CARGO_BIN_EXE_method_zoo");
+    let mut same = args("12");
+    same.push(&out);
+    let o = common::run(bin, &same);
+    assert!(o.status.success(), "{}", common::text(&o));
+    let log = String::from_utf8_lossy(&o.stderr).to_string();
+    assert_eq!(log.matches("keeping the finished run").count(), 2, "{log}");
+    let kept: Vec<Value> = serde_json::from_slice(&o.stdout).expect("rows");
+    for k in &kept {
+        let first = rows.iter().find(|r| r["method"] == k["method"]).unwrap();
+        assert_eq!(k, first);
+    }
+    let mut changed = args("11");
+    changed.push(&out);
+    let o = common::run(bin, &changed);
+    assert!(o.status.success(), "{}", common::text(&o));
+    let log = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(!log.contains("keeping the finished run"), "{log}");
 }
