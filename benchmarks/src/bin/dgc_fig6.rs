@@ -119,7 +119,7 @@ fn validate(args: &Args) -> Result<()> {
         args.skip
     );
     for m in &args.models {
-        if !nn::models::NAMES.contains(&m.as_str()) {
+        if nn::models::find(m).is_err() {
             bail!("--models {m}: not a model of this stack (see train --help)");
         }
     }

@@ -166,7 +166,7 @@ const fn word_lm(name: &'static str, paper_mib: Option<f64>, hidden: usize) -> E
     }
 }
 
-/// Every model of `models::NAMES`, with the gradient size a paper states and its input.
+/// Every model of `models::MODELS`, with the gradient size a paper states and its input.
 fn zoo() -> Vec<Entry> {
     vec![
         image("resnet20", None, [3, 32, 32], 10, false),

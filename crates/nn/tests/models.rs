@@ -61,7 +61,7 @@ fn alexnet_biases_follow_the_bvlc_model() {
 
 #[test]
 fn names_are_pytorch_style_unique_and_ordered() {
-    for name in models::NAMES {
+    for name in models::names() {
         let m = models::by_name(name, &mut Rng::new(0)).unwrap();
         let names: Vec<String> = m.named_params().into_iter().map(|p| p.name).collect();
         let unique: std::collections::HashSet<&String> = names.iter().collect();
@@ -266,5 +266,46 @@ fn deepspeech_logits_do_not_depend_on_the_batchs_padding() {
         let blind = ours(ds.forward(&batch, &mut Ctx::eval()).unwrap());
         let off = largest_gap(&own, &blind);
         assert!(off > 1e-3, "{kind:?}: padding had no effect ({off})");
+    }
+}
+
+/// Each entry of the registry builds, by its own name, a model that reads the input its
+/// entry states: an image model's paper input gives `[N, outputs]`, and a model built for
+/// another fitting shape (a CIFAR ResNet on 1-channel 28×28 images) works too.
+#[test]
+fn registry_entries_build_what_they_state() {
+    let mut rng = Rng::new(3);
+    let mut seen = std::collections::HashSet::new();
+    for info in models::MODELS {
+        assert!(seen.insert(info.name), "{} twice", info.name);
+        assert_eq!(models::find(info.name).unwrap().name, info.name);
+        let built = (info.build)(&info.paper_spec(), &mut rng).unwrap();
+        let kind = match &built {
+            models::Model::Image(_) => models::Kind::Image,
+            models::Model::Language(_) => models::Kind::Language,
+            models::Model::Speech(_) => models::Kind::Speech,
+        };
+        assert_eq!(kind, info.kind, "{}", info.name);
+        assert_eq!(
+            info.paper_image().is_some(),
+            info.kind == models::Kind::Image,
+            "{}",
+            info.name
+        );
+    }
+    let err = models::find("resnet21").err().unwrap().to_string();
+    assert!(err.contains("known models: resnet20"), "{err}");
+    let r20 = models::find("resnet20").unwrap();
+    let spec = models::Spec {
+        image: [1, 28, 28],
+        ..r20.paper_spec()
+    };
+    let m = (r20.build)(&spec, &mut rng).unwrap().into_module();
+    let x = Tensor::randn(vec![2, 1, 28, 28], 0.0, 1.0, DType::F32, Device::Cpu, &mut rng).unwrap();
+    assert_eq!(m.forward(&x, &mut Ctx::eval()).unwrap().dims(), [2, 10]);
+    // The help lists every model under its kind.
+    let help = models::help_text();
+    for info in models::MODELS {
+        assert!(help.contains(info.name), "{help}");
     }
 }

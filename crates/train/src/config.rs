@@ -234,9 +234,7 @@ pub struct Args {
     /// TOML file with any of the keys below (flag names with '_' for '-').
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Model (default resnet20). Images: resnet20/32/44/56/110, lenet5, vgg16, alexnet, resnet50. Language:
-    /// lstm_lm (2 × 1500, tied), lstm_lm_medium (2 × 650), char_lstm (2 × 200). Speech:
-    /// deepspeech (7 bidirectional GRU layers of 1200), an4_lstm (5 LSTM layers of 800).
+    /// Model (default resnet20); the list is nn's model registry (`train --help`).
     #[arg(long)]
     pub model: Option<String>,
     /// Dataset (default fashion-mnist). Images: fashion-mnist, mnist (--data-dir), cifar10, imagenet (--data-dir with
@@ -270,8 +268,8 @@ pub struct Args {
     /// Stop after this many steps (overrides --epochs).
     #[arg(long)]
     pub steps: Option<usize>,
-    /// Base learning rate (default 0.1; for lenet5 and alexnet 0.01, for deepspeech and
-    /// an4_lstm 3e-4: their recipes' rates, as 0.1 diverges).
+    /// Base learning rate (default 0.1; the model's recipe's rate where 0.1 diverges, from
+    /// nn's model registry: `train --help` lists them).
     #[arg(long)]
     pub lr: Option<f64>,
     /// Learning-rate schedule (default constant).
@@ -975,7 +973,7 @@ mod tests {
             ..Config::default()
         };
         let e = format!("{:#}", char_dropout.validate().unwrap_err());
-        assert!(e.contains("--dropout: char_lstm"), "{e}");
+        assert!(e.contains("--dropout: --model char_lstm is fixed"), "{e}");
     }
 
     /// Values no run can mean are refused before a worker starts (each used to run).

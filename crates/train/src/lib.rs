@@ -8,6 +8,7 @@ pub mod bucket;
 pub mod checkpoint;
 pub mod config;
 pub mod exchanger;
+pub mod help;
 pub mod hierarchy;
 pub mod interrupt;
 pub mod launcher;

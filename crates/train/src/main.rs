@@ -1,6 +1,6 @@
 //! `train`: data-parallel training with compressed gradient exchange (see `--help`).
 
-use clap::{CommandFactory, FromArgMatches};
+use clap::FromArgMatches;
 use train::progress::{say, say_err};
 use train::{Args, Config};
 
@@ -17,11 +17,7 @@ fn main() {
     // As the OS gave them (`args()` panics on one that is not UTF-8, say a run directory
     // named in Latin-1): the launcher passes them on to its workers unchanged.
     let raw: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
-    let help = format!(
-        "Methods and their options (--method NAME --method-opt key=value, repeatable):\n{}",
-        compress::help_text()
-    );
-    let matches = Args::command().after_help(help).get_matches();
+    let matches = train::help::command().get_matches();
     let args = match Args::from_arg_matches(&matches) {
         Ok(a) => a,
         Err(e) => e.exit(),

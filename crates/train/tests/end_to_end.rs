@@ -1551,7 +1551,7 @@ fn wrong_configurations_fail_before_any_worker_starts() {
         ),
         (
             &["--model", "resnet20", "--hidden", "8"],
-            "--hidden is for the language and speech models",
+            "--hidden: --model resnet20 is fixed",
         ),
         (
             &[
@@ -1562,7 +1562,7 @@ fn wrong_configurations_fail_before_any_worker_starts() {
                 "--layers",
                 "3",
             ],
-            "2 LSTM layers",
+            "--layers: --model lstm_lm is fixed",
         ),
         (
             &["--schedule", "weird"],

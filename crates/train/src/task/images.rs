@@ -5,34 +5,28 @@ use super::Split;
 use crate::config::Config;
 use anyhow::{bail, Context, Result};
 use data::{Dataset, ImageDataset, SyntheticImages};
-use nn::Module;
+use nn::models::{Fit, Input, ModelInfo};
 use std::path::PathBuf;
 use std::sync::Arc;
 use tensor::Rng;
 
-/// `[C, H, W]` and the number of classes of an image dataset, without loading it.
-pub(super) fn image_shape(c: &Config) -> Result<([usize; 3], usize)> {
+/// `[C, H, W]` and the number of classes of an image dataset, without loading it
+/// (synthetic data and ImageNet folders take the model's own input).
+pub(super) fn image_shape(c: &Config, model: &ModelInfo) -> Result<([usize; 3], usize)> {
+    let paper = || {
+        model
+            .paper_image()
+            .with_context(|| format!("model {} has no image input shape", c.model))
+    };
     Ok(match c.dataset.as_str() {
         "fashion-mnist" | "mnist" => ([1, 28, 28], 10),
         "cifar10" => ([3, 32, 32], 10),
-        "synthetic" => {
-            let s = nn::models::input_shape(&c.model)
-                .with_context(|| format!("model {} has no image input shape", c.model))?;
-            (
-                [s[0], s[1], s[2]],
-                if c.model == "resnet50" || c.model == "alexnet" {
-                    1000
-                } else {
-                    10
-                },
-            )
-        }
+        "synthetic" => (paper()?, model.outputs),
         "imagenet" => {
             // ImageNet-layout folders at the model's own resolution (227 for AlexNet, 224
             // for ResNet-50, 32 for the CIFAR networks, 28 for LeNet-5), always RGB.
-            let s = nn::models::input_shape(&c.model)
-                .with_context(|| format!("model {} has no image input shape", c.model))?;
-            ([3, s[1], s[2]], imagenet_classes(&image_dir(c)?)?.len())
+            let [_, h, w] = paper()?;
+            ([3, h, w], imagenet_classes(&image_dir(c)?)?.len())
         }
         d => {
             bail!("--dataset {d}: image models train on fashion-mnist, mnist, cifar10, imagenet or synthetic")
@@ -73,29 +67,27 @@ fn imagenet_classes(dir: &std::path::Path) -> Result<Vec<String>> {
     Ok(train)
 }
 
-pub(super) fn check_image(c: &Config) -> Result<()> {
-    let ([ch, h, w], _) = image_shape(c)?;
-    let fixed = |want: [usize; 3]| -> Result<()> {
-        if [ch, h, w] != want {
-            bail!(
-                "--model {} expects {:?} inputs, but --dataset {} gives {:?}",
-                c.model,
-                want,
-                c.dataset,
-                [ch, h, w]
-            );
-        }
-        Ok(())
+/// The dataset's images fit the model (its registry entry's [`Fit`]).
+pub(super) fn check_image(c: &Config, model: &ModelInfo) -> Result<()> {
+    let ([ch, h, w], _) = image_shape(c, model)?;
+    let Input::Image { fit, .. } = model.input else {
+        bail!("--model {} is not an image model", c.model);
     };
-    match c.model.as_str() {
-        "vgg16" => fixed([3, 32, 32])?,
-        "alexnet" => fixed([3, 227, 227])?,
-        "resnet50" => fixed([3, 224, 224])?,
-        "lenet5" if h != 28 || w != 28 => bail!(
-            "--model lenet5 expects 28×28 inputs, --dataset {} gives {h}×{w}",
+    match fit {
+        Fit::Any => {}
+        Fit::Exactly(want) if [ch, h, w] != want => bail!(
+            "--model {} expects {:?} inputs, but --dataset {} gives {:?}",
+            c.model,
+            want,
+            c.dataset,
+            [ch, h, w]
+        ),
+        Fit::Size(wh, ww) if (h, w) != (wh, ww) => bail!(
+            "--model {} expects {wh}×{ww} inputs, --dataset {} gives {h}×{w}",
+            c.model,
             c.dataset
         ),
-        _ => {}
+        Fit::Exactly(_) | Fit::Size(..) => {}
     }
     if c.dataset != "synthetic" {
         image_dir(c)?;
@@ -116,30 +108,6 @@ fn image_dir(c: &Config) -> Result<PathBuf> {
         "imagenet" => bail!("--dataset imagenet needs --data-dir (a directory with train/<class>/ and val/<class>/ folders of JPEG or PNG images)"),
         d => bail!("--dataset {d} needs --data-dir (the directory of its binary batches, data_batch_1.bin ... test_batch.bin)"),
     }
-}
-
-pub(super) fn build_image_model(
-    c: &Config,
-    channels: usize,
-    classes: usize,
-) -> Result<Box<dyn Module>> {
-    let mut rng = Rng::new(c.seed);
-    let m: Box<dyn Module> = match c.model.as_str() {
-        "lenet5" => Box::new(nn::models::lenet5_caffe(channels, classes, &mut rng)?),
-        "vgg16" => Box::new(nn::models::vgg16_cifar(classes, &mut rng)?),
-        "alexnet" => Box::new(nn::models::alexnet_caffe(classes, &mut rng)?),
-        "resnet50" => Box::new(nn::models::resnet50(classes, &mut rng)?),
-        name => {
-            let depth: usize = name
-                .strip_prefix("resnet")
-                .and_then(|d| d.parse().ok())
-                .with_context(|| format!("model {name}"))?;
-            Box::new(nn::models::resnet_cifar(
-                depth, channels, classes, &mut rng,
-            )?)
-        }
-    };
-    Ok(m)
 }
 
 pub(super) fn limit<D: Dataset + 'static>(ds: D, n: Option<usize>) -> Arc<dyn Dataset> {

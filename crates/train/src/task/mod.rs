@@ -18,46 +18,28 @@ use crate::config::Config;
 use crate::wer;
 use anyhow::{bail, Context, Result};
 use data::{Batch, Dataset, Loader, TokenBatches};
-use images::{build_image_model, check_image, image_data, image_shape};
-use nn::layers::{RnnKind, RnnState};
+use images::{check_image, image_data, image_shape};
+use nn::layers::RnnState;
 use nn::loss::{cross_entropy, ctc_loss, CtcReduction};
-use nn::models::{DeepSpeech, LstmLm};
-use nn::{Ctx, Module};
+pub use nn::models::{Kind, Model};
+use nn::models::{Input, Knob, ModelInfo, Spec};
+use nn::Ctx;
 use speech::{speech_data, speech_outputs, SPEECH_CLASSES};
 use std::sync::Arc;
 use tensor::{no_grad, Device, Rng, Tensor};
 use text::text_data;
 
-const IMAGE_MODELS: [&str; 9] = [
-    "resnet20",
-    "resnet32",
-    "resnet44",
-    "resnet56",
-    "resnet110",
-    "lenet5",
-    "vgg16",
-    "alexnet",
-    "resnet50",
-];
-const LANGUAGE_MODELS: [&str; 3] = ["lstm_lm", "lstm_lm_medium", "char_lstm"];
-
 /// Whether `model` is a language model (its synthetic data counts tokens, not samples).
 pub fn is_language_model(model: &str) -> bool {
-    LANGUAGE_MODELS.contains(&model)
+    nn::models::find(model).is_ok_and(|m| m.kind == Kind::Language)
 }
-const SPEECH_MODELS: [&str; 2] = ["deepspeech", "an4_lstm"];
 
-/// The learning rate `model`'s recipe trains it at, where that is below the default 0.1:
-/// the rate such a model gets when none is given (`Config::resolve`), and the hint when a
-/// loss diverges (LeNet-5 on Fashion-MNIST at 0.1 with momentum 0.9, dense, 2 workers ×
-/// 32: NaN at step 29).
+/// The learning rate `model`'s recipe trains it at, where that is below the default 0.1
+/// (its registry entry's): the rate such a model gets when none is given
+/// (`Config::resolve`), and the hint when a loss diverges (LeNet-5 on Fashion-MNIST at
+/// 0.1 with momentum 0.9, dense, 2 workers × 32: NaN at step 29).
 pub fn usual_lr(model: &str) -> Option<(f64, &'static str)> {
-    match model {
-        "lenet5" => Some((0.01, "Caffe's LeNet solver")),
-        "alexnet" => Some((0.01, "Krizhevsky et al. for 128 images a step")),
-        "deepspeech" | "an4_lstm" => Some((3e-4, "deepspeech.pytorch")),
-        _ => None,
-    }
+    nn::models::find(model).ok()?.usual_lr
 }
 
 /// Streams of the language model's evaluation, over the whole test text whatever the
@@ -67,44 +49,21 @@ pub const EVAL_STREAMS: usize = 10;
 /// [`EVAL_STREAMS`] streams needs an input and its next token.
 pub const EVAL_MIN_TOKENS: usize = 2 * EVAL_STREAMS;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    Image,
-    Language,
-    Speech,
+/// The model's registry entry, or an error that lists the models by kind.
+pub fn model_info(model: &str) -> Result<&'static ModelInfo> {
+    nn::models::find(model).map_err(|_| {
+        let list = |k: Kind| nn::models::names_of(k).join(", ");
+        anyhow::anyhow!(
+            "--model {model}: expected an image model ({}), a language model ({}) or a speech model ({})",
+            list(Kind::Image),
+            list(Kind::Language),
+            list(Kind::Speech)
+        )
+    })
 }
 
 pub fn kind_of(model: &str) -> Result<Kind> {
-    if IMAGE_MODELS.contains(&model) {
-        Ok(Kind::Image)
-    } else if LANGUAGE_MODELS.contains(&model) {
-        Ok(Kind::Language)
-    } else if SPEECH_MODELS.contains(&model) {
-        Ok(Kind::Speech)
-    } else {
-        bail!(
-            "--model {model}: expected an image model ({}), a language model ({}) or a speech model ({})",
-            IMAGE_MODELS.join(", "),
-            LANGUAGE_MODELS.join(", "),
-            SPEECH_MODELS.join(", ")
-        )
-    }
-}
-
-pub enum Model {
-    Image(Box<dyn Module>),
-    Language(LstmLm),
-    Speech(DeepSpeech),
-}
-
-impl Model {
-    pub fn module(&self) -> &dyn Module {
-        match self {
-            Model::Image(m) => m.as_ref(),
-            Model::Language(m) => m,
-            Model::Speech(m) => m,
-        }
-    }
+    Ok(model_info(model)?.kind)
 }
 
 /// The data of a split: samples drawn in shuffled batches, or a token stream.
@@ -175,7 +134,8 @@ pub struct EvalSums {
 
 /// The model/dataset combination is one we can build, and the sequence options fit it.
 pub fn check(c: &Config) -> Result<()> {
-    let kind = kind_of(&c.model)?;
+    let info = model_info(&c.model)?;
+    let kind = info.kind;
     // --bptt has a default, so only a value other than it can tell that it was given.
     if kind != Kind::Language && c.bptt != Config::default().bptt {
         bail!(
@@ -183,22 +143,28 @@ pub fn check(c: &Config) -> Result<()> {
             c.model
         );
     }
-    match kind {
-        Kind::Image => {
-            for (flag, set) in [
-                ("--hidden", c.hidden.is_some()),
-                ("--layers", c.layers.is_some()),
-                ("--dropout", c.dropout.is_some()),
-            ] {
-                if set {
-                    bail!(
-                        "{flag} is for the language and speech models, not --model {}",
-                        c.model
-                    );
-                }
-            }
-            check_image(c)?
+    // The sizes a model lets a user change are in its registry entry.
+    for (flag, knob, set) in [
+        ("--hidden", Knob::Hidden, c.hidden.is_some()),
+        ("--layers", Knob::Layers, c.layers.is_some()),
+        ("--dropout", Knob::Dropout, c.dropout.is_some()),
+    ] {
+        if set && !info.takes(knob) {
+            let takers: Vec<&str> = nn::models::MODELS
+                .iter()
+                .filter(|m| m.takes(knob))
+                .map(|m| m.name)
+                .collect();
+            bail!(
+                "{flag}: --model {} is fixed ({}); {flag} sets a size of {}",
+                c.model,
+                info.about,
+                takers.join(", ")
+            );
         }
+    }
+    match kind {
+        Kind::Image => check_image(c, info)?,
         Kind::Language => {
             if !["kjv", "ptb", "synthetic"].contains(&c.dataset.as_str()) {
                 bail!(
@@ -206,17 +172,11 @@ pub fn check(c: &Config) -> Result<()> {
                     c.dataset
                 );
             }
-            if c.layers.is_some_and(|l| l != 2) {
-                bail!("--layers: the language models have the papers' 2 LSTM layers");
-            }
-            if c.model == "char_lstm" && c.hidden.is_some() {
-                bail!("--hidden: char_lstm is SBC's fixed 2 × 200 network");
-            }
-            if c.model == "char_lstm" && c.dropout.is_some() {
-                bail!("--dropout: char_lstm is SBC's fixed network, without dropout");
-            }
-            if c.model == "char_lstm" && c.dataset == "synthetic" {
-                bail!("--model char_lstm needs a character corpus (--dataset kjv or ptb)");
+            if info.input == (Input::Tokens { characters: true }) && c.dataset == "synthetic" {
+                bail!(
+                    "--model {} needs a character corpus (--dataset kjv or ptb)",
+                    c.model
+                );
             }
             if c.bptt == 0 {
                 bail!("--bptt must be at least 1");
@@ -228,9 +188,6 @@ pub fn check(c: &Config) -> Result<()> {
                     "--dataset {}: speech models train on speech, an4 or synthetic",
                     c.dataset
                 );
-            }
-            if c.dropout.is_some() {
-                bail!("--dropout: the speech models have no dropout");
             }
         }
     }
@@ -248,38 +205,32 @@ impl Task {
     /// from the seed, so every device starts from the same model).
     pub fn new(c: &Config, device: Device) -> Result<Task> {
         check(c)?;
-        let kind = kind_of(&c.model)?;
-        let on_device = |f: &dyn Fn() -> Result<Model>| {
-            nn::init::with_default_device(device, f)
+        let info = model_info(&c.model)?;
+        let kind = info.kind;
+        let build = |image: [usize; 3], outputs: usize| {
+            let spec = Spec {
+                image,
+                outputs,
+                hidden: c.hidden,
+                layers: c.layers,
+                dropout: c.dropout,
+            };
+            // Initial values are drawn from the seed on whichever device.
+            nn::init::with_default_device(device, || (info.build)(&spec, &mut Rng::new(c.seed)))
                 .with_context(|| format!("building {} on {device:?}", c.model))
         };
         let mut classes = 0;
         let (model, train, test, metric_name) = match kind {
             Kind::Image => {
-                let (shape, n) = image_shape(c)?;
+                let (shape, n) = image_shape(c, info)?;
                 classes = n;
                 let (train, test) = image_data(c, shape, n)?;
-                let model = on_device(&|| Ok(Model::Image(build_image_model(c, shape[0], n)?)))?;
-                (model, train, test, "accuracy")
+                (build(shape, n)?, train, test, "accuracy")
             }
             Kind::Language => {
-                let (train, test, vocab) = text_data(c)?;
-                let model = on_device(&|| {
-                    let mut rng = Rng::new(c.seed);
-                    let m = match c.model.as_str() {
-                        "char_lstm" => nn::models::char_lstm(vocab, &mut rng)?,
-                        name => {
-                            let paper = if name == "lstm_lm" { 1500 } else { 650 };
-                            let hidden = c.hidden.unwrap_or(paper);
-                            // The papers' dropout for their sizes; none for others unless asked.
-                            let dropout = c.dropout.unwrap_or(nn::models::lstm_lm_dropout(hidden));
-                            nn::models::lstm_lm(vocab, hidden, dropout, &mut rng)?
-                        }
-                    };
-                    Ok(Model::Language(m))
-                })?;
+                let (train, test, vocab) = text_data(c, info)?;
                 (
-                    model,
+                    build([0; 3], vocab)?,
                     Split::Tokens(Arc::new(train)),
                     Split::Tokens(Arc::new(test)),
                     "perplexity",
@@ -287,21 +238,7 @@ impl Task {
             }
             Kind::Speech => {
                 let (train, test) = speech_data(c)?;
-                let model = on_device(&|| {
-                    let mut rng = Rng::new(c.seed);
-                    let (rnn, layers, hidden) = match c.model.as_str() {
-                        "deepspeech" => (RnnKind::Gru, 7, 1200),
-                        _ => (RnnKind::Lstm, 5, 800),
-                    };
-                    Ok(Model::Speech(nn::models::deepspeech(
-                        rnn,
-                        c.layers.unwrap_or(layers),
-                        c.hidden.unwrap_or(hidden),
-                        SPEECH_CLASSES,
-                        &mut rng,
-                    )?))
-                })?;
-                (model, train, test, "wer")
+                (build([0; 3], SPEECH_CLASSES)?, train, test, "wer")
             }
         };
         Ok(Task {

@@ -3,6 +3,7 @@
 
 use crate::config::Config;
 use anyhow::{bail, Context, Result};
+use nn::models::{Input, ModelInfo};
 use std::path::PathBuf;
 
 /// Where `datasets prepare kjv --out DIR` writes when docs/data.md is followed.
@@ -11,7 +12,8 @@ const KJV_DEFAULT_DIR: &str = "data/kjv";
 const SYNTHETIC_VOCAB: usize = 100;
 
 /// Token streams (train, test) and the vocabulary size.
-pub(super) fn text_data(c: &Config) -> Result<(Vec<u32>, Vec<u32>, usize)> {
+/// A character model (its registry entry's input) reads the corpus's character files.
+pub(super) fn text_data(c: &Config, model: &ModelInfo) -> Result<(Vec<u32>, Vec<u32>, usize)> {
     if c.dataset == "synthetic" {
         let stream = |n: usize, seed: u64| {
             data::SyntheticTokens {
@@ -31,7 +33,7 @@ pub(super) fn text_data(c: &Config) -> Result<(Vec<u32>, Vec<u32>, usize)> {
         (None, "kjv") => PathBuf::from(KJV_DEFAULT_DIR),
         (None, d) => bail!("--dataset {d} needs --data-dir (the directory of ptb.train.txt, ptb.valid.txt, ptb.test.txt)"),
     };
-    let prefix = if c.model == "char_lstm" {
+    let prefix = if model.input == (Input::Tokens { characters: true }) {
         "ptb.char"
     } else {
         "ptb"
