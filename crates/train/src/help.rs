@@ -52,7 +52,11 @@ mod tests {
         let long = super::command().render_long_help().to_string();
         let short = super::command().render_help().to_string();
         for m in MODELS {
-            assert!(long.contains(m.name) && long.contains(m.about), "{}", m.name);
+            assert!(
+                long.contains(m.name) && long.contains(m.about),
+                "{}",
+                m.name
+            );
             assert!(short.contains(m.name), "{}", m.name);
             if let Some((lr, _)) = m.usual_lr {
                 assert!(long.contains(&format!("{} {lr}", m.name)), "{}", m.name);

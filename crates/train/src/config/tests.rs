@@ -1,0 +1,329 @@
+//! The configuration's resolution, validation and help.
+
+use super::*;
+
+#[test]
+fn a_worker_of_a_job_takes_the_jobs_size() {
+    let node = Config::default(); // --workers left out: 1
+    assert_eq!(node.for_job(4).unwrap().workers, 4);
+    let launched = Config {
+        workers: 4,
+        ..Config::default()
+    };
+    assert_eq!(launched.for_job(4).unwrap().workers, 4);
+    let e = launched.for_job(2).unwrap_err().to_string();
+    assert!(e.contains("--workers 4 disagrees with WORLD_SIZE=2"), "{e}");
+    // The step's samples are checked against the job's size: 2 nodes × batch 32 need
+    // 64 synthetic samples even though each node says --workers 1.
+    let small = Config {
+        dataset: "synthetic".into(),
+        model: "lenet5".into(),
+        synthetic_samples: 40,
+        ..Config::default()
+    };
+    small.validate().unwrap();
+    let e = small
+        .for_job(2)
+        .unwrap()
+        .validate()
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("less than one step's 64 samples"), "{e}");
+}
+
+#[test]
+fn flags_that_would_be_ignored_are_errors() {
+    let multistep = Config {
+        schedule: Schedule::Multistep,
+        dataset: "synthetic".into(),
+        ..Config::default()
+    };
+    let e = multistep.validate().unwrap_err().to_string();
+    assert!(e.contains("multistep needs --milestones"), "{e}");
+    // Milestones or a gamma under a schedule that reads neither, Adam's options under
+    // SGD: each used to train as if it were not given.
+    let synthetic = || Config {
+        dataset: "synthetic".into(),
+        ..Config::default()
+    };
+    for (c, want) in [
+        (
+            Config {
+                milestones: vec![30.0, 60.0],
+                ..synthetic()
+            },
+            "--milestones is for --schedule step or multistep; this run's schedule is constant",
+        ),
+        (
+            Config {
+                schedule: Schedule::Cosine,
+                gamma: 0.5,
+                ..synthetic()
+            },
+            "--gamma is for --schedule step or multistep; this run's schedule is cosine",
+        ),
+        (
+            Config {
+                schedule: Schedule::Step,
+                milestones: vec![30.0, 60.0],
+                ..synthetic()
+            },
+            "--schedule step takes one --milestones PERIOD",
+        ),
+        (
+            Config {
+                adam_eps: 1e-6,
+                ..synthetic()
+            },
+            "--adam-eps is for --optimizer adam",
+        ),
+    ] {
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains(want), "{e}");
+    }
+    Config {
+        schedule: Schedule::Multistep,
+        milestones: vec![30.0, 60.0],
+        gamma: 0.2,
+        ..synthetic()
+    }
+    .validate()
+    .unwrap();
+    let e = Config {
+        seed: u64::MAX,
+        ..synthetic()
+    }
+    .validate()
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("--seed 18446744073709551615 is above"), "{e}");
+    // An evaluation that would fail only after the first epoch fails now.
+    let few = Config {
+        dataset: "synthetic".into(),
+        workers: 4,
+        eval_samples: Some(3),
+        ..Config::default()
+    };
+    let e = few.validate().unwrap_err().to_string();
+    assert!(
+        e.contains("--eval-samples 3 is too few for 4 workers"),
+        "{e}"
+    );
+    // A language model's test text is cut into 10 streams of at least 2 tokens,
+    // however many workers share them.
+    let lm = |n: usize, workers: usize| Config {
+        model: "lstm_lm".into(),
+        dataset: "synthetic".into(),
+        workers,
+        eval_samples: Some(n),
+        ..Config::default()
+    };
+    let e = lm(19, 1).validate().unwrap_err().to_string();
+    assert!(e.contains("--eval-samples 19 is too few"), "{e}");
+    lm(20, 16).validate().unwrap();
+    let char_dropout = Config {
+        model: "char_lstm".into(),
+        dataset: "kjv".into(),
+        dropout: Some(0.5),
+        ..Config::default()
+    };
+    let e = format!("{:#}", char_dropout.validate().unwrap_err());
+    assert!(e.contains("--dropout: --model char_lstm is fixed"), "{e}");
+}
+
+/// Values no run can mean are refused before a worker starts (each used to run).
+#[test]
+fn nonsense_values_are_errors() {
+    let synthetic = || Config {
+        dataset: "synthetic".into(),
+        ..Config::default()
+    };
+    assert!(synthetic().validate().is_ok());
+    let multistep = |m: Vec<f64>| Config {
+        schedule: Schedule::Multistep,
+        milestones: m,
+        ..synthetic()
+    };
+    for (c, want) in [
+        (
+            Config {
+                workers: comm::MAX_WORLD + 1,
+                batch_size: 1,
+                synthetic_samples: comm::MAX_WORLD + 1,
+                ..synthetic()
+            },
+            "ranks a job supports",
+        ),
+        (
+            Config {
+                log_every: 0,
+                ..synthetic()
+            },
+            "--log-every must be at least 1",
+        ),
+        (
+            Config {
+                synthetic_samples: MAX_SYNTHETIC_SAMPLES + 1,
+                ..synthetic()
+            },
+            "more than a generated set may have",
+        ),
+        (
+            Config {
+                eval_samples: Some(MAX_SYNTHETIC_SAMPLES + 1),
+                ..synthetic()
+            },
+            "more than a generated set may have",
+        ),
+        (
+            Config {
+                weight_decay: -1.0,
+                ..synthetic()
+            },
+            "--weight-decay must be",
+        ),
+        (
+            Config {
+                clip: -1.0,
+                ..synthetic()
+            },
+            "--clip must be",
+        ),
+        (
+            Config {
+                warmup_epochs: f64::NAN,
+                ..synthetic()
+            },
+            "--warmup-epochs must be",
+        ),
+        (
+            Config {
+                gamma: 0.0,
+                ..multistep(vec![1.0])
+            },
+            "--gamma must be positive",
+        ),
+        (multistep(vec![3.0, 1.0]), "positive and increasing"),
+        (multistep(vec![-1.0, 2.0]), "positive and increasing"),
+        (
+            Config {
+                model: "lenet5".into(),
+                bptt: 10,
+                ..synthetic()
+            },
+            "--bptt is for the language models",
+        ),
+    ] {
+        let e = format!("{:#}", c.validate().unwrap_err());
+        assert!(e.contains(want), "want {want:?}: {e}");
+    }
+    assert!(multistep(vec![1.0, 2.5]).validate().is_ok());
+}
+
+/// `--help` states the defaults a run takes when a flag is left out, as
+/// `Config::default` has them (a changed default must change its help too).
+#[test]
+fn help_states_the_defaults() {
+    use clap::CommandFactory;
+    let d = Config::default();
+    let help = Args::command().render_long_help().to_string();
+    let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
+    for want in [
+        format!("(default {}", d.model),
+        format!("(default {}", d.dataset),
+        format!("(default {}", d.method),
+        format!("(default {})", d.workers),
+        format!("(default {})", d.batch_size),
+        format!("(default {};", d.lr),
+        format!("(default {})", flag_value(&d.schedule)),
+        format!("(default {})", d.gamma),
+        format!("(default {:e})", d.weight_decay),
+        format!("(default {})", d.seed),
+        format!("(default {})", d.device),
+        format!("(default {})", flag_value(&d.backend)),
+        format!("(default {})", d.log_every),
+        format!("default {})", d.synthetic_samples),
+        format!("(default {})", d.bptt),
+    ] {
+        assert!(help.contains(&want), "--help lacks {want:?}");
+    }
+}
+
+/// Without `--lr` or an `lr` key in the `--config` file, a model whose recipe trains
+/// below 0.1 gets its recipe's rate; a rate given either way is kept, 0.1 included.
+#[test]
+fn a_rate_left_out_is_the_models_usual_one() {
+    use clap::Parser;
+    let lr = |argv: &[&str]| {
+        let argv = ["train"].iter().chain(argv).copied();
+        Config::resolve(&Args::try_parse_from(argv).unwrap())
+            .unwrap()
+            .lr
+    };
+    assert_eq!(lr(&[]), Config::default().lr);
+    assert_eq!(lr(&["--model", "resnet56"]), 0.1);
+    assert_eq!(lr(&["--model", "lenet5"]), 0.01);
+    assert_eq!(lr(&["--model", "deepspeech"]), 3e-4);
+    assert_eq!(lr(&["--model", "lenet5", "--lr", "0.1"]), 0.1);
+    let dir = std::env::temp_dir().join(format!("gradex-usual-lr-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (with, without) = (dir.join("with.toml"), dir.join("without.toml"));
+    std::fs::write(&with, "model = \"alexnet\"\nlr = 0.1\n").unwrap();
+    std::fs::write(&without, "model = \"alexnet\"\n").unwrap();
+    let (with, without) = (with.to_str().unwrap(), without.to_str().unwrap());
+    assert_eq!(lr(&["--config", with]), 0.1);
+    assert_eq!(lr(&["--config", without]), 0.01);
+    assert_eq!(lr(&["--config", without, "--lr", "0.02"]), 0.02);
+    // The model named by the flag, over the file's.
+    assert_eq!(lr(&["--config", with, "--model", "lenet5"]), 0.1);
+    assert_eq!(lr(&["--config", without, "--model", "resnet20"]), 0.1);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `--lr -0.1` is a negative rate (refused as one), not an unknown flag `-0`.
+#[test]
+fn negative_numbers_are_values() {
+    use clap::Parser;
+    let a = Args::try_parse_from(["train", "--lr", "-0.1"]).unwrap();
+    assert_eq!(a.lr, Some(-0.1));
+}
+
+#[test]
+fn cosine_decays_over_the_steps_of_the_run() {
+    let c = Config {
+        schedule: Schedule::Cosine,
+        steps: Some(5000),
+        ..Config::default()
+    };
+    // 1,875 batches an epoch: the run is 2.67 epochs, and at epoch 2 the rate is
+    // still up (it used to reach 0 after one epoch when --epochs was not given).
+    let (total, _) = c.plan(1875);
+    let s = c.schedule(total as f64 / 1875.0);
+    let at = |e: f64| s.lr(1.0, e);
+    assert!(at(2.0) > 0.05, "{}", at(2.0));
+    assert!(at(1.0) > at(2.0) && at(2.0) > at(2.6));
+    assert!(at(5000.0 / 1875.0).abs() < 1e-12);
+}
+
+#[test]
+fn pin_cores_reads_words_and_booleans() {
+    let read = |text: &str| toml::from_str::<Config>(text).map(|c| c.pin_cores);
+    assert_eq!(read("pin_cores = \"auto\"").unwrap(), PinCores::Auto);
+    assert_eq!(read("pin_cores = \"true\"").unwrap(), PinCores::True);
+    assert_eq!(read("pin_cores = false").unwrap(), PinCores::False);
+    assert_eq!(read("pin_cores = true").unwrap(), PinCores::True);
+    assert_eq!(read("").unwrap(), PinCores::Auto);
+    for bad in ["pin_cores = \"yes\"", "pin_cores = 1"] {
+        let e = read(bad).unwrap_err().to_string();
+        assert!(e.contains("`auto`, `true` or `false`"), "{bad}: {e}");
+    }
+    // What a run directory's config.toml holds reads back as the same value.
+    for p in [PinCores::Auto, PinCores::True, PinCores::False] {
+        let c = Config {
+            pin_cores: p,
+            ..Config::default()
+        };
+        let text = toml::to_string_pretty(&c).unwrap();
+        assert_eq!(read(&text).unwrap(), p, "{text}");
+    }
+}
