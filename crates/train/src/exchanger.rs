@@ -146,161 +146,11 @@ impl Exchanger {
                 // closure's locals, so everything the thread owns is moved into locals
                 // below, and the channel disconnects only once they are gone.
                 let _ended = ended_tx;
-                let (mut comm, mut method, rx, tx) = (comm, method, rx, tx);
-                let mut hierarchy =
-                    (local_world_size > 0).then(|| crate::hierarchy::Hierarchy::new(local_world_size));
-                // Bytes of the trainer's own collectives (initial broadcast, loss and
-                // evaluation sums, NCCL's start-up), kept out of the method's traffic.
-                let mut overhead = Traffic::default();
-                let mut nccl = match nccl {
-                    None => None,
-                    Some(device) => {
-                        let before = comm.counters().total();
-                        match NcclCommunicator::new(&mut comm, device) {
-                            Ok(n) => {
-                                add_traffic(&mut overhead, &before, &comm.counters().total());
-                                Some(n)
-                            }
-                            Err(e) => {
-                                let _ = tx.send(Reply::Failed(format!("starting NCCL: {e}")));
-                                return;
-                            }
-                        }
-                    }
-                };
-                for job in rx.iter() {
-                    let bookkeeping = matches!(
-                        job,
-                        Job::Allreduce(_) | Job::Broadcast(_) | Job::Allgather(_)
-                    );
-                    let before = comm.counters().total();
-                    let reply = match job {
-                        Job::Stop => return,
-                        Job::Begin(info) => {
-                            method.begin_step(info);
-                            continue;
-                        }
-                        Job::Exchange {
-                            index,
-                            weights,
-                            grad,
-                        } => {
-                            let started = Instant::now();
-                            method
-                                .exchange(&mut comm, index, &weights, &grad)
-                                .map(|update| Reply::Update {
-                                    index,
-                                    update,
-                                    started,
-                                })
-                                .map_err(|e| format!("exchanging parameter {index}: {e}"))
-                        }
-                        Job::ExchangeDevice {
-                            index,
-                            grad,
-                            weights,
-                        } => {
-                            let started = Instant::now();
-                            let (group, over): (&mut dyn ProcessGroup, &str) = match nccl.as_mut() {
-                                Some(n) => (n, "NCCL"),
-                                None => (&mut comm, "TCP"),
-                            };
-                            match hierarchy.as_mut() {
-                                Some(h) => h.exchange(method.as_mut(), group, index, weights.as_ref(), &grad),
-                                None => method.exchange_tensor(group, index, weights.as_ref(), &grad),
-                            }
-                                .map(|u| Reply::DeviceUpdate {
-                                    index,
-                                    update: u.values,
-                                    kind: u.kind,
-                                    stats: u.stats,
-                                    started,
-                                })
-                                .map_err(|e| format!("exchanging parameter {index} over {over}: {e}"))
-                        }
-                        Job::After { index, mut weights } => method
-                            .after_step(&mut comm, index, &mut weights)
-                            .map(|stats| Reply::After {
-                                index,
-                                weights,
-                                stats,
-                                momentum_mask: method.take_momentum_mask(index),
-                            })
-                            .map_err(|e| format!("synchronising parameter {index}: {e}")),
-                        Job::AfterDevice { index, weights } => {
-                            let (group, over): (&mut dyn ProcessGroup, &str) = match nccl.as_mut() {
-                                Some(n) => (n, "NCCL"),
-                                None => (&mut comm, "TCP"),
-                            };
-                            match hierarchy.as_mut() {
-                                Some(h) => h.after_step(method.as_mut(), group, index, &weights),
-                                None => method
-                                    .after_step_tensor(group, index, &weights)
-                                    .map(|stats| (stats, method.take_momentum_mask(index))),
-                            }
-                                .map(|(stats, momentum_mask)| Reply::After {
-                                    index,
-                                    weights: Vec::new(),
-                                    stats,
-                                    momentum_mask,
-                                })
-                                .map_err(|e| {
-                                    format!("synchronising parameter {index} over {over}: {e}")
-                                })
-                        }
-                        Job::Allreduce(mut v) => comm
-                            .allreduce(&mut v, ReduceOp::Sum)
-                            .map(|_| Reply::Reduced(v))
-                            .map_err(|e| format!("allreduce: {e}")),
-                        Job::Broadcast(b) => comm
-                            .broadcast(0, &b)
-                            .map(Reply::Broadcast)
-                            .map_err(|e| format!("broadcast: {e}")),
-                        Job::Allgather(b) => comm
-                            .allgather_v(&b)
-                            .map(Reply::Gathered)
-                            .map_err(|e| format!("allgather: {e}")),
-                        Job::State => method
-                            .state()
-                            .map(Reply::State)
-                            .map_err(|e| format!("copying the method's state: {e}")),
-                        Job::LoadState(s) => method
-                            .load_state(&s)
-                            .map(|_| Reply::Loaded)
-                            .map_err(|e| {
-                                format!(
-                                    "restoring the method's state: {e} (a checkpoint resumes with the --method and options that wrote it; this run's is {})",
-                                    method.describe()
-                                )
-                            }),
-                        Job::NodeBytes => Ok(Reply::NodeBytes(hierarchy.as_ref().map(|h| h.bytes()))),
-                        Job::Counters => {
-                            let mut t = comm.counters().total();
-                            if let Some(n) = &nccl {
-                                // The method's NCCL traffic: the nominal ring payload.
-                                add_traffic(&mut t, &Traffic::default(), &n.counters().total());
-                            }
-                            Ok(Reply::Counters(Traffic {
-                                payload_sent: t.payload_sent - overhead.payload_sent,
-                                payload_received: t.payload_received - overhead.payload_received,
-                                total_sent: t.total_sent - overhead.total_sent,
-                                total_received: t.total_received - overhead.total_received,
-                            }))
-                        }
-                    };
-                    if bookkeeping {
-                        add_traffic(&mut overhead, &before, &comm.counters().total());
-                    }
-                    match reply {
-                        Ok(r) => {
-                            if tx.send(r).is_err() {
-                                return;
-                            }
-                        }
-                        Err(msg) => {
-                            let _ = tx.send(Reply::Failed(msg));
-                            return;
-                        }
+                let (rx, tx) = (rx, tx);
+                match Thread::start(comm, method, nccl, local_world_size) {
+                    Ok(mut thread) => thread.serve(&rx, &tx),
+                    Err(msg) => {
+                        let _ = tx.send(Reply::Failed(msg));
                     }
                 }
             })
@@ -433,6 +283,234 @@ impl Drop for Exchanger {
                 let _ = h.join();
             }
         }
+    }
+}
+
+/// The compression thread's own: the TCP communicator, the method, NCCL's communicator
+/// where started, the hierarchical exchange's node structure, and the bytes of the
+/// trainer's own collectives.
+struct Thread {
+    comm: Communicator,
+    method: Box<dyn Method>,
+    nccl: Option<NcclCommunicator>,
+    hierarchy: Option<crate::hierarchy::Hierarchy>,
+    /// Bytes of the trainer's own collectives (initial broadcast, loss and evaluation
+    /// sums, NCCL's start-up), kept out of the method's traffic.
+    overhead: Traffic,
+}
+
+/// What a job asks of the thread's loop.
+enum Next {
+    Reply(std::result::Result<Reply, String>),
+    Continue,
+    Stop,
+}
+
+impl Thread {
+    /// With `nccl`, joins the ranks' NCCL communicator on that device first.
+    fn start(
+        mut comm: Communicator,
+        method: Box<dyn Method>,
+        nccl: Option<Device>,
+        local_world_size: usize,
+    ) -> std::result::Result<Thread, String> {
+        let mut overhead = Traffic::default();
+        let nccl = match nccl {
+            None => None,
+            Some(device) => {
+                let before = comm.counters().total();
+                let n = NcclCommunicator::new(&mut comm, device)
+                    .map_err(|e| format!("starting NCCL: {e}"))?;
+                add_traffic(&mut overhead, &before, &comm.counters().total());
+                Some(n)
+            }
+        };
+        Ok(Thread {
+            comm,
+            method,
+            nccl,
+            hierarchy: (local_world_size > 0)
+                .then(|| crate::hierarchy::Hierarchy::new(local_world_size)),
+            overhead,
+        })
+    }
+
+    /// Answers jobs until `Stop`, a failure (its reply is the last), or the trainer's end.
+    fn serve(&mut self, rx: &Receiver<Job>, tx: &Sender<Reply>) {
+        for job in rx.iter() {
+            let bookkeeping = matches!(
+                job,
+                Job::Allreduce(_) | Job::Broadcast(_) | Job::Allgather(_)
+            );
+            let before = self.comm.counters().total();
+            let reply = match self.handle(job) {
+                Next::Stop => return,
+                Next::Continue => continue,
+                Next::Reply(r) => r,
+            };
+            if bookkeeping {
+                add_traffic(&mut self.overhead, &before, &self.comm.counters().total());
+            }
+            match reply {
+                Ok(r) => {
+                    if tx.send(r).is_err() {
+                        return;
+                    }
+                }
+                Err(msg) => {
+                    let _ = tx.send(Reply::Failed(msg));
+                    return;
+                }
+            }
+        }
+    }
+
+    fn handle(&mut self, job: Job) -> Next {
+        let (comm, method) = (&mut self.comm, &mut self.method);
+        Next::Reply(match job {
+            Job::Stop => return Next::Stop,
+            Job::Begin(info) => {
+                method.begin_step(info);
+                return Next::Continue;
+            }
+            Job::Exchange {
+                index,
+                weights,
+                grad,
+            } => {
+                let started = Instant::now();
+                method
+                    .exchange(comm, index, &weights, &grad)
+                    .map(|update| Reply::Update {
+                        index,
+                        update,
+                        started,
+                    })
+                    .map_err(|e| format!("exchanging parameter {index}: {e}"))
+            }
+            Job::ExchangeDevice {
+                index,
+                grad,
+                weights,
+            } => self.exchange_device(index, &grad, weights.as_ref()),
+            Job::After { index, mut weights } => method
+                .after_step(comm, index, &mut weights)
+                .map(|stats| Reply::After {
+                    index,
+                    weights,
+                    stats,
+                    momentum_mask: method.take_momentum_mask(index),
+                })
+                .map_err(|e| format!("synchronising parameter {index}: {e}")),
+            Job::AfterDevice { index, weights } => self.after_step_device(index, &weights),
+            Job::Allreduce(mut v) => comm
+                .allreduce(&mut v, ReduceOp::Sum)
+                .map(|_| Reply::Reduced(v))
+                .map_err(|e| format!("allreduce: {e}")),
+            Job::Broadcast(b) => comm
+                .broadcast(0, &b)
+                .map(Reply::Broadcast)
+                .map_err(|e| format!("broadcast: {e}")),
+            Job::Allgather(b) => comm
+                .allgather_v(&b)
+                .map(Reply::Gathered)
+                .map_err(|e| format!("allgather: {e}")),
+            Job::State => method
+                .state()
+                .map(Reply::State)
+                .map_err(|e| format!("copying the method's state: {e}")),
+            Job::LoadState(s) => method.load_state(&s).map(|_| Reply::Loaded).map_err(|e| {
+                format!(
+                    "restoring the method's state: {e} (a checkpoint resumes with the --method and options that wrote it; this run's is {})",
+                    method.describe()
+                )
+            }),
+            Job::NodeBytes => Ok(Reply::NodeBytes(self.hierarchy.as_ref().map(|h| h.bytes()))),
+            Job::Counters => Ok(self.counters()),
+        })
+    }
+
+    /// A gradient tensor's exchange, over NCCL where started, else TCP (hierarchical
+    /// where the job has nodes).
+    fn exchange_device(
+        &mut self,
+        index: usize,
+        grad: &Tensor,
+        weights: Option<&Tensor>,
+    ) -> std::result::Result<Reply, String> {
+        let started = Instant::now();
+        let Thread {
+            comm,
+            method,
+            nccl,
+            hierarchy,
+            ..
+        } = self;
+        let (group, over): (&mut dyn ProcessGroup, &str) = match nccl.as_mut() {
+            Some(n) => (n, "NCCL"),
+            None => (comm, "TCP"),
+        };
+        match hierarchy.as_mut() {
+            Some(h) => h.exchange(method.as_mut(), group, index, weights, grad),
+            None => method.exchange_tensor(group, index, weights, grad),
+        }
+        .map(|u| Reply::DeviceUpdate {
+            index,
+            update: u.values,
+            kind: u.kind,
+            stats: u.stats,
+            started,
+        })
+        .map_err(|e| format!("exchanging parameter {index} over {over}: {e}"))
+    }
+
+    /// A method's synchronisation after the step on the weights' tensor, over NCCL
+    /// where started, else TCP (through the nodes' leaders where the job has nodes).
+    fn after_step_device(
+        &mut self,
+        index: usize,
+        weights: &Tensor,
+    ) -> std::result::Result<Reply, String> {
+        let Thread {
+            comm,
+            method,
+            nccl,
+            hierarchy,
+            ..
+        } = self;
+        let (group, over): (&mut dyn ProcessGroup, &str) = match nccl.as_mut() {
+            Some(n) => (n, "NCCL"),
+            None => (comm, "TCP"),
+        };
+        match hierarchy.as_mut() {
+            Some(h) => h.after_step(method.as_mut(), group, index, weights),
+            None => method
+                .after_step_tensor(group, index, weights)
+                .map(|stats| (stats, method.take_momentum_mask(index))),
+        }
+        .map(|(stats, momentum_mask)| Reply::After {
+            index,
+            weights: Vec::new(),
+            stats,
+            momentum_mask,
+        })
+        .map_err(|e| format!("synchronising parameter {index} over {over}: {e}"))
+    }
+
+    /// The method's traffic so far: TCP's and NCCL's, less the trainer's own collectives.
+    fn counters(&self) -> Reply {
+        let mut t = self.comm.counters().total();
+        if let Some(n) = &self.nccl {
+            // The method's NCCL traffic: the nominal ring payload.
+            add_traffic(&mut t, &Traffic::default(), &n.counters().total());
+        }
+        let o = &self.overhead;
+        Reply::Counters(Traffic {
+            payload_sent: t.payload_sent - o.payload_sent,
+            payload_received: t.payload_received - o.payload_received,
+            total_sent: t.total_sent - o.total_sent,
+            total_received: t.total_received - o.total_received,
+        })
     }
 }
 

@@ -13,7 +13,7 @@
 use crate::affinity;
 use crate::config::PinCores;
 use crate::progress::{say, say_err, Progress};
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
@@ -167,7 +167,17 @@ pub fn launch_logging(
     // Bound here and handed to rank 0 as it starts, so the port is held from now until
     // rank 0 accepts its peers: another job on this machine cannot take it meanwhile.
     let master = comm::bind_loopback_master().context("binding the job's master listener")?;
-    let token = token()?;
+    let job = Job {
+        exe,
+        workers,
+        args,
+        logs,
+        token: token()?,
+        progress: Arc::new(match logs {
+            WorkerLogs::Stdout => Progress::new(),
+            WorkerLogs::Stderr | WorkerLogs::Inherit => Progress::off(),
+        }),
+    };
     // How long workers stopping for an interrupt may take, after the first has stopped,
     // before the launcher gives up on the rest: a peer stuck in a collective fails
     // within the communication timeout, and saving takes far less.
@@ -175,15 +185,47 @@ pub fn launch_logging(
         .context("the workers' settings")?
         .saturating_mul(2)
         .saturating_add(Duration::from_secs(10));
-    let shares = cpu_shares(workers, pin);
-    let progress = Arc::new(match logs {
-        WorkerLogs::Stdout => Progress::new(),
-        WorkerLogs::Stderr | WorkerLogs::Inherit => Progress::off(),
-    });
     let mut children = Workers(Vec::new());
-    for (rank, share) in shares.iter().enumerate() {
-        let mut command = Command::new(&exe);
-        match share {
+    for (rank, share) in cpu_shares(workers, pin).iter().enumerate() {
+        children.0.push(job.spawn(rank, share.as_deref(), &master)?);
+    }
+    // Rank 0 has its own copy now.
+    drop(master);
+    job.supervise(children, stop_grace)
+}
+
+/// What every worker of a launch shares.
+struct Job<'a> {
+    exe: std::path::PathBuf,
+    workers: usize,
+    args: &'a [std::ffi::OsString],
+    logs: WorkerLogs,
+    token: String,
+    progress: Arc<Progress>,
+}
+
+/// A worker's last lines of output, for the launcher's report of its failure.
+type Tail = Arc<Mutex<VecDeque<String>>>;
+
+impl Job<'_> {
+    /// Starts worker `rank` on its CPUs (`cpus`; None: the scheduler's choice), with its
+    /// output pumped as `logs` asks.
+    fn spawn(
+        &self,
+        rank: usize,
+        cpus: Option<&[usize]>,
+        master: &std::net::TcpListener,
+    ) -> Result<(Child, Tail)> {
+        let (exe, workers, args, logs, token, progress) = (
+            &self.exe,
+            self.workers,
+            self.args,
+            self.logs,
+            &self.token,
+            &self.progress,
+        );
+        let mut command = Command::new(exe);
+        match cpus {
             Some(cpus) => command.env(affinity::ENV, affinity::format(cpus)),
             // Not the launcher's own GRADEX_CPUS either: that would put every worker on
             // the same CPUs while the plan says they are left to the scheduler.
@@ -206,7 +248,7 @@ pub fn launch_logging(
                 Ok(())
             });
         }
-        comm::prepare_local_worker(&mut command, rank, workers, &master, &token)
+        comm::prepare_local_worker(&mut command, rank, workers, master, token)
             .context("the job's master listener")?;
         command.env(crate::interrupt::LAUNCHED_ENV, "1");
         let piped = logs != WorkerLogs::Inherit;
@@ -237,142 +279,178 @@ pub fn launch_logging(
         if let Some(err) = child.stderr.take() {
             pump(err, prefix, tail.clone(), true, None);
         }
-        children.0.push((child, tail));
+        Ok((child, tail))
     }
-    // Rank 0 has its own copy now.
-    drop(master);
-    let mut status: Vec<Option<ExitStatus>> = vec![None; workers];
-    let mut last_forward: Option<std::time::Instant> = None;
-    let mut first_stop: Option<(usize, std::time::Instant)> = None;
-    loop {
-        for (s, (c, _)) in status.iter_mut().zip(&mut children.0) {
-            if s.is_none() {
-                *s = c.try_wait()?;
-            }
-        }
-        let interrupted = crate::interrupt::requested();
-        if interrupted && last_forward.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
-            // The workers had the terminal's Ctrl-C too, but not a signal sent to the
-            // launcher alone; again each second, for one that had not yet installed
-            // its handler.
-            for (s, (c, _)) in status.iter().zip(&children.0) {
+
+    /// Waits for the workers: passes an interrupt on to them and waits for their saves
+    /// (`Interrupted`), reports the first failure with its cause (stopping the others),
+    /// or returns when all have succeeded.
+    fn supervise(&self, mut children: Workers, stop_grace: Duration) -> Result<()> {
+        let (workers, progress) = (self.workers, &self.progress);
+        let mut status: Vec<Option<ExitStatus>> = vec![None; workers];
+        let mut last_forward: Option<std::time::Instant> = None;
+        let mut first_stop: Option<(usize, std::time::Instant)> = None;
+        loop {
+            for (s, (c, _)) in status.iter_mut().zip(&mut children.0) {
                 if s.is_none() {
-                    crate::interrupt::forward(c.id());
+                    *s = c.try_wait()?;
                 }
             }
-            last_forward = Some(std::time::Instant::now());
-        }
-        let stopped = |s: &ExitStatus| stopped_by_interrupt(s, interrupted);
-        let failed_other = status
-            .iter()
-            .any(|s| s.is_some_and(|s| !s.success() && !stopped(&s)));
-        if !failed_other && status.iter().any(|s| s.is_some_and(|s| stopped(&s))) {
-            // Workers stopping for an interrupt: wait for the rest, which are saving.
-            let (first, since) = *first_stop.get_or_insert_with(|| {
-                let r = status
-                    .iter()
-                    .position(|s| s.is_some_and(|s| stopped(&s)))
-                    .unwrap_or(0);
-                (r, std::time::Instant::now())
-            });
-            if since.elapsed() > stop_grace && status.iter().any(|s| s.is_none()) {
-                let left: Vec<String> = (0..workers)
-                    .filter(|&r| status[r].is_none())
-                    .map(|r| r.to_string())
-                    .collect();
-                children.stop_running();
-                bail!(
-                    "worker(s) {} had not stopped {} s after worker {first} stopped for the interrupt, and were killed; `--resume` continues from the newest checkpoint every rank holds",
-                    left.join(", "),
-                    stop_grace.as_secs()
-                );
+            let interrupted = crate::interrupt::requested();
+            if interrupted && last_forward.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+                // The workers had the terminal's Ctrl-C too, but not a signal sent to the
+                // launcher alone; again each second, for one that had not yet installed
+                // its handler.
+                for (s, (c, _)) in status.iter().zip(&children.0) {
+                    if s.is_none() {
+                        crate::interrupt::forward(c.id());
+                    }
+                }
+                last_forward = Some(std::time::Instant::now());
+            }
+            let stopped = |s: &ExitStatus| stopped_by_interrupt(s, interrupted);
+            let failed_other = status
+                .iter()
+                .any(|s| s.is_some_and(|s| !s.success() && !stopped(&s)));
+            if !failed_other && status.iter().any(|s| s.is_some_and(|s| stopped(&s))) {
+                let since = *first_stop.get_or_insert_with(|| {
+                    let r = status
+                        .iter()
+                        .position(|s| s.is_some_and(|s| stopped(&s)))
+                        .unwrap_or(0);
+                    (r, std::time::Instant::now())
+                });
+                if let Some(end) = self.stopping(&mut children, &status, since, stop_grace) {
+                    return end;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+                continue;
+            }
+            if status.iter().any(|s| s.is_some_and(|s| !s.success())) {
+                return Err(self.failure(&mut children, &mut status, interrupted)?);
             }
             if status.iter().all(|s| s.is_some()) {
                 progress.finish();
-                let saved = status
-                    .iter()
-                    .flatten()
-                    .all(|s| s.code() == Some(crate::interrupt::EXIT_STATUS));
-                return Err(crate::interrupt::Interrupted {
-                    step: None,
-                    total: None,
-                    saved,
-                    out: std::path::PathBuf::new(),
-                }
-                .into());
+                return Ok(());
             }
             std::thread::sleep(Duration::from_millis(50));
-            continue;
         }
-        if status.iter().any(|s| s.is_some_and(|s| !s.success())) {
-            // A worker that dies takes its peers down with it within moments (their
-            // collectives fail naming it), so several may have exited by this poll. Give
-            // the others a moment to finish exiting, then report the cause first.
-            std::thread::sleep(Duration::from_millis(300));
-            for (rank, (c, _)) in children.0.iter_mut().enumerate() {
-                if status[rank].is_none() {
-                    status[rank] = c.try_wait()?;
-                }
-            }
-            let mut failed: Vec<(usize, ExitStatus)> = status
-                .iter()
-                .enumerate()
-                .filter_map(|(r, s)| s.filter(|s| !s.success()).map(|s| (r, s)))
+    }
+
+    /// Workers stopping for an interrupt (the first, `first`, at `since`): waits for the
+    /// rest, which are saving; their end once all have stopped (`Interrupted`), or an
+    /// error once the grace has passed with some still running (killed). None: still
+    /// waiting.
+    fn stopping(
+        &self,
+        children: &mut Workers,
+        status: &[Option<ExitStatus>],
+        (first, since): (usize, std::time::Instant),
+        stop_grace: Duration,
+    ) -> Option<Result<()>> {
+        if since.elapsed() > stop_grace && status.iter().any(|s| s.is_none()) {
+            let left: Vec<String> = (0..self.workers)
+                .filter(|&r| status[r].is_none())
+                .map(|r| r.to_string())
                 .collect();
-            // Exit status 1 is a worker reporting an error (often a peer's death); a crash,
-            // a signal or an abrupt exit is the likelier cause, so it is named first. Among
-            // errors, one that blames another failed worker ("rank 1: receive: ...") comes
-            // after that worker's own.
-            let failed_ranks: Vec<usize> = failed.iter().map(|(r, _)| *r).collect();
-            let blames_another = |r: usize| {
-                let tail = children.0[r]
-                    .1
-                    .lock()
-                    .map(|t| t.clone())
-                    .unwrap_or_default();
-                tail.iter()
-                    .rev()
-                    .find(|l| l.starts_with("error:"))
-                    .is_some_and(|l| {
-                        ranks_named(l)
-                            .into_iter()
-                            .any(|q| q != r && failed_ranks.contains(&q))
-                    })
-            };
-            // A worker that stopped for an interrupt is not the cause: it comes last.
-            failed.sort_by_key(|&(r, s)| (stopped(&s), s.code() == Some(1), blames_another(r), r));
             children.stop_running();
-            // Let the pumps print what is left.
-            std::thread::sleep(Duration::from_millis(100));
-            let (rank, first) = failed[0];
-            let tail: Vec<String> = children.0[rank]
-                .1
-                .lock()
-                .map(|t| t.iter().cloned().collect())
-                .unwrap_or_default();
-            let others: Vec<String> = failed[1..]
-                .iter()
-                .map(|(r, s)| format!("worker {r} ({s})"))
-                .collect();
-            let also = if others.is_empty() {
-                String::new()
-            } else {
-                format!("; also failed: {}", others.join(", "))
-            };
-            let output = if logs == WorkerLogs::Inherit {
-                "Its output is above.".to_string()
-            } else if tail.is_empty() {
-                "It printed nothing.".to_string()
-            } else {
-                format!("Its last output:\n  {}", tail.join("\n  "))
-            };
-            bail!("worker {rank} failed ({first}){also}; the other workers were stopped. {output}");
+            return Some(Err(anyhow::anyhow!(
+                "worker(s) {} had not stopped {} s after worker {first} stopped for the interrupt, and were killed; `--resume` continues from the newest checkpoint every rank holds",
+                left.join(", "),
+                stop_grace.as_secs()
+            )));
         }
         if status.iter().all(|s| s.is_some()) {
-            progress.finish();
-            return Ok(());
+            self.progress.finish();
+            let saved = status
+                .iter()
+                .flatten()
+                .all(|s| s.code() == Some(crate::interrupt::EXIT_STATUS));
+            return Some(Err(crate::interrupt::Interrupted {
+                step: None,
+                total: None,
+                saved,
+                out: std::path::PathBuf::new(),
+            }
+            .into()));
         }
-        std::thread::sleep(Duration::from_millis(50));
+        None
+    }
+
+    /// A worker has failed: stops the others and returns the error that names the likely
+    /// cause first, with its last output.
+    fn failure(
+        &self,
+        children: &mut Workers,
+        status: &mut [Option<ExitStatus>],
+        interrupted: bool,
+    ) -> Result<anyhow::Error> {
+        let logs = self.logs;
+        let stopped = |s: &ExitStatus| stopped_by_interrupt(s, interrupted);
+        // A worker that dies takes its peers down with it within moments (their
+        // collectives fail naming it), so several may have exited by this poll. Give
+        // the others a moment to finish exiting, then report the cause first.
+        std::thread::sleep(Duration::from_millis(300));
+        for (rank, (c, _)) in children.0.iter_mut().enumerate() {
+            if status[rank].is_none() {
+                status[rank] = c.try_wait()?;
+            }
+        }
+        let mut failed: Vec<(usize, ExitStatus)> = status
+            .iter()
+            .enumerate()
+            .filter_map(|(r, s)| s.filter(|s| !s.success()).map(|s| (r, s)))
+            .collect();
+        // Exit status 1 is a worker reporting an error (often a peer's death); a crash,
+        // a signal or an abrupt exit is the likelier cause, so it is named first. Among
+        // errors, one that blames another failed worker ("rank 1: receive: ...") comes
+        // after that worker's own.
+        let failed_ranks: Vec<usize> = failed.iter().map(|(r, _)| *r).collect();
+        let blames_another = |r: usize| {
+            let tail = children.0[r]
+                .1
+                .lock()
+                .map(|t| t.clone())
+                .unwrap_or_default();
+            tail.iter()
+                .rev()
+                .find(|l| l.starts_with("error:"))
+                .is_some_and(|l| {
+                    ranks_named(l)
+                        .into_iter()
+                        .any(|q| q != r && failed_ranks.contains(&q))
+                })
+        };
+        // A worker that stopped for an interrupt is not the cause: it comes last.
+        failed.sort_by_key(|&(r, s)| (stopped(&s), s.code() == Some(1), blames_another(r), r));
+        children.stop_running();
+        // Let the pumps print what is left.
+        std::thread::sleep(Duration::from_millis(100));
+        let (rank, first) = failed[0];
+        let tail: Vec<String> = children.0[rank]
+            .1
+            .lock()
+            .map(|t| t.iter().cloned().collect())
+            .unwrap_or_default();
+        let others: Vec<String> = failed[1..]
+            .iter()
+            .map(|(r, s)| format!("worker {r} ({s})"))
+            .collect();
+        let also = if others.is_empty() {
+            String::new()
+        } else {
+            format!("; also failed: {}", others.join(", "))
+        };
+        let output = if logs == WorkerLogs::Inherit {
+            "Its output is above.".to_string()
+        } else if tail.is_empty() {
+            "It printed nothing.".to_string()
+        } else {
+            format!("Its last output:\n  {}", tail.join("\n  "))
+        };
+        Ok(anyhow::anyhow!(
+            "worker {rank} failed ({first}){also}; the other workers were stopped. {output}"
+        ))
     }
 }
 

@@ -36,14 +36,14 @@
 //! their step's evaluation) and epoch ends; the ranks then save as at an epoch's end and
 //! return `Interrupted` instead of a summary.
 //!
-//! Here: the worker's setup and its run, epoch by epoch; `step.rs` is one training
-//! step, `record.rs` the log lines and evaluations, `resume.rs` the checkpoints.
+//! Here: the worker's setup; `run.rs` is its run, stage by stage; `step.rs` is one
+//! training step, `record.rs` the log lines and evaluations, `resume.rs` the checkpoints.
 
 use crate::bucket::{Buckets, Collector};
 use crate::checkpoint::{self, Position};
 use crate::config::{Config, Exchange, OptimizerChoice};
 use crate::exchanger::{Exchanger, Job};
-use crate::metrics::{MetricsWriter, Summary};
+use crate::metrics::Summary;
 use crate::progress::say_err;
 use crate::task::Task;
 use anyhow::{bail, Context, Result};
@@ -52,14 +52,13 @@ use compress::{build, MethodSpec, ParamSpec, WireStats};
 use nn::optim::{Adam, Optimizer, Sgd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
 use tensor::{no_grad, Device, Tensor};
 
+mod faults;
 mod record;
 mod resume;
+mod run;
 mod step;
-
-use record::{Evaluation, Window};
 
 pub struct Worker {
     cfg: Config,
@@ -94,20 +93,6 @@ pub struct Worker {
     interrupt_noted: bool,
     /// The step before which the test hook interrupts this rank (see `note_interrupt`).
     interrupt_hook: Option<usize>,
-}
-
-/// Test hook: with GRADEX_FAULT_RANK=r and GRADEX_FAULT_STEP=s, rank r dies abruptly
-/// (no cleanup, like a killed process) when it reaches step s. The tests use it to check
-/// that a dead worker ends the job with an error naming it and leaves a checkpoint that
-/// resumes.
-fn fault_injection(rank: usize, step: usize) {
-    let var = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<usize>().ok());
-    if var("GRADEX_FAULT_RANK") == Some(rank) && var("GRADEX_FAULT_STEP") == Some(step) {
-        say_err(&format!(
-            "rank {rank}: GRADEX_FAULT_STEP={step} reached, exiting abruptly"
-        ));
-        std::process::exit(17);
-    }
 }
 
 /// Removes an earlier run's summary and charts from `out` (a fresh run's rank 0, at its
@@ -260,10 +245,7 @@ impl Worker {
             method_config,
             method_warmup,
             interrupt_noted: false,
-            interrupt_hook: std::env::var("GRADEX_INTERRUPT_STEP").ok().and_then(|v| {
-                let (r, s) = v.split_once(':')?;
-                (r.parse::<usize>().ok()? == rank).then(|| s.parse::<usize>().ok())?
-            }),
+            interrupt_hook: faults::interrupt_step(rank),
         })
     }
 
@@ -314,289 +296,6 @@ impl Worker {
         Ok(())
     }
 
-    /// Trains to the configured end and returns the summary (every rank computes it;
-    /// rank 0 writes the files).
-    pub fn run(&mut self, resume: bool) -> Result<Summary> {
-        let started = Instant::now();
-        let cfg = self.cfg.clone();
-        let lead = self.rank == 0;
-        std::fs::create_dir_all(&cfg.out)
-            .with_context(|| format!("creating the run directory {}", cfg.out.display()))?;
-        // A save that failed or was killed mid-write can leave its temporary (a whole
-        // checkpoint's size): this rank's go before it saves again.
-        let stale = crate::metrics::remove_stale_temporaries(
-            &cfg.out.join("checkpoint"),
-            &format!("rank{}.", self.rank),
-        )?;
-        if stale > 0 {
-            crate::progress::say_err(&format!(
-                "[rank {}] removed {stale} temporary checkpoint file(s) an earlier save left",
-                self.rank
-            ));
-        }
-        let mut loaded = Ok(());
-        if resume {
-            let file = self
-                .agree()
-                .with_context(|| format!("resuming from {}", cfg.out.display()))?;
-            loaded = self
-                .load_checkpoint(&file)
-                .with_context(|| format!("resuming from {}", file.display()));
-        } else {
-            // Every rank's verdict before any rank removes anything of the earlier run.
-            let fresh = if cfg.overwrite {
-                Ok(())
-            } else {
-                checkpoint::earlier_run(&cfg.out, [self.rank], lead)
-            };
-            self.all_ranks_ok(fresh, "start a fresh run")?;
-            checkpoint::remove(&cfg.out, self.rank)?;
-            if lead {
-                remove_results(&cfg.out)?;
-                checkpoint::remove_ranks_from(&cfg.out, self.world)?;
-            }
-            self.broadcast_model()?;
-        }
-        // Before any save of this run: a resume's checkpoint, or none.
-        self.note_for_a_second_signal(resume.then_some(self.pos.step));
-        let source = self
-            .task
-            .source(cfg.batch_size, self.rank, self.world, cfg.seed)?;
-        let per_epoch = source.batches_per_epoch();
-        let train_len = self.task.train_len();
-        if resume {
-            let fits =
-                loaded.and_then(|_| self.check_epoch_length(per_epoch, cfg.batch_size, train_len));
-            self.all_ranks_ok(fits, "resume")?;
-            self.last_loss = self.pos.loss;
-            // The run is going again: until it ends, it is not finished (compare_runs
-            // refuses a directory without a summary; a resumed run that dies must not
-            // keep the summary of where it stood before).
-            if lead {
-                crate::metrics::remove_present(
-                    [cfg.out.join("summary.json")],
-                    "the resumed run's earlier",
-                )?;
-            }
-        }
-        self.pos.per_epoch = per_epoch;
-        self.pos.batch_size = cfg.batch_size;
-        self.pos.train_len = train_len;
-        // Only once the checkpoint has been found to fit this configuration, so that a
-        // refused resume leaves the run's records and configuration as they were.
-        let mut metrics = if resume {
-            MetricsWriter::resume(&cfg.out, lead, self.pos.step)?
-        } else {
-            MetricsWriter::open(&cfg.out, lead, true)?
-        };
-        // Every rank writes it (the same bytes), so that each node of a multi-node job
-        // without a shared file system has the configuration `--resume` reads.
-        cfg.write(&cfg.out)?;
-        let (total_steps, epochs) = cfg.plan(per_epoch);
-        let schedule = cfg.schedule(total_steps as f64 / per_epoch.max(1) as f64);
-        let n_params: usize = self.params.iter().map(|p| p.tensor.elem_count()).sum();
-        let world = self.world as u64;
-        let dense_ring = move |count: u64| -> u64 {
-            // A ring allreduce sends 2(P−1)/P of the vector from every rank.
-            if world > 1 {
-                count * 2 * (world - 1) * 4 * n_params as u64 / world
-            } else {
-                0
-            }
-        };
-        let wall_before = self.pos.wall_seconds;
-        // A resumed run continues the log window the checkpoint was written in, so that
-        // its records are the uninterrupted run's (a window spans a `--steps` stop).
-        let mut window = if resume {
-            Window::from_values(&self.pos.log_window)
-        } else {
-            Window::default()
-        };
-        let mut step = self.pos.step;
-        let mut stopped_window: Option<Window> = None;
-        // Set where the ranks agree to stop for an interrupt (see `interrupt`).
-        let mut interrupted = false;
-        let mut last = Evaluation::none();
-        if lead {
-            self.progress.line(&format!(
-                "training {} on {} with {} ({} workers × batch {}, rank 0 on {:?}), {} steps in {} epochs of {}",
-                cfg.model,
-                cfg.dataset,
-                cfg.method,
-                self.world,
-                cfg.batch_size,
-                self.task.device,
-                total_steps,
-                epochs,
-                per_epoch
-            ));
-            if resume && self.pos.step >= total_steps {
-                say_err(&format!(
-                    "note: the checkpoint stands at step {}, at or past this run's end (step {total_steps}): nothing is trained, and the summary is the checkpoint's (raise --steps or --epochs to continue)",
-                    self.pos.step
-                ));
-            }
-            // A run that ends inside the warm-up never sends at the density asked for:
-            // say so, since its ratio and accuracy are then the warm-up's.
-            let run_epochs = total_steps as f64 / per_epoch.max(1) as f64;
-            if self.method_warmup > run_epochs {
-                say_err(&format!(
-                    "note: {}'s density warm-up lasts {} epochs and this run {run_epochs:.2}: it sends at the warm-up's densities throughout, never at the density asked for (--method-opt warmup_epochs=0 starts at it)",
-                    cfg.method, self.method_warmup
-                ));
-            }
-        }
-        for epoch in self.pos.epoch..epochs {
-            // A checkpoint written inside this epoch (where `--steps` ended) carries the
-            // language model's state; elsewhere an epoch starts from none.
-            let done = step.saturating_sub(epoch * per_epoch);
-            if done == 0 {
-                self.task.reset_state();
-            }
-            let mut ran = false;
-            for batch in source.epoch(epoch).skip(done) {
-                if step >= total_steps {
-                    break;
-                }
-                ran = true;
-                let batch = batch?;
-                fault_injection(self.rank, step);
-                self.note_interrupt(step, cfg.log_every);
-                let epoch_f = step as f64 / per_epoch as f64;
-                let lr = schedule.lr(cfg.lr, epoch_f);
-                self.train_step(&batch, step, epoch_f, lr, &mut window)?;
-                step += 1;
-                self.pos.step = step;
-                if lead {
-                    self.progress.step(step, total_steps);
-                }
-                let log_due = step.is_multiple_of(cfg.log_every.max(1));
-                if log_due || step == total_steps {
-                    if !log_due {
-                        // A record off the --log-every grid, where --steps ends: a run
-                        // resumed from here continues the window as it stood, so that
-                        // its next record is an uninterrupted run's. The message bytes
-                        // go into the position now, so the saved window has none.
-                        let mut open = window.clone();
-                        (open.wire.message_bytes, open.wire.dense_bytes) = (0, 0);
-                        stopped_window = Some(open);
-                    }
-                    self.log(
-                        &mut window,
-                        &mut metrics,
-                        step,
-                        total_steps,
-                        per_epoch,
-                        lr,
-                        &dense_ring,
-                    )?;
-                    // Just after a log line the window is empty: a checkpoint here
-                    // resumes into a fresh one, as the uninterrupted run's would be.
-                    interrupted = step < total_steps && self.stop_agreed()?;
-                }
-                if cfg.eval_every > 0
-                    && step.is_multiple_of(cfg.eval_every)
-                    && !step.is_multiple_of(per_epoch)
-                    && step < total_steps
-                {
-                    // Mid-epoch: the epoch's end evaluates anyway.
-                    let wall = wall_before + started.elapsed().as_secs_f64();
-                    let epoch_f = step as f64 / per_epoch as f64;
-                    self.evaluate_and_record(&mut metrics, step, epoch_f, wall)?;
-                }
-                // After this step's evaluation, which a resumed run would not repeat.
-                if interrupted {
-                    break;
-                }
-            }
-            if !ran {
-                break; // resumed where the run had already stopped
-            }
-            let epoch_ended = step >= (epoch + 1) * per_epoch;
-            if epoch_ended {
-                self.pos.epoch = epoch + 1;
-            }
-            // An interrupt inside the epoch skips its evaluation, not its checkpoint.
-            if !interrupted || epoch_ended {
-                let wall = wall_before + started.elapsed().as_secs_f64();
-                // Whole at an epoch's end; a fraction where --steps stopped within one.
-                let epoch_at = if per_epoch > 0 {
-                    step as f64 / per_epoch as f64
-                } else {
-                    (epoch + 1) as f64
-                };
-                last = self.evaluate_and_record(&mut metrics, step, epoch_at, wall)?;
-            }
-            // The evaluation's time counts towards the run's.
-            self.pos.wall_seconds = wall_before + started.elapsed().as_secs_f64();
-            (self.pos.bytes_sent, self.pos.bytes_received) = self.traffic()?;
-            self.flush_message_bytes(&mut window.wire);
-            if !interrupted && step < total_steps {
-                interrupted = self.stop_agreed()?;
-            }
-            let every = cfg.checkpoint_every;
-            if every > 0
-                && (self.pos.epoch.is_multiple_of(every) || step >= total_steps || interrupted)
-            {
-                self.save_checkpoint(stopped_window.as_ref().unwrap_or(&window))?;
-            }
-            if interrupted {
-                return self.stop_interrupted(total_steps);
-            }
-            if step >= total_steps {
-                break;
-            }
-        }
-        if last.metric.is_nan() {
-            // Resumed at the end: evaluate what the checkpoint holds.
-            last = self.evaluate()?;
-        }
-        let (bytes_sent, bytes_received) = self.traffic()?;
-        let node_bytes = self.ex.node_bytes()?;
-        let dense = dense_ring(self.pos.step as u64);
-        let ratio = |d: u64, s: u64| {
-            if s > 0 {
-                Some(d as f64 / s as f64)
-            } else {
-                None
-            }
-        };
-        let n = self.step_times.len().max(1) as f64;
-        let summary = Summary {
-            final_metric: last.metric,
-            final_top5: last.top5,
-            metric_name: self.task.metric_name.into(),
-            final_loss: self.last_loss,
-            bytes_sent,
-            bytes_received,
-            dense_bytes: dense,
-            compression_ratio: ratio(dense, bytes_sent),
-            message_compression_ratio: ratio(self.pos.dense_message_bytes, self.pos.message_bytes),
-            intra_node_bytes_sent: node_bytes.map(|b| b.0),
-            inter_node_bytes_sent: node_bytes.map(|b| b.1),
-            wall_seconds: wall_before + started.elapsed().as_secs_f64(),
-            steps: self.pos.step,
-            epochs: self.pos.epoch,
-            workers: self.world,
-            method: cfg.method.clone(),
-            method_config: self.method_config.clone(),
-            model: cfg.model.clone(),
-            parameters: n_params,
-            dataset: cfg.dataset.clone(),
-            mean_step_seconds: self.step_times.iter().sum::<f64>() / n,
-            mean_idle_fraction: self.idle_fractions.iter().sum::<f64>() / n,
-        };
-        if lead {
-            crate::metrics::write_atomic(
-                &cfg.out.join("summary.json"),
-                serde_json::to_string_pretty(&summary)?.as_bytes(),
-            )?;
-            crate::plot::run_charts(&cfg.out, self.task.metric_name)?;
-            self.progress.finish();
-        }
-        Ok(summary)
-    }
-
     /// Whether any rank has been interrupted (collective: every rank calls it at the same
     /// points, its log lines and epoch ends). A one-float allreduce, kept out of the
     /// method's byte counts like the other bookkeeping collectives.
@@ -611,7 +310,8 @@ impl Worker {
     }
 
     /// On rank 0, the first step after an interrupt says where the run will stop. Test
-    /// hook: `GRADEX_INTERRUPT_STEP=RANK:STEP` interrupts that rank before that step.
+    /// hook (`faults`, tests only): `GRADEX_INTERRUPT_STEP=RANK:STEP` interrupts that rank
+    /// before that step.
     fn note_interrupt(&mut self, step: usize, log_every: usize) {
         if self.interrupt_hook == Some(step) {
             crate::interrupt::request();
