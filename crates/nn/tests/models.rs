@@ -301,7 +301,15 @@ fn registry_entries_build_what_they_state() {
         ..r20.paper_spec()
     };
     let m = (r20.build)(&spec, &mut rng).unwrap().into_module();
-    let x = Tensor::randn(vec![2, 1, 28, 28], 0.0, 1.0, DType::F32, Device::Cpu, &mut rng).unwrap();
+    let x = Tensor::randn(
+        vec![2, 1, 28, 28],
+        0.0,
+        1.0,
+        DType::F32,
+        Device::Cpu,
+        &mut rng,
+    )
+    .unwrap();
     assert_eq!(m.forward(&x, &mut Ctx::eval()).unwrap().dims(), [2, 10]);
     // The help lists every model under its kind.
     let help = models::help_text();

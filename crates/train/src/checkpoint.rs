@@ -2,7 +2,7 @@
 //! the parameters and buffers under their PyTorch-style names (`param/…`, `buffer/…`),
 //! the optimizer's state (`optim/{index}` for SGD's momentum, `optim/{index}/{m,v,step}`
 //! for Adam's), the method's state (`method/…`:
-//! residuals, momenta, random-stream state) and, as metadata, where training stands.
+//! residuals, momenta, DGC's sampling generator) and, as metadata, where training stands.
 //! Written atomically, so a worker killed mid-write leaves the previous checkpoint, and
 //! with a CRC-32 of its tensors (names and values, in name order) in the metadata, so a
 //! file damaged afterwards (a flipped or overwritten block) is refused on load instead

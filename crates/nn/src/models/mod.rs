@@ -25,4 +25,3 @@ pub use registry::{
     by_name, find, help_text, input_shape, names, names_of, Fit, Input, Kind, Knob, Model,
     ModelInfo, Spec, MODELS,
 };
-

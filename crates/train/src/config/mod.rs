@@ -49,8 +49,8 @@ pub enum DeviceChoice {
 pub enum Backend {
     /// Every method; CPU or GPU tensors, host messages.
     Tcp,
-    /// --device cuda and a method on tensors (dense, dgc, gtopk, topk, local): each
-    /// gradient exchanged on the GPU, one GPU per worker, as NCCL requires.
+    /// --device cuda and a method on tensors (every method but dense with a 16-bit
+    /// wire): each gradient exchanged on the GPU, one GPU per worker, as NCCL requires.
     Nccl,
 }
 
@@ -59,13 +59,13 @@ pub enum Backend {
 #[serde(rename_all = "lowercase")]
 #[value(rename_all = "lowercase")]
 pub enum Exchange {
-    /// Tensors with --backend nccl; host slices with tcp (the faster path over TCP where
-    /// both were measured).
+    /// Tensors with --backend nccl or --local-world-size; host slices otherwise (the
+    /// faster path over TCP where both were measured).
     Auto,
     /// Host slices (every method; the only way with --bucket-elems).
     Slices,
-    /// Tensors on the training device (dense, dgc, gtopk, topk, local; the same results as slices, bit for
-    /// bit, on the CPU).
+    /// Tensors on the training device (every method but dense with a 16-bit wire; the
+    /// same results as slices, bit for bit, on the CPU).
     Tensors,
 }
 

@@ -12,9 +12,8 @@
 //! 4. methods that communicate weights (delay, periodic averaging) do so after the step,
 //!    and the optimizer's momentum is zeroed where a method asks (SBC's masking).
 //!
-//! With `--backend nccl` (a method that runs on tensors: dense, DGC, gTop-k,
-//! gradient dropping), or `--exchange
-//! tensors`, the hooks hand the gradient tensors themselves to the compression thread,
+//! With `--backend nccl`, `--exchange tensors` or `--local-world-size` (a method that
+//! runs on tensors: every one but dense with a 16-bit wire), the hooks hand the gradient tensors themselves to the compression thread,
 //! which exchanges them over NCCL or TCP; only what crosses a TCP wire is copied to the
 //! host, and the updates come back on the gradients' device. Otherwise the method gets
 //! host slices (the same computation; slices also allow `--bucket-elems`).
