@@ -15,7 +15,7 @@
 /// Varints rather than fixed u64s because the sparse methods' per-tensor messages are
 /// small: DGC at 99.9 % on ResNet-20 sends about 32 bytes per tensor and rank, so Bruck's
 /// three u64 lengths per tensor (P = 4) were 20 % of the payload it put on the wire
-/// (`dgc_table2 --preset quick`, RESULTS.md, thirteenth session); a block under 128 bytes
+/// (`dgc_table2 --preset quick`, RESULTS.md); a block under 128 bytes
 /// now costs one length byte.
 fn push_varint(m: &mut Vec<u8>, mut v: u64) {
     loop {

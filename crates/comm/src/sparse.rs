@@ -380,8 +380,8 @@ pub(crate) fn sum_entries_with<E: Entries>(parts: &[E], scratch: &mut SumScratch
 
 /// Up to this many sorted parts the sum is the left fold itself: one branch-free two-way
 /// merge beats the windowed sum at 2 parts (0.16-0.17 against 0.21-0.37 ms for 2 × 16,777
-/// entries), not at 4 (0.67-0.70 against 0.46-0.71 ms; sparse_merge_bench, this 2-core
-/// machine, 2026-11-27).
+/// entries), not at 4 (0.67-0.70 against 0.46-0.71 ms; sparse_merge_bench on 2 cores,
+/// in RESULTS.md).
 pub(crate) const FOLD_MAX_PARTS: usize = 2;
 
 /// `((p0 + p1) + p2) + …` by [`merge_sum_into`], for parts with one value per index

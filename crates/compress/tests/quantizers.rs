@@ -341,10 +341,8 @@ fn fnv(bytes: &[u8]) -> u64 {
 #[test]
 fn qsgd_wire_format_is_pinned_to_the_byte() {
     // A speed-up of the quantizer or the coders must leave every byte as it is: the
-    // messages of a fixed gradient and seed, fingerprinted when the format was fixed
-    // (2026-11-24), with their lengths. A deliberate format change updates these: on
-    // 2026-11-25 each Elias bucket's 32-bit count became a closing gap (4,201, 5,176 and
-    // 17,937 bytes before).
+    // messages of a fixed gradient and seed, fingerprinted with their lengths. Only a
+    // deliberate format change updates these, and docs/compress.md's format with them.
     let v = heavy_tailed(20_000, 11);
     let cases = [
         (

@@ -29,7 +29,7 @@ pub enum TopkSum {
 
 /// Up to this many ranks [`TopkSum::Auto`] always sums as the blocks arrive: the merges'
 /// work is then at most about twice the sum after the gather (0.89-1.1 against 0.46-0.71
-/// ms for 4 × 16,777 entries, `sparse_merge_bench`, 2026-11-27), and all but about 1 µs
+/// ms for 4 × 16,777 entries, `sparse_merge_bench` on 2 cores), and all but about 1 µs
 /// of it is done while the bytes still arrive, where the sum after the gather lies on the
 /// collective's critical path.
 const ARRIVAL_ALWAYS_MAX: usize = 4;

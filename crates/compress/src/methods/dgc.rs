@@ -63,7 +63,7 @@ pub struct DgcConfig {
     /// Clip the tensors sent dense as well. Off by default, as in the reference code
     /// (its clipping lives in the compressed tensors' momentum compensation); measured on
     /// dgc_table4's quick LM row, clipping the LSTM's biases too took the perplexity from
-    /// 135.4 to 153.8 (benchmarks/RESULTS.md, twelfth session).
+    /// 135.4 to 153.8 (dgc_table4's section of benchmarks/RESULTS.md).
     pub clip_dense: bool,
     pub warmup_epochs: f64,
     pub warmup_densities: Vec<f64>,
