@@ -39,6 +39,24 @@ pub struct CommonArgs {
 /// The hidden flag a table binary passes to its own worker processes.
 const WORKER_FLAG: &str = "--worker-config";
 
+/// The `main` of a table binary: parses its arguments `A`; where the table started this
+/// process as one of a job's workers (`--worker-config`), runs that worker; else runs
+/// the table. An error ends the process with its chain ([`crate::exit_on_error`]).
+pub fn main<A: clap::Parser>(common: fn(&A) -> &CommonArgs, table: fn(A) -> Result<()>) {
+    crate::exit_on_error((|| {
+        let args = A::parse();
+        if run_worker_if_asked(common(&args).worker_config.as_deref())? {
+            return Ok(());
+        }
+        table(args)
+    })())
+}
+
+/// Creates the table's output directory.
+pub fn create_out(out: &Path) -> Result<()> {
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))
+}
+
 /// When this process was started as a worker (`--worker-config FILE`), runs that worker
 /// and returns true; the binary then exits.
 pub fn run_worker_if_asked(worker_config: Option<&Path>) -> Result<bool> {
@@ -339,7 +357,7 @@ pub fn run_plan(out: &Path, plan: &[(String, Config)], common: &CommonArgs) -> R
         cfg.validate()
             .with_context(|| format!("the {label} run's configuration"))?;
     }
-    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    create_out(out)?;
     plan.iter()
         .map(|(label, cfg)| run_job(cfg, label, common))
         .collect()

@@ -127,17 +127,12 @@ fn validate(args: &Args) -> Result<()> {
 }
 
 fn main() {
-    benchmarks::exit_on_error(run());
+    table::main(|a: &Args| &a.common, run);
 }
 
-fn run() -> Result<()> {
-    let args = Args::parse();
-    if table::run_worker_if_asked(args.common.worker_config.as_deref())? {
-        return Ok(());
-    }
+fn run(args: Args) -> Result<()> {
     validate(&args)?;
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("creating {}", args.out.display()))?;
+    table::create_out(&args.out)?;
     let mut rows = Vec::new();
     for model in &args.models {
         let b = batch(&args, model);

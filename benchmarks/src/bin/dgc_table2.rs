@@ -6,8 +6,8 @@
 //!
 //! `--preset quick`: ResNet-20 on Fashion-MNIST, 4 workers × 32, 5 epochs (learning rate
 //! ×0.1 after epoch 4), DGC's sparsity warm-up in the first epoch; about 33 minutes on 2
-//! cores. (It was 3 epochs until 2026-11-25: with the warm-up a third of training and one
-//! epoch at the low rate, DGC ended 1.1–1.4 points short of the baseline; see RESULTS.)
+//! cores. (Not 3: with the warm-up a third of training and one epoch at the low rate, DGC
+//! ended 1.1–1.4 points short of the baseline; see RESULTS.md.)
 //! `--preset paper`: ResNet-110 on CIFAR-10 (`--data-dir`), 164 epochs with the rate ×0.1
 //! at 82 and 123, warm-up over 4 epochs, 4/8/16/32 workers.
 //!
@@ -124,14 +124,10 @@ fn preset(args: &Args) -> Result<Preset> {
 }
 
 fn main() {
-    benchmarks::exit_on_error(run());
+    table::main(|a: &Args| &a.common, run);
 }
 
-fn run() -> Result<()> {
-    let args = Args::parse();
-    if table::run_worker_if_asked(args.common.worker_config.as_deref())? {
-        return Ok(());
-    }
+fn run(args: Args) -> Result<()> {
     table::check_counts(&[
         ("--epochs", args.epochs),
         ("--max-steps", args.max_steps),
@@ -144,8 +140,7 @@ fn run() -> Result<()> {
         }
     }
     let p = preset(&args)?;
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("creating {}", args.out.display()))?;
+    table::create_out(&args.out)?;
     let methods: [(&str, &str, Vec<String>); 3] = [
         ("baseline", "dense", vec![]),
         ("gradient dropping", "topk", vec!["density=0.001".into()]),

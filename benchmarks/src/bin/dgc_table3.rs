@@ -218,14 +218,10 @@ fn job_config(args: &Args, m: &Model, method: &str, warmup_epochs: f64) -> Confi
 }
 
 fn main() {
-    benchmarks::exit_on_error(run());
+    table::main(|a: &Args| &a.common, run);
 }
 
-fn run() -> Result<()> {
-    let args = Args::parse();
-    if table::run_worker_if_asked(args.common.worker_config.as_deref())? {
-        return Ok(());
-    }
+fn run(args: Args) -> Result<()> {
     table::check_synthetic(args.synthetic, args.data_dir.as_deref())?;
     table::check_counts(&[
         ("--batch-size", args.batch_size),

@@ -212,14 +212,10 @@ const PAPER: [(&str, &str, &str, f64, f64); 4] = [
 ];
 
 fn main() {
-    benchmarks::exit_on_error(run());
+    table::main(|a: &Args| &a.common, run);
 }
 
-fn run() -> Result<()> {
-    let args = Args::parse();
-    if table::run_worker_if_asked(args.common.worker_config.as_deref())? {
-        return Ok(());
-    }
+fn run(args: Args) -> Result<()> {
     table::check_synthetic(args.synthetic, args.data_dir.as_deref())?;
     table::check_counts(&[
         ("--epochs", args.epochs),

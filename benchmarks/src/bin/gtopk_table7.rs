@@ -27,7 +27,7 @@
 //! `--preset paper` the paper's four models at Table VI's batch sizes (ResNet-50's batch
 //! of 256 takes minutes a step on a small CPU). `--models` picks a subset.
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{bail, ensure, Result};
 use benchmarks::table::{self, Job};
 use clap::Parser;
 use comm::AlphaBeta;
@@ -212,18 +212,13 @@ fn steps(args: &Args) -> usize {
 }
 
 fn main() {
-    benchmarks::exit_on_error(run());
+    table::main(|a: &Args| &a.common, run);
 }
 
-fn run() -> Result<()> {
-    let args = Args::parse();
-    if table::run_worker_if_asked(args.common.worker_config.as_deref())? {
-        return Ok(());
-    }
+fn run(args: Args) -> Result<()> {
     validate(&args)?;
     let models = selected(&args)?;
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("creating {}", args.out.display()))?;
+    table::create_out(&args.out)?;
     let net = AlphaBeta {
         alpha: args.alpha,
         beta: args.beta,

@@ -27,7 +27,7 @@
 //! steps. Without "+sync" the ranks' weights differ at the end: each evaluates its share
 //! of the test set with its own, and the `drift` column says how far apart they are.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use benchmarks::table;
 use clap::Parser;
 use serde_json::{json, Value};
@@ -235,14 +235,10 @@ fn method_options(r: &RowSpec, args: &Args) -> Vec<String> {
 }
 
 fn main() {
-    benchmarks::exit_on_error(run());
+    table::main(|a: &Args| &a.common, run);
 }
 
-fn run() -> Result<()> {
-    let args = Args::parse();
-    if table::run_worker_if_asked(args.common.worker_config.as_deref())? {
-        return Ok(());
-    }
+fn run(args: Args) -> Result<()> {
     table::check_synthetic(args.synthetic, args.data_dir.as_deref())?;
     table::check_counts(&[
         ("--steps", args.steps),
@@ -253,8 +249,7 @@ fn run() -> Result<()> {
         bail!("--checkpoint-every 0 leaves no checkpoint, and the rank-drift column compares the ranks' final ones");
     }
     let base = base_config(&args)?;
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("creating {}", args.out.display()))?;
+    table::create_out(&args.out)?;
     let mut jobs = Vec::new();
     for r in &ROWS {
         let cfg = Config {

@@ -206,14 +206,10 @@ fn base_config(args: &Args) -> Result<Config> {
 }
 
 fn main() {
-    benchmarks::exit_on_error(run());
+    table::main(|a: &Args| &a.common, run);
 }
 
-fn run() -> Result<()> {
-    let args = Args::parse();
-    if table::run_worker_if_asked(args.common.worker_config.as_deref())? {
-        return Ok(());
-    }
+fn run(args: Args) -> Result<()> {
     table::check_synthetic(args.synthetic, args.data_dir.as_deref())?;
     table::check_counts(&[
         ("--steps", args.steps),
@@ -221,8 +217,7 @@ fn run() -> Result<()> {
         ("--eval-samples", args.eval_samples),
     ])?;
     let base = base_config(&args)?;
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("creating {}", args.out.display()))?;
+    table::create_out(&args.out)?;
     let mut jobs = Vec::new();
     for (label, preset) in RUNS {
         let cfg = Config {

@@ -222,14 +222,10 @@ fn row(args: &Args) -> Result<Row> {
 }
 
 fn main() {
-    benchmarks::exit_on_error(run());
+    table::main(|a: &Args| &a.common, run);
 }
 
-fn run() -> Result<()> {
-    let args = Args::parse();
-    if table::run_worker_if_asked(args.common.worker_config.as_deref())? {
-        return Ok(());
-    }
+fn run(args: Args) -> Result<()> {
     table::check_synthetic(args.synthetic, args.data_dir.as_deref())?;
     table::check_counts(&[
         ("--steps", args.steps),
@@ -237,8 +233,7 @@ fn run() -> Result<()> {
         ("--batch-size", args.batch_size),
     ])?;
     let r = row(&args)?;
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("creating {}", args.out.display()))?;
+    table::create_out(&args.out)?;
     let mut rows = Vec::new();
     let mut curves = Vec::new();
     let mut baseline = None;
