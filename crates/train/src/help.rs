@@ -20,14 +20,13 @@ pub fn command() -> clap::Command {
 fn with_model_help(cmd: clap::Command) -> clap::Command {
     use nn::models::{names_of, Kind, MODELS};
     let short = format!(
-        "Model (default resnet20). Images: {}. Language: {}. Speech: {}",
+        "Model. Images: {}. Language: {}. Speech: {}",
         names_of(Kind::Image).join(", "),
         names_of(Kind::Language).join(", "),
         names_of(Kind::Speech).join(", ")
     );
     let long = format!(
-        "Model (default resnet20); --hidden, --layers and --dropout change its sizes where \
-         it has them.\n{}",
+        "Model; --hidden, --layers and --dropout change its sizes where it has them.\n{}",
         nn::models::help_text().trim_end()
     );
     let rates: Vec<String> = MODELS

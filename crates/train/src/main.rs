@@ -26,10 +26,9 @@ fn main() {
         let mut args = args;
         if args.resume && args.config.is_none() {
             // A resumed run takes its own recorded configuration (flags still override).
-            let out = args.out.clone().unwrap_or_else(|| Config::default().out);
-            args.config = Some(out.join("config.toml"));
+            args.config = Some(args.run.out.join("config.toml"));
         }
-        let cfg = Config::resolve(&args)?;
+        let cfg = Config::resolve(&args, &train::config::given_on_command_line(&matches))?;
         Config::check_config_kept(&args, &cfg.out)?;
         if let Some(s) = train::run(&cfg, args.resume, &raw)? {
             if std::env::var("RANK").is_err() {

@@ -13,7 +13,7 @@ mod args;
 mod tests;
 mod validate;
 
-pub use args::Args;
+pub use args::{given_on_command_line, Args};
 /// The learning-rate schedule's shape (`--warmup-epochs` adds a warm-up before any).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -133,53 +133,163 @@ impl std::fmt::Display for DeviceChoice {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// A run's configuration: `train`'s flags (less `--config` and `--resume`, which are
+/// [`Args`]'), every one also a key of the `--config` file and of the run's
+/// `config.toml`. The flags' defaults are [`Config::default`]'s.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, clap::Args)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
+    /// Model; the list is nn's model registry (`train --help`).
+    #[arg(long, default_value_t = Config::default().model)]
     pub model: String,
+    /// Dataset. Images: fashion-mnist, mnist (--data-dir), cifar10, imagenet (--data-dir with
+    /// train/<class>/ and val/<class>/ image folders, at the model's resolution; top-5
+    /// accuracy is recorded too). Language: kjv (default --data-dir data/kjv,
+    /// from `datasets prepare kjv`), ptb. Speech: speech (default --data-dir data/speech,
+    /// from `datasets prepare speech`), an4 (same manifest layout). Any model: synthetic
+    /// (learnable data of the model's input shape).
+    #[arg(long, default_value_t = Config::default().dataset)]
     pub dataset: String,
+    /// Directory of the dataset files (fashion-mnist default: /usr/share/datasets/fashion-mnist).
+    #[arg(long)]
     pub data_dir: Option<PathBuf>,
+    /// Gradient-exchange method (dgc's density warms up over its first 4 epochs; see the
+    /// list below).
+    #[arg(long, default_value_t = Config::default().method)]
     pub method: String,
+    /// A method option as key=value (repeatable), e.g. --method-opt density=0.001.
+    #[arg(long = "method-opt")]
     pub method_opts: Vec<String>,
+    /// Worker processes to start on this machine.
+    #[arg(long, default_value_t = Config::default().workers)]
     pub workers: usize,
+    /// Batch size per worker.
+    #[arg(long, default_value_t = Config::default().batch_size)]
     pub batch_size: usize,
+    /// Epochs to train (1 when neither --epochs nor --steps is given). Given alone on the
+    /// command line, it replaces a configuration file's `steps` (as when resuming a
+    /// --steps run).
+    #[arg(long)]
     pub epochs: Option<usize>,
+    /// Stop after this many steps (overrides --epochs).
+    #[arg(long)]
     pub steps: Option<usize>,
+    /// Base learning rate (default 0.1; the model's recipe's rate where 0.1 diverges, from
+    /// nn's model registry: `train --help` lists them).
+    #[arg(long, default_value_t = Config::default().lr, hide_default_value = true)]
     pub lr: f64,
+    /// Learning-rate schedule.
+    #[arg(long, value_enum, default_value_t = Config::default().schedule)]
     pub schedule: Schedule,
+    /// Epochs at which multistep multiplies the rate by --gamma (comma-separated); for
+    /// step, the first value is the period.
+    #[arg(long, value_delimiter = ',')]
     pub milestones: Vec<f64>,
+    /// Factor of the step and multistep schedules.
+    #[arg(long, default_value_t = Config::default().gamma)]
     pub gamma: f64,
+    /// Linear learning-rate warm-up over this many epochs (from 0.1 of the base rate).
+    #[arg(long, default_value_t = Config::default().warmup_epochs)]
     pub warmup_epochs: f64,
+    /// Optimizer. adam needs a method that leaves momentum to the optimizer
+    /// (not dgc's momentum correction).
+    #[arg(long, value_enum, default_value_t = Config::default().optimizer)]
     pub optimizer: OptimizerChoice,
+    /// SGD momentum (DGC's momentum correction uses it instead of the optimizer). With
+    /// --optimizer adam, Adam's β1.
+    #[arg(long, default_value_t = Config::default().momentum)]
     pub momentum: f64,
+    /// Nesterov momentum (SGD only).
+    #[arg(long, action = clap::ArgAction::Set, default_value_t = false)]
     pub nesterov: bool,
+    /// Adam's β2.
+    #[arg(long, default_value_t = Config::default().adam_beta2)]
     pub adam_beta2: f64,
+    /// Adam's ε.
+    #[arg(long, default_value_t = Config::default().adam_eps)]
     pub adam_eps: f64,
-    pub weight_decay: f64,
-    pub clip: f64,
-    pub seed: u64,
-    pub device: DeviceChoice,
-    pub backend: Backend,
-    pub exchange: Exchange,
-    pub out: PathBuf,
-    pub log_every: usize,
-    pub synthetic_samples: usize,
-    pub eval_samples: Option<usize>,
-    /// Also evaluate every this many steps (0: only at the end of each epoch).
-    pub eval_every: usize,
-    pub hidden: Option<usize>,
-    pub layers: Option<usize>,
-    pub dropout: Option<f64>,
-    pub bptt: usize,
-    pub bucket_elems: usize,
-    /// Workers per node of the hierarchical exchange (0: flat; see `--local-world-size`).
-    #[serde(default)]
-    pub local_world_size: usize,
+    /// With --workers N > 1, pinning gives each worker its own share
+    /// of the C CPUs this process may use (its CPU set, capped by a container's CPU
+    /// quota; C/N each; with N > C, one CPU per N/C workers),
+    /// and its thread pool as many threads (unless RAYON_NUM_THREADS says otherwise). auto
+    /// pins when N <= C. With N > C, true halves the idle wait for peers but costs some
+    /// throughput (RESULTS.md). A multi-node worker honours GRADEX_CPUS=0-3,8,...
+    #[arg(long, value_enum, default_value_t = Config::default().pin_cores)]
     pub pin_cores: PinCores,
-    /// Save a checkpoint every this many epochs and where the run ends (0: never).
-    pub checkpoint_every: usize,
-    /// A fresh run may replace an earlier run's records and checkpoints in `out`.
+    /// L2 weight decay.
+    #[arg(long, default_value_t = Config::default().weight_decay)]
+    pub weight_decay: f64,
+    /// Clip the global L2 norm of the exchanged gradient to this (0: off). For dgc use
+    /// --method-opt clip=... (DGC clips locally, before compression).
+    #[arg(long, default_value_t = Config::default().clip)]
+    pub clip: f64,
+    /// Seed of initialisation, data order and the methods' random draws.
+    #[arg(long, default_value_t = Config::default().seed)]
+    pub seed: u64,
+    /// Where tensors live.
+    #[arg(long, value_enum, default_value_t = Config::default().device)]
+    pub device: DeviceChoice,
+    /// Collective backend.
+    #[arg(long, value_enum, default_value_t = Config::default().backend)]
+    pub backend: Backend,
+    /// How gradients reach the method.
+    #[arg(long, value_enum, default_value_t = Config::default().exchange)]
+    pub exchange: Exchange,
+    /// Run directory: config, metrics.jsonl, summary.json, checkpoints. One that holds an
+    /// earlier run is refused unless --resume or --overwrite.
+    #[arg(long, default_value = "runs/latest")]
+    pub out: PathBuf,
+    /// Let a fresh run replace an earlier run in --out (a finished one's summary.json, or
+    /// checkpoints); without it such a directory is refused, nothing touched. Not recorded
+    /// in the run's config.toml.
+    #[arg(long, conflicts_with = "resume")]
     pub overwrite: bool,
+    /// Checkpoint every N epochs and where the run ends (1: every epoch; 0: never,
+    /// which saves disk and time but leaves nothing to --resume from). Each rank keeps
+    /// two generations of its parameters, optimizer state and the method's residuals:
+    /// for AlexNet with DGC 2 × 732 MB a rank.
+    #[arg(long, default_value_t = Config::default().checkpoint_every)]
+    pub checkpoint_every: usize,
+    /// Log a metrics line every N steps.
+    #[arg(long, default_value_t = Config::default().log_every)]
+    pub log_every: usize,
+    /// Training samples of the synthetic dataset (images, utterances; tokens for language
+    /// models).
+    #[arg(long, default_value_t = Config::default().synthetic_samples)]
+    pub synthetic_samples: usize,
+    /// Evaluate on at most this many test samples, spread evenly over the test set (for
+    /// language models its first this many tokens; default: all).
+    #[arg(long)]
+    pub eval_samples: Option<usize>,
+    /// Also evaluate every N steps, not only at the end of each epoch (a finer learning
+    /// curve, and the time to reach a metric; no checkpoint is written there).
+    #[arg(long, default_value_t = Config::default().eval_every)]
+    pub eval_every: usize,
+    /// Hidden units of the language or speech model's recurrent layers (default: the paper's).
+    #[arg(long)]
+    pub hidden: Option<usize>,
+    /// Recurrent layers of a speech model (default: the paper's).
+    #[arg(long)]
+    pub layers: Option<usize>,
+    /// Dropout of the language model (default: 0.65 at 1500 units, 0.5 at 650, else none).
+    #[arg(long)]
+    pub dropout: Option<f64>,
+    /// Truncated-BPTT window of the language models, in tokens.
+    #[arg(long, default_value_t = Config::default().bptt)]
+    pub bptt: usize,
+    /// Exchange consecutive parameters of fewer than N elements together, in buckets of at
+    /// most N elements (0: off). Fewer, larger collectives; the method then compresses each
+    /// bucket as one vector (for dgc, N <= dense_below changes nothing but the count).
+    #[arg(long, default_value_t = Config::default().bucket_elems)]
+    pub bucket_elems: usize,
+    /// Hierarchical exchange (torchrun's LOCAL_WORLD_SIZE): ranks come in nodes of N
+    /// consecutive ranks; each node averages its gradients densely (its workers share a
+    /// fast link: NCCL on GPUs, TCP on CPUs), its first rank runs the method across the
+    /// nodes' first ranks only, and sends the result back to its node. Bytes inside and
+    /// across nodes are counted apart (summary.json). 0: every rank runs the method (flat).
+    /// Needs a method on tensors.
+    #[arg(long, default_value_t = Config::default().local_world_size)]
+    pub local_world_size: usize,
 }
 
 impl Default for Config {
@@ -271,13 +381,14 @@ impl Config {
         Ok(())
     }
 
-    /// Defaults, then the `--config` file, then the flags. A rate given by neither the
-    /// file nor `--lr` is the model's usual one ([`crate::task::usual_lr`]: 0.01 for
-    /// LeNet-5 and AlexNet, 3e-4 for the speech models) where that is below the default
-    /// 0.1, at which those diverge (LeNet-5 on Fashion-MNIST: NaN at step 29).
-    pub fn resolve(args: &Args) -> Result<Config> {
-        let mut lr_given = args.lr.is_some();
-        let mut c = match &args.config {
+    /// Defaults, then the `--config` file, then the flags given on the command line
+    /// (`given`: [`given_on_command_line`]). A rate given by neither the file nor `--lr`
+    /// is the model's usual one ([`crate::task::usual_lr`]: 0.01 for LeNet-5 and AlexNet,
+    /// 3e-4 for the speech models) where that is below the default 0.1, at which those
+    /// diverge (LeNet-5 on Fashion-MNIST: NaN at step 29).
+    pub fn resolve(args: &Args, given: &dyn Fn(&str) -> bool) -> Result<Config> {
+        let mut lr_given = given("lr");
+        let file = match &args.config {
             Some(path) => {
                 let text = std::fs::read_to_string(path)
                     .with_context(|| format!("reading the config file {}", path.display()))?;
@@ -298,73 +409,30 @@ impl Config {
             }
             None => Config::default(),
         };
-        macro_rules! take {
-            ($($f:ident),*) => { $( if let Some(v) = &args.$f { c.$f = v.clone(); } )* };
+        // TOML integers are i64: said here as `validate` says it, before the overlay
+        // below would fail to write the seed.
+        if i64::try_from(args.run.seed).is_err() {
+            bail!(
+                "--seed {} is above {} (the run's config.toml stores it as a TOML integer)",
+                args.run.seed,
+                i64::MAX
+            );
         }
-        take!(
-            model,
-            dataset,
-            method,
-            workers,
-            batch_size,
-            lr,
-            schedule,
-            milestones,
-            gamma,
-            warmup_epochs,
-            optimizer,
-            momentum,
-            nesterov,
-            adam_beta2,
-            adam_eps,
-            pin_cores,
-            weight_decay,
-            clip,
-            seed,
-            device,
-            backend,
-            exchange,
-            out,
-            log_every,
-            synthetic_samples,
-            eval_every,
-            bptt,
-            bucket_elems,
-            local_world_size,
-            checkpoint_every
-        );
-        if args.data_dir.is_some() {
-            c.data_dir = args.data_dir.clone();
-        }
-        if args.epochs.is_some() {
-            c.epochs = args.epochs;
-            // `--epochs` on the command line sets the run's length: a `steps` from the
-            // file (a resumed `--steps` run's config.toml) would otherwise win in `plan`.
-            if args.steps.is_none() {
-                c.steps = None;
+        // The file's values, with each flag given on the command line written over its
+        // key (the keys are the flags' names).
+        let mut table = toml::Table::try_from(&file).context("the configuration")?;
+        let flags = toml::Table::try_from(&args.run).context("the flags")?;
+        for (key, value) in flags {
+            if given(&key) {
+                table.insert(key, value);
             }
         }
-        if args.steps.is_some() {
-            c.steps = args.steps;
+        // `--epochs` on the command line sets the run's length: a `steps` from the file (a
+        // resumed `--steps` run's config.toml) would otherwise win in `plan`.
+        if given("epochs") && !given("steps") {
+            table.remove("steps");
         }
-        for (field, arg) in [
-            (&mut c.eval_samples, args.eval_samples),
-            (&mut c.hidden, args.hidden),
-            (&mut c.layers, args.layers),
-        ] {
-            if arg.is_some() {
-                *field = arg;
-            }
-        }
-        if args.dropout.is_some() {
-            c.dropout = args.dropout;
-        }
-        if !args.method_opts.is_empty() {
-            c.method_opts = args.method_opts.clone();
-        }
-        if args.overwrite {
-            c.overwrite = true;
-        }
+        let mut c: Config = table.try_into().context("the configuration")?;
         if !lr_given {
             if let Some((usual, _)) = crate::task::usual_lr(&c.model) {
                 c.lr = usual;

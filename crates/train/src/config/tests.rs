@@ -220,46 +220,86 @@ fn nonsense_values_are_errors() {
     assert!(multistep(vec![1.0, 2.5]).validate().is_ok());
 }
 
-/// `--help` states the defaults a run takes when a flag is left out, as
-/// `Config::default` has them (a changed default must change its help too).
+/// The flags' defaults are `Config::default`'s: a command line with no flags resolves
+/// to it (and `--help` shows them, as clap prints the defaults).
 #[test]
-fn help_states_the_defaults() {
-    use clap::CommandFactory;
-    let d = Config::default();
-    let help = Args::command().render_long_help().to_string();
-    let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
-    for want in [
-        format!("(default {}", d.model),
-        format!("(default {}", d.dataset),
-        format!("(default {}", d.method),
-        format!("(default {})", d.workers),
-        format!("(default {})", d.batch_size),
-        format!("(default {};", d.lr),
-        format!("(default {})", flag_value(&d.schedule)),
-        format!("(default {})", d.gamma),
-        format!("(default {:e})", d.weight_decay),
-        format!("(default {})", d.seed),
-        format!("(default {})", d.device),
-        format!("(default {})", flag_value(&d.backend)),
-        format!("(default {})", d.log_every),
-        format!("default {})", d.synthetic_samples),
-        format!("(default {})", d.bptt),
-    ] {
-        assert!(help.contains(&want), "--help lacks {want:?}");
-    }
+fn no_flags_is_the_default_configuration() {
+    assert_eq!(resolved(&[]), Config::default());
+    let help = super::super::help::command().render_long_help().to_string();
+    assert!(help.contains("[default: resnet20]"), "{help}");
+    assert!(help.contains("[default: dgc]"), "{help}");
+}
+
+/// `train` with `argv` (no program name), resolved.
+fn resolved(argv: &[&str]) -> Config {
+    try_resolved(argv).unwrap()
+}
+
+fn try_resolved(argv: &[&str]) -> anyhow::Result<Config> {
+    let matches = super::super::help::command()
+        .try_get_matches_from(["train"].iter().chain(argv))
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let args = <Args as clap::FromArgMatches>::from_arg_matches(&matches)?;
+    let given = given_on_command_line(&matches);
+    Config::resolve(&args, &given)
+}
+
+/// A flag given on the command line wins over the `--config` file, one left out keeps
+/// the file's value even where the file's is not the default, and `--epochs` alone
+/// drops the file's `steps`.
+#[test]
+fn flags_given_win_over_the_file_and_only_those() {
+    let dir = std::env::temp_dir().join(format!("gradex-overlay-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("run.toml");
+    std::fs::write(
+        &file,
+        "workers = 3\nbatch_size = 16\nsteps = 50\nmethod_opts = [\"density=0.01\"]\nhidden = 8\n",
+    )
+    .unwrap();
+    let f = file.to_str().unwrap();
+    let c = resolved(&["--config", f]);
+    assert_eq!(
+        (c.workers, c.batch_size, c.steps, c.hidden),
+        (3, 16, Some(50), Some(8))
+    );
+    assert_eq!(c.method_opts, ["density=0.01"]);
+    // Given at its default value, a flag still wins over the file.
+    let c = resolved(&[
+        "--config",
+        f,
+        "--workers",
+        "1",
+        "--method-opt",
+        "density=0.1",
+    ]);
+    assert_eq!((c.workers, c.batch_size), (1, 16));
+    assert_eq!(c.method_opts, ["density=0.1"]);
+    let c = resolved(&["--config", f, "--epochs", "2"]);
+    assert_eq!((c.epochs, c.steps), (Some(2), None));
+    let c = resolved(&["--config", f, "--epochs", "2", "--steps", "7"]);
+    assert_eq!((c.epochs, c.steps), (Some(2), Some(7)));
+    std::fs::write(&file, "overwrite = true\n").unwrap();
+    let e = try_resolved(&["--config", f]).unwrap_err().to_string();
+    assert!(
+        e.contains("overwrite = true is not a configuration key"),
+        "{e}"
+    );
+    std::fs::write(&file, "workerz = 3\n").unwrap();
+    let e = format!("{:#}", try_resolved(&["--config", f]).unwrap_err());
+    assert!(e.contains("workerz"), "{e}");
+    let e = try_resolved(&["--seed", "18446744073709551615"])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("--seed 18446744073709551615 is above"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// Without `--lr` or an `lr` key in the `--config` file, a model whose recipe trains
 /// below 0.1 gets its recipe's rate; a rate given either way is kept, 0.1 included.
 #[test]
 fn a_rate_left_out_is_the_models_usual_one() {
-    use clap::Parser;
-    let lr = |argv: &[&str]| {
-        let argv = ["train"].iter().chain(argv).copied();
-        Config::resolve(&Args::try_parse_from(argv).unwrap())
-            .unwrap()
-            .lr
-    };
+    let lr = |argv: &[&str]| resolved(argv).lr;
     assert_eq!(lr(&[]), Config::default().lr);
     assert_eq!(lr(&["--model", "resnet56"]), 0.1);
     assert_eq!(lr(&["--model", "lenet5"]), 0.01);
@@ -285,7 +325,7 @@ fn a_rate_left_out_is_the_models_usual_one() {
 fn negative_numbers_are_values() {
     use clap::Parser;
     let a = Args::try_parse_from(["train", "--lr", "-0.1"]).unwrap();
-    assert_eq!(a.lr, Some(-0.1));
+    assert_eq!(a.run.lr, -0.1);
 }
 
 #[test]
