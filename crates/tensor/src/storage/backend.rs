@@ -1,0 +1,145 @@
+//! The set of kernels a device backend provides.
+
+use super::params::{
+    BatchNormParams, BinaryOp, Conv2dParams, Pool2dParams, ReduceOp, RnnCell, SgdStep, UnaryOp,
+};
+use crate::cpu::CpuStorage;
+use crate::{DType, Device, Layout, Result, Shape};
+
+/// Kernels a device backend provides. Outputs are always contiguous.
+pub trait BackendStorage: Sized {
+    fn dtype(&self) -> DType;
+    fn device(&self) -> Device;
+    fn to_cpu(&self) -> Result<CpuStorage>;
+
+    /// Contiguous copy of the elements of `layout`.
+    fn copy_strided(&self, layout: &Layout) -> Result<Self>;
+    /// Writes the elements of `src` (contiguous) into the strided view `dst_layout` of self.
+    fn copy_into(&mut self, dst_layout: &Layout, src: &Self) -> Result<()>;
+    fn to_dtype(&self, layout: &Layout, dtype: DType) -> Result<Self>;
+
+    fn unary(&self, layout: &Layout, op: UnaryOp) -> Result<Self>;
+    /// Both layouts already have the (broadcast) output shape.
+    fn binary(&self, lhs: &Layout, rhs: &Self, rhs_l: &Layout, op: BinaryOp) -> Result<Self>;
+    fn where_cond(
+        &self,
+        cond: &Layout,
+        t: &Self,
+        t_l: &Layout,
+        f: &Self,
+        f_l: &Layout,
+    ) -> Result<Self>;
+    /// Reduces `dims` to size 1 (keepdim form).
+    fn reduce(&self, layout: &Layout, dims: &[usize], op: ReduceOp) -> Result<Self>;
+
+    /// `[b, m, k] x [b, k, n]`, any strides within each matrix; `rhs` batch stride may be 0.
+    fn matmul(
+        &self,
+        lhs: &Layout,
+        rhs: &Self,
+        rhs_l: &Layout,
+        bmnk: (usize, usize, usize, usize),
+    ) -> Result<Self>;
+
+    fn conv2d(&self, weight: &Self, p: &Conv2dParams) -> Result<Self>;
+    /// Gradient with respect to the input, from `self` = gradient of the output.
+    fn conv2d_backward_input(&self, weight: &Self, p: &Conv2dParams) -> Result<Self>;
+    /// Gradient with respect to the weight, from `self` = input and the output's gradient.
+    fn conv2d_backward_weight(&self, grad_out: &Self, p: &Conv2dParams) -> Result<Self>;
+
+    fn pool2d(&self, p: &Pool2dParams) -> Result<Self>;
+    /// Gradient with respect to the input, from `self` = input and the output's gradient.
+    fn pool2d_backward(&self, grad_out: &Self, p: &Pool2dParams) -> Result<Self>;
+
+    /// Training mode: normalises with the batch statistics and returns them as
+    /// `(out, mean, invstd)`; evaluation mode: `stats = Some((running_mean, running_var))`.
+    fn batch_norm(
+        &self,
+        weight: &Self,
+        bias: &Self,
+        stats: Option<(&Self, &Self)>,
+        p: &BatchNormParams,
+    ) -> Result<(Self, Self, Self)>;
+    /// Returns `(d_input, d_weight, d_bias)`. `training` says whether mean/invstd were batch
+    /// statistics (so the input gradient flows through them too).
+    #[allow(clippy::too_many_arguments)]
+    fn batch_norm_backward(
+        &self,
+        grad_out: &Self,
+        weight: &Self,
+        mean: &Self,
+        invstd: &Self,
+        training: bool,
+        p: &BatchNormParams,
+    ) -> Result<(Self, Self, Self)>;
+
+    /// Softmax (or log-softmax) over the last dimension of a contiguous `[rows, cols]` view.
+    fn softmax_last(&self, rows: usize, cols: usize, log: bool) -> Result<Self>;
+    /// From `self` = the forward output.
+    fn softmax_last_backward(
+        &self,
+        grad_out: &Self,
+        rows: usize,
+        cols: usize,
+        log: bool,
+    ) -> Result<Self>;
+    /// Mean cross-entropy of `[n, c]` logits against U32 labels; returns `(loss [1], probs [n, c], count)`
+    /// where count is the number of labels that were not `ignore_index`.
+    fn cross_entropy(
+        &self,
+        labels: &Self,
+        n: usize,
+        c: usize,
+        ignore_index: Option<u32>,
+    ) -> Result<(Self, Self, usize)>;
+    /// From `self` = probabilities; `grad` is the loss's upstream gradient (a scalar).
+    fn cross_entropy_backward(
+        &self,
+        labels: &Self,
+        grad: f64,
+        n: usize,
+        c: usize,
+        ignore_index: Option<u32>,
+        count: usize,
+    ) -> Result<Self>;
+
+    /// CTC forward-backward of contiguous log-probabilities `dims = (T, N, C)` (blank 0)
+    /// against `targets` (labels in 1..C), sample n using its first `lengths[n]` frames
+    /// (1..=T, checked by the caller): per-sample nll (+inf when the target cannot be
+    /// aligned) and d nll / d log_probs `[T, N, C]` (zero past a sample's frames and for
+    /// an unalignable sample).
+    fn ctc(
+        &self,
+        dims: (usize, usize, usize),
+        targets: &[Vec<u32>],
+        lengths: &[usize],
+    ) -> Result<(Vec<f64>, Self)>;
+    /// One SGD step with momentum in place on dense buffers of `n` elements: `self` is the
+    /// parameter, `buf` its momentum buffer, `grad` the gradient.
+    fn sgd_momentum(&mut self, grad: &Self, buf: &mut Self, n: usize, h: SgdStep) -> Result<()>;
+    /// A fused recurrent cell over contiguous `inputs` of one dtype (see [`RnnCell`]).
+    fn rnn_cell(inputs: &[&Self], cell: RnnCell, n: usize, h: usize) -> Result<Self>;
+    /// The gradients of every input of [`BackendStorage::rnn_cell`] from the output's.
+    fn rnn_cell_backward(
+        inputs: &[&Self],
+        grad: &Self,
+        cell: RnnCell,
+        n: usize,
+        h: usize,
+    ) -> Result<Vec<Self>>;
+
+    /// Selects `ids` (U32, contiguous) along `dim` of a contiguous `shape`.
+    fn index_select(&self, shape: &Shape, ids: &Self, dim: usize) -> Result<Self>;
+    /// The transpose of `index_select`: zeros of `out_shape`, plus `self` added at `ids` along `dim`.
+    fn index_add(
+        &self,
+        src_shape: &Shape,
+        ids: &Self,
+        dim: usize,
+        out_shape: &Shape,
+    ) -> Result<Self>;
+
+    /// Top-k along the last dimension of a contiguous `[rows, cols]` view: `(values, U32 indices)`,
+    /// sorted (largest first when `largest`).
+    fn topk(&self, rows: usize, cols: usize, k: usize, largest: bool) -> Result<(Self, Self)>;
+}

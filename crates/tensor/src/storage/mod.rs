@@ -1,0 +1,21 @@
+//! The backend interface. `BackendStorage` is the set of kernels a device must provide;
+//! `CpuStorage` and `CudaStorage` implement it, and `Storage` dispatches to whichever
+//! holds the data, so autograd and the tensor API never look at which device they run on.
+//!
+//! Kernels receive the layout of every strided input. The heavy kernels (matmul aside)
+//! take contiguous inputs: the tensor layer makes them contiguous first, which keeps each
+//! backend's kernels simple and fast.
+//!
+//! Here: the kernels' parameter types (`params.rs`), the backend trait (`backend.rs`)
+//! and the dispatching `Storage` (`dispatch.rs`).
+
+mod backend;
+mod dispatch;
+mod params;
+
+pub use backend::BackendStorage;
+pub use dispatch::Storage;
+pub use params::{
+    BatchNormParams, BinaryOp, Conv2dParams, Pool2dParams, PoolKind, ReduceOp, RnnCell, SgdStep,
+    UnaryOp,
+};
