@@ -306,6 +306,18 @@ enum Next {
     Stop,
 }
 
+/// The group a tensor job runs over, and its name for messages: NCCL where started,
+/// else TCP.
+fn group_of<'a>(
+    nccl: &'a mut Option<NcclCommunicator>,
+    comm: &'a mut Communicator,
+) -> (&'a mut dyn ProcessGroup, &'static str) {
+    match nccl.as_mut() {
+        Some(n) => (n, "NCCL"),
+        None => (comm, "TCP"),
+    }
+}
+
 impl Thread {
     /// With `nccl`, joins the ranks' NCCL communicator on that device first.
     fn start(
@@ -446,10 +458,7 @@ impl Thread {
             hierarchy,
             ..
         } = self;
-        let (group, over): (&mut dyn ProcessGroup, &str) = match nccl.as_mut() {
-            Some(n) => (n, "NCCL"),
-            None => (comm, "TCP"),
-        };
+        let (group, over) = group_of(nccl, comm);
         match hierarchy.as_mut() {
             Some(h) => h.exchange(method.as_mut(), group, index, weights, grad),
             None => method.exchange_tensor(group, index, weights, grad),
@@ -478,10 +487,7 @@ impl Thread {
             hierarchy,
             ..
         } = self;
-        let (group, over): (&mut dyn ProcessGroup, &str) = match nccl.as_mut() {
-            Some(n) => (n, "NCCL"),
-            None => (comm, "TCP"),
-        };
+        let (group, over) = group_of(nccl, comm);
         match hierarchy.as_mut() {
             Some(h) => h.after_step(method.as_mut(), group, index, weights),
             None => method
