@@ -306,18 +306,6 @@ enum Next {
     Stop,
 }
 
-/// The group a tensor job runs over, and its name for messages: NCCL where started,
-/// else TCP.
-fn group_of<'a>(
-    nccl: &'a mut Option<NcclCommunicator>,
-    comm: &'a mut Communicator,
-) -> (&'a mut dyn ProcessGroup, &'static str) {
-    match nccl.as_mut() {
-        Some(n) => (n, "NCCL"),
-        None => (comm, "TCP"),
-    }
-}
-
 impl Thread {
     /// With `nccl`, joins the ranks' NCCL communicator on that device first.
     fn start(
@@ -442,6 +430,23 @@ impl Thread {
         })
     }
 
+    /// What a tensor job uses: the group it runs over (NCCL where started, else TCP) with
+    /// its name for messages, the method, and the nodes of a hierarchical exchange.
+    fn tensor_parts(
+        &mut self,
+    ) -> (
+        &mut dyn ProcessGroup,
+        &'static str,
+        &mut dyn Method,
+        Option<&mut crate::hierarchy::Hierarchy>,
+    ) {
+        let (group, over): (&mut dyn ProcessGroup, _) = match self.nccl.as_mut() {
+            Some(n) => (n, "NCCL"),
+            None => (&mut self.comm, "TCP"),
+        };
+        (group, over, self.method.as_mut(), self.hierarchy.as_mut())
+    }
+
     /// A gradient tensor's exchange, over NCCL where started, else TCP (hierarchical
     /// where the job has nodes).
     fn exchange_device(
@@ -451,16 +456,9 @@ impl Thread {
         weights: Option<&Tensor>,
     ) -> std::result::Result<Reply, String> {
         let started = Instant::now();
-        let Thread {
-            comm,
-            method,
-            nccl,
-            hierarchy,
-            ..
-        } = self;
-        let (group, over) = group_of(nccl, comm);
-        match hierarchy.as_mut() {
-            Some(h) => h.exchange(method.as_mut(), group, index, weights, grad),
+        let (group, over, method, hierarchy) = self.tensor_parts();
+        match hierarchy {
+            Some(h) => h.exchange(method, group, index, weights, grad),
             None => method.exchange_tensor(group, index, weights, grad),
         }
         .map(|u| Reply::DeviceUpdate {
@@ -480,16 +478,9 @@ impl Thread {
         index: usize,
         weights: &Tensor,
     ) -> std::result::Result<Reply, String> {
-        let Thread {
-            comm,
-            method,
-            nccl,
-            hierarchy,
-            ..
-        } = self;
-        let (group, over) = group_of(nccl, comm);
-        match hierarchy.as_mut() {
-            Some(h) => h.after_step(method.as_mut(), group, index, weights),
+        let (group, over, method, hierarchy) = self.tensor_parts();
+        match hierarchy {
+            Some(h) => h.after_step(method, group, index, weights),
             None => method
                 .after_step_tensor(group, index, weights)
                 .map(|stats| (stats, method.take_momentum_mask(index))),

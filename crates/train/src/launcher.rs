@@ -216,15 +216,7 @@ impl Job<'_> {
         cpus: Option<&[usize]>,
         master: &std::net::TcpListener,
     ) -> Result<(Child, Tail)> {
-        let (exe, workers, args, logs, token, progress) = (
-            &self.exe,
-            self.workers,
-            self.args,
-            self.logs,
-            &self.token,
-            &self.progress,
-        );
-        let mut command = Command::new(exe);
+        let mut command = Command::new(&self.exe);
         match cpus {
             Some(cpus) => command.env(affinity::ENV, affinity::format(cpus)),
             // Not the launcher's own GRADEX_CPUS either: that would put every worker on
@@ -248,10 +240,10 @@ impl Job<'_> {
                 Ok(())
             });
         }
-        comm::prepare_local_worker(&mut command, rank, workers, master, token)
+        comm::prepare_local_worker(&mut command, rank, self.workers, master, &self.token)
             .context("the job's master listener")?;
         command.env(crate::interrupt::LAUNCHED_ENV, "1");
-        let piped = logs != WorkerLogs::Inherit;
+        let piped = self.logs != WorkerLogs::Inherit;
         let pipe = || {
             if piped {
                 Stdio::piped()
@@ -260,20 +252,20 @@ impl Job<'_> {
             }
         };
         let mut child = command
-            .args(args)
+            .args(self.args)
             .stdout(pipe())
             .stderr(pipe())
             .spawn()
             .with_context(|| format!("starting worker {rank}"))?;
         let tail = Arc::new(Mutex::new(VecDeque::new()));
-        let prefix = if workers > 1 {
+        let prefix = if self.workers > 1 {
             format!("[rank {rank}] ")
         } else {
             String::new()
         };
         if let Some(out) = child.stdout.take() {
-            let to_stderr = logs == WorkerLogs::Stderr;
-            let p = (rank == 0 && !to_stderr).then(|| progress.clone());
+            let to_stderr = self.logs == WorkerLogs::Stderr;
+            let p = (rank == 0 && !to_stderr).then(|| self.progress.clone());
             pump(out, prefix.clone(), tail.clone(), to_stderr, p);
         }
         if let Some(err) = child.stderr.take() {

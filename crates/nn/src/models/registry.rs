@@ -141,6 +141,12 @@ impl ModelInfo {
         }
     }
 
+    /// Whether it is a language model over characters (it reads a corpus's character
+    /// files).
+    pub fn reads_characters(&self) -> bool {
+        self.input == Input::Tokens { characters: true }
+    }
+
     /// Whether a user may set `knob`.
     pub fn takes(&self, knob: Knob) -> bool {
         self.knobs.contains(&knob)

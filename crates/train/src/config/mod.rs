@@ -342,6 +342,18 @@ impl Default for Config {
 /// whose shuffled order is 8 GiB.
 pub const MAX_SYNTHETIC_SAMPLES: usize = 1 << 30;
 
+/// TOML integers are i64: a larger seed could not be written to the run's config.toml
+/// (nor overlaid on a `--config` file).
+fn check_seed(seed: u64) -> Result<()> {
+    if i64::try_from(seed).is_err() {
+        bail!(
+            "--seed {seed} is above {} (the run's config.toml stores it as a TOML integer)",
+            i64::MAX
+        );
+    }
+    Ok(())
+}
+
 impl Config {
     /// The device the worker of local rank `rank` (its index among its node's workers)
     /// trains on: `cpu`; `cuda`, GPU `rank mod count`; `auto`, the GPU when one is
@@ -409,15 +421,8 @@ impl Config {
             }
             None => Config::default(),
         };
-        // TOML integers are i64: said here as `validate` says it, before the overlay
-        // below would fail to write the seed.
-        if i64::try_from(args.run.seed).is_err() {
-            bail!(
-                "--seed {} is above {} (the run's config.toml stores it as a TOML integer)",
-                args.run.seed,
-                i64::MAX
-            );
-        }
+        // Before the overlay below, which would fail to write it.
+        check_seed(args.run.seed)?;
         // The file's values, with each flag given on the command line written over its
         // key (the keys are the flags' names).
         let mut table = toml::Table::try_from(&file).context("the configuration")?;

@@ -4,7 +4,7 @@
 //! data), so that a wrong combination is one error from the launcher, not one from every
 //! worker.
 
-use super::MAX_SYNTHETIC_SAMPLES;
+use super::{check_seed, MAX_SYNTHETIC_SAMPLES};
 use super::{flag_value, Backend, Config, DeviceChoice, Exchange, OptimizerChoice, Schedule};
 use anyhow::{bail, Result};
 
@@ -26,14 +26,7 @@ impl Config {
         if self.workers == 0 || self.batch_size == 0 {
             bail!("--workers and --batch-size must be at least 1");
         }
-        // TOML integers are i64: a larger seed would fail only when config.toml is written.
-        if i64::try_from(self.seed).is_err() {
-            bail!(
-                "--seed {} is above {} (the run's config.toml stores it as a TOML integer)",
-                self.seed,
-                i64::MAX
-            );
-        }
+        check_seed(self.seed)?;
         if self.steps == Some(0) || self.epochs == Some(0) {
             bail!("--steps and --epochs must be at least 1");
         }

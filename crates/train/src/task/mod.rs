@@ -21,8 +21,8 @@ use data::{Batch, Dataset, Loader, TokenBatches};
 use images::{check_image, image_data, image_shape};
 use nn::layers::RnnState;
 use nn::loss::{cross_entropy, ctc_loss, CtcReduction};
-use nn::models::{Input, Knob, ModelInfo, Spec};
 pub use nn::models::{Kind, Model};
+use nn::models::{Knob, ModelInfo, Spec};
 use nn::Ctx;
 use speech::{speech_data, speech_outputs, SPEECH_CLASSES};
 use std::sync::Arc;
@@ -60,10 +60,6 @@ pub fn model_info(model: &str) -> Result<&'static ModelInfo> {
             list(Kind::Speech)
         )
     })
-}
-
-pub fn kind_of(model: &str) -> Result<Kind> {
-    Ok(model_info(model)?.kind)
 }
 
 /// The data of a split: samples drawn in shuffled batches, or a token stream.
@@ -172,7 +168,7 @@ pub fn check(c: &Config) -> Result<()> {
                     c.dataset
                 );
             }
-            if info.input == (Input::Tokens { characters: true }) && c.dataset == "synthetic" {
+            if info.reads_characters() && c.dataset == "synthetic" {
                 bail!(
                     "--model {} needs a character corpus (--dataset kjv or ptb)",
                     c.model

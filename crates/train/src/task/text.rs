@@ -3,7 +3,7 @@
 
 use crate::config::Config;
 use anyhow::{bail, Context, Result};
-use nn::models::{Input, ModelInfo};
+use nn::models::ModelInfo;
 use std::path::PathBuf;
 
 /// Where `datasets prepare kjv --out DIR` writes when docs/data.md is followed.
@@ -33,7 +33,7 @@ pub(super) fn text_data(c: &Config, model: &ModelInfo) -> Result<(Vec<u32>, Vec<
         (None, "kjv") => PathBuf::from(KJV_DEFAULT_DIR),
         (None, d) => bail!("--dataset {d} needs --data-dir (the directory of ptb.train.txt, ptb.valid.txt, ptb.test.txt)"),
     };
-    let prefix = if model.input == (Input::Tokens { characters: true }) {
+    let prefix = if model.reads_characters() {
         "ptb.char"
     } else {
         "ptb"
