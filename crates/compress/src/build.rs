@@ -6,7 +6,7 @@
 //! `methods/` and one entry here (docs/compress.md, "Adding a method").
 
 use crate::methods::dense::{self, Dense};
-use crate::methods::dgc::{Dgc, DgcConfig};
+use crate::methods::dgc::{Decay, DenseClip, Dgc, DgcConfig};
 use crate::methods::dropping::{DroppingConfig, GradientDropping, LocalMode};
 use crate::methods::fedavg::FedAvg;
 use crate::methods::gtopk::GTopK;
@@ -165,8 +165,13 @@ pub const METHODS: &[MethodInfo] = &[
             ),
             (
                 "clip_dense",
-                "false",
-                "clip the tensors sent dense too (the reference code clips only the compressed ones)",
+                "averaged",
+                "with clip > 0, how the tensors sent dense are clipped: averaged (after the allreduce, at clip, as the reference code does), local (each rank at clip·N^1/2 before it), off",
+            ),
+            (
+                "decay",
+                "dense",
+                "where weight decay enters under momentum correction: dense (the reference code's DGCSGD: every step, a momentum buffer of its own, outside the compression) or compressed (added to the gradient before momentum correction, sparsified with it)",
             ),
             (
                 "warmup_epochs",
@@ -200,7 +205,8 @@ pub const METHODS: &[MethodInfo] = &[
                 momentum_correction: o.bool("momentum_correction")?,
                 masking: o.bool("masking")?,
                 clip: o.f64("clip")?.unwrap_or(0.0),
-                clip_dense: o.bool("clip_dense")?,
+                clip_dense: DenseClip::parse(&o.choice("clip_dense", &DenseClip::NAMES)?)?,
+                decay: Decay::parse(&o.choice("decay", &Decay::NAMES)?)?,
                 warmup_epochs: o.f64("warmup_epochs")?.unwrap_or(0.0),
                 warmup_densities: o.f64_list("warmup_densities")?,
                 sampling: o.bool("sampling")?,

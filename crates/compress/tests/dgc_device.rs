@@ -7,7 +7,7 @@
 mod common;
 
 use common::heavy_tailed;
-use compress::methods::dgc::{Dgc, DgcConfig, DgcOnDevice};
+use compress::methods::dgc::{Decay, DenseClip, Dgc, DgcConfig, DgcOnDevice};
 use compress::{ParamSpec, StepInfo};
 use tensor::{cuda, Device, Rng, Tensor};
 
@@ -38,7 +38,8 @@ fn configs() -> Vec<(&'static str, DgcConfig)> {
         momentum_correction: true,
         masking: true,
         clip: 0.02,
-        clip_dense: false,
+        clip_dense: DenseClip::Averaged,
+        decay: Decay::Compressed,
         warmup_epochs: 1.0,
         warmup_densities: vec![0.25, 0.0625, 0.015625, 0.004],
         sampling: true,
@@ -58,6 +59,21 @@ fn configs() -> Vec<(&'static str, DgcConfig)> {
             DgcConfig {
                 nesterov: true,
                 clip: 0.0,
+                ..full.clone()
+            },
+        ),
+        (
+            "decay dense (the reference's)",
+            DgcConfig {
+                decay: Decay::Dense,
+                ..full.clone()
+            },
+        ),
+        (
+            "nesterov, decay dense",
+            DgcConfig {
+                nesterov: true,
+                decay: Decay::Dense,
                 ..full.clone()
             },
         ),
@@ -116,6 +132,7 @@ fn dgc_on_tensors_chooses_what_dgc_on_slices_chooses() {
                     let n = spec.numel();
                     let g = heavy_tailed(n, 1000 * step + p as u64);
                     let w = heavy_tailed(n, 5000 + p as u64);
+                    let w_host = w.clone();
                     let (idx, vals) = host.compress(p, &w, &g).unwrap();
                     let gt = Tensor::from_vec(g, n, dev).unwrap();
                     let wt = Tensor::from_vec(w, n, dev).unwrap();
@@ -136,6 +153,19 @@ fn dgc_on_tensors_chooses_what_dgc_on_slices_chooses() {
                     };
                     assert_eq!(bits(&u), find(format!("u.{p}")), "{what}: velocity");
                     assert_eq!(bits(&v), find(format!("v.{p}")), "{what}: accumulator");
+                    // The decay buffer's step on an averaged direction, and the buffer left.
+                    let mut out = heavy_tailed(n, 9000 + 10 * step + p as u64);
+                    let ot = Tensor::from_vec(out.clone(), n, dev).unwrap();
+                    host.add_decay(p, &w_host, &mut out).unwrap();
+                    on.add_decay(p, &wt, &ot).unwrap();
+                    assert_eq!(bits(&ot.to_vec::<f32>().unwrap()), bits(&out), "{what}: decay");
+                }
+                let (hs, ds) = (compress::Method::state(&host).unwrap(), on.state().unwrap());
+                assert_eq!(hs.len(), ds.len(), "{dev:?} {name}: state entries");
+                for ((hk, hv), (dk, dv)) in hs.iter().zip(&ds) {
+                    assert_eq!(hk, dk);
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(hv), bits(dv), "{dev:?} {name}: step {step}, state {hk}");
                 }
             }
         }
@@ -184,10 +214,12 @@ fn dgc_on_slices_checks_the_weights_and_reads_them_only_for_weight_decay() {
     let hs = compress::Method::state(&host).unwrap();
     assert_eq!(bits(&on.state_of(0).unwrap().0), bits(&hs[0].1), "velocity");
     assert!(on.state_of(0).unwrap().0.iter().all(|x| x.is_finite()));
-    // With weight decay, weights of the wrong length are an error, not a silent truncation.
+    // With weight decay in the accumulation, weights of the wrong length are an error,
+    // not a silent truncation.
     let mut wd = Dgc::new(
         DgcConfig {
             weight_decay: 1e-4,
+            decay: Decay::Compressed,
             ..cfg
         },
         1,
@@ -216,8 +248,10 @@ fn a_checkpoint_of_either_resumes_the_other_bit_for_bit() {
     let w = heavy_tailed(n, 3);
     let mut host = Dgc::new(cfg.clone(), 2, Rng::new(5)).unwrap();
     compress::Method::init(&mut host, &params).unwrap();
+    let mut out = vec![0.5f32; n];
     for step in 0..3 {
         host.compress(0, &w, &grad(step)).unwrap();
+        host.add_decay(0, &w, &mut out).unwrap();
     }
     // The host's checkpoint into the tensor side, which goes on as the host does.
     let saved = compress::Method::state(&host).unwrap();
@@ -231,6 +265,9 @@ fn a_checkpoint_of_either_resumes_the_other_bit_for_bit() {
         let gt = Tensor::from_vec(grad(step), n, Device::Cpu).unwrap();
         let (di, _) = on.compress(0, Some(&wt), &gt).unwrap().to_vecs().unwrap();
         assert_eq!(di, idx, "step {step}");
+        host.add_decay(0, &w, &mut out).unwrap();
+        let ot = Tensor::from_vec(vec![0.5f32; n], n, Device::Cpu).unwrap();
+        on.add_decay(0, &wt, &ot).unwrap();
     }
     // And back: the tensor side's checkpoint into a fresh host.
     let mut again = Dgc::new(cfg, 2, Rng::new(1)).unwrap();
@@ -247,4 +284,40 @@ fn a_checkpoint_of_either_resumes_the_other_bit_for_bit() {
         .unwrap();
     let e = other.load_state(&saved).unwrap_err().to_string();
     assert!(e.contains("dgc"), "{e}");
+}
+
+/// A checkpoint without the decay buffers (`d.*`, written with `decay=compressed` or before
+/// the buffer existed) resumes a configuration that needs none, and is refused, with the
+/// way out named, by one that does.
+#[test]
+fn a_checkpoint_without_decay_buffers_loads_only_where_none_is_needed() {
+    let params = [ParamSpec::new("w", &[2_000])];
+    let base = DgcConfig {
+        momentum: 0.9,
+        weight_decay: 1e-4,
+        momentum_correction: true,
+        ..DgcConfig::all_off(0.01)
+    };
+    let old = DgcConfig {
+        decay: Decay::Compressed,
+        ..base.clone()
+    };
+    let mut host = Dgc::new(old.clone(), 1, Rng::new(5)).unwrap();
+    compress::Method::init(&mut host, &params).unwrap();
+    host.compress(0, &heavy_tailed(2_000, 3), &heavy_tailed(2_000, 4))
+        .unwrap();
+    let without_d: Vec<(String, Vec<f32>)> = compress::Method::state(&host)
+        .unwrap()
+        .into_iter()
+        .filter(|(k, _)| !k.starts_with("d."))
+        .collect();
+    let mut same = Dgc::new(old, 1, Rng::new(1)).unwrap();
+    compress::Method::init(&mut same, &params).unwrap();
+    compress::Method::load_state(&mut same, &without_d).unwrap();
+    let mut dense = Dgc::new(base, 1, Rng::new(1)).unwrap();
+    compress::Method::init(&mut dense, &params).unwrap();
+    let e = compress::Method::load_state(&mut dense, &without_d)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("decay=compressed"), "{e}");
 }

@@ -2,6 +2,10 @@
 //! Alg. 3) and Nesterov (Alg. 4), against the algorithm written out step by step: the
 //! direction sent, and the velocity `u` and accumulation `v` left behind. One rank, so
 //! the exchange is the rank's own sparse vector and every value must match bit for bit.
+//! Weight decay both ways: inside the accumulation (`decay=compressed`, bit for bit) and
+//! as the reference code's `DGCSGD` applies it (`decay=dense`: a buffer of its own added
+//! to the direction; equal to rounding, as our Nesterov form keeps the buffer m times
+//! larger).
 
 mod common;
 
@@ -19,13 +23,21 @@ const STEPS: usize = 6;
 struct Reference {
     u: Vec<f32>,
     v: Vec<f32>,
+    /// `DGCSGD`'s weight-decay momentum buffer (with `dense_decay`).
+    d: Vec<f32>,
+    dense_decay: bool,
 }
 
 impl Reference {
     fn step(&mut self, g: &[f32], w: &[f32], nesterov: bool, masking: bool) -> Vec<f32> {
         for i in 0..g.len() {
-            // The gradient with weight decay, then the velocity and the accumulation.
-            let gi = g[i] + DECAY * w[i];
+            // The gradient (with weight decay, unless it is applied densely), then the
+            // velocity and the accumulation.
+            let gi = if self.dense_decay {
+                g[i]
+            } else {
+                g[i] + DECAY * w[i]
+            };
             if nesterov {
                 // Alg. 4: u ← m(u + ∇), v ← v + u + ∇.
                 self.u[i] = MOMENTUM * (self.u[i] + gi);
@@ -49,6 +61,18 @@ impl Reference {
                 self.u[i] = 0.0;
             }
         }
+        if self.dense_decay {
+            // dgc/optim/sgd.py: buf = m·buf + wd·w; d_p = grad + (Nesterov: wd·w + m·buf,
+            // else buf).
+            for i in 0..g.len() {
+                self.d[i] = MOMENTUM * self.d[i] + DECAY * w[i];
+                sent[i] += if nesterov {
+                    DECAY * w[i] + MOMENTUM * self.d[i]
+                } else {
+                    self.d[i]
+                };
+            }
+        }
         sent
     }
 }
@@ -57,8 +81,9 @@ impl Reference {
 /// final u and v per tensor, and the reference's.
 type Run = (Vec<(Vec<f32>, Vec<f32>)>, Vec<Vec<f32>>, Vec<Vec<f32>>);
 
-fn run(nesterov: bool, masking: bool) -> Run {
+fn run(nesterov: bool, masking: bool, decay: &str) -> Run {
     let opts: Vec<String> = [
+        format!("decay={decay}"),
         format!("density={DENSITY}"),
         "dense_below=0".into(),
         "momentum_correction=true".into(),
@@ -83,6 +108,8 @@ fn run(nesterov: bool, masking: bool) -> Run {
             .map(|&n| Reference {
                 u: vec![0.0; n],
                 v: vec![0.0; n],
+                d: vec![0.0; n],
+                dense_decay: decay == "dense",
             })
             .collect();
         let mut directions = Vec::new();
@@ -115,7 +142,7 @@ fn run(nesterov: bool, masking: bool) -> Run {
 fn momentum_correction_follows_the_paper_with_and_without_masking_and_nesterov() {
     for nesterov in [false, true] {
         for masking in [false, true] {
-            let (directions, got, want) = run(nesterov, masking);
+            let (directions, got, want) = run(nesterov, masking, "compressed");
             for (i, (got, want)) in directions.iter().enumerate() {
                 assert_eq!(
                     got,
@@ -134,8 +161,8 @@ fn momentum_correction_follows_the_paper_with_and_without_masking_and_nesterov()
 /// it the velocity keeps pushing the sent coordinates (the staleness §3.3 removes).
 #[test]
 fn masking_zeroes_the_velocity_at_the_sent_coordinates() {
-    let (masked, masked_state, _) = run(false, true);
-    let (plain, plain_state, _) = run(false, false);
+    let (masked, masked_state, _) = run(false, true, "compressed");
+    let (plain, plain_state, _) = run(false, false, "compressed");
     // The last step's direction of tensor 0 and the u after it.
     let last = (STEPS - 1) * SIZES.len();
     let (sent_m, u_m) = (&masked[last].0, &masked_state[0]);
@@ -153,4 +180,28 @@ fn masking_zeroes_the_velocity_at_the_sent_coordinates() {
         .filter(|&i| sent_p[i] != 0.0 && u_p[i] != 0.0)
         .count();
     assert_eq!(kept, k, "without masking u stays where values were sent");
+}
+
+/// The default: weight decay as the reference's `DGCSGD` applies it, densely every step
+/// with a momentum buffer of its own, outside the compressed velocity (which then holds
+/// the gradient alone: `u` and `v` bit for bit as the reference's).
+#[test]
+fn weight_decay_is_applied_densely_by_default_as_the_reference_code_does() {
+    for nesterov in [false, true] {
+        let (directions, got, want) = run(nesterov, true, "dense");
+        assert_eq!(got, want, "nesterov {nesterov}: u, v");
+        for (i, (got, want)) in directions.iter().enumerate() {
+            for (j, (&a, &b)) in got.iter().zip(want).enumerate() {
+                assert!(
+                    (a - b).abs() <= 1e-6 * b.abs().max(1e-3),
+                    "nesterov {nesterov}: step {}, tensor {}, entry {j}: {a} against {b}",
+                    i / SIZES.len(),
+                    i % SIZES.len()
+                );
+            }
+            // Every weight decays every step: the direction is dense, not k entries.
+            let nonzero = got.iter().filter(|&&x| x != 0.0).count();
+            assert!(nonzero > got.len() / 2, "step {}: {nonzero} non-zero", i / SIZES.len());
+        }
+    }
 }
