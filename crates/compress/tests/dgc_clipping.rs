@@ -53,9 +53,10 @@ fn each_rank_clips_its_mean_gradient_at_clip_times_root_n() {
 }
 
 /// A tensor DGC sends dense (a bias below `dense_below`), on 4 ranks whose gradients are
-/// all 100 everywhere (norm 100·√10 ≈ 316), with `clip=0.1`: by default the averaged
-/// tensor is clipped at 0.1, as the reference code's memory does after the allreduce;
-/// `clip_dense=local` clips each rank's gradient at 0.1·√4 before it; `off` leaves it.
+/// all 100 everywhere (norm 100·√10 ≈ 316), with `clip=0.1`: by default it is left
+/// unclipped; `clip_dense=averaged` clips the averaged tensor at 0.1, as the reference
+/// code's memory would after the allreduce; `local` each rank's gradient at 0.1·√4
+/// before it.
 #[test]
 fn tensors_sent_dense_are_clipped_as_clip_dense_says() {
     let norm_of = |clip_dense: Option<&str>| {
@@ -76,7 +77,7 @@ fn tensors_sent_dense_are_clipped_as_clip_dense_says() {
         norm(&outs[0])
     };
     for (given, want) in [
-        (None, 0.1),
+        (None, 100.0 * 10f64.sqrt()),
         (Some("averaged"), 0.1),
         (Some("local"), 0.2),
         (Some("true"), 0.2),

@@ -10,8 +10,7 @@
 //!    N times that share, so the same rule reads `‖g‖ ≤ N^1/2 · clip`. It is per tensor,
 //!    because each tensor is exchanged as soon as its gradient is ready and a global
 //!    norm would wait for the whole backward pass. Tensors sent dense (below) are
-//!    clipped after the allreduce at `clip`, as the reference code's memory does
-//!    (`clip_dense`: [`DenseClip`]);
+//!    not clipped unless `clip_dense` says how ([`DenseClip`]);
 //! 2. with momentum correction the velocity is accumulated: vanilla `u = m·u + g; v += u`
 //!    (Eq. 7), Nesterov `u = m·(u + g); v += u + g` (Alg. 4). Without it (gradient
 //!    dropping) `v += g` and the optimizer applies momentum and decay;
