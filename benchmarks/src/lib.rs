@@ -7,6 +7,7 @@ use anyhow::{bail, Context, Result};
 pub mod collective;
 pub mod gpu_compress;
 pub mod table;
+pub mod verdict;
 
 /// A caching allocator for every benchmark binary. Training allocates and frees tensors
 /// of the same few sizes at every step; with glibc's malloc, large blocks go back to the

@@ -22,25 +22,7 @@ fn wrong_arguments_fail_before_any_job() {
 
 #[test]
 fn three_profiles_and_the_model_give_the_speedups() {
-    let dir = std::env::temp_dir().join(format!("dgc-fig6-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let out = dir.to_string_lossy().to_string();
-    let o = common::run(
-        env!("CARGO_BIN_EXE_dgc_fig6"),
-        &[
-            "--models",
-            "lenet5",
-            "--batch-size",
-            "2",
-            "--steps",
-            "3",
-            "--json",
-            "--out",
-            &out,
-        ],
-    );
-    assert!(o.status.success(), "{}", common::text(&o));
-    let rows: Vec<Value> = serde_json::from_slice(&o.stdout).expect("--json prints the rows");
+    let (dir, rows) = common::smoke_rows(env!("CARGO_BIN_EXE_dgc_fig6"), "dgc-fig6", &[]);
     // 3 methods x 2 rates x 7 node counts.
     assert_eq!(rows.len(), 42, "{rows:?}");
     let row = |method: &str, gbps: f64, nodes: u64| -> &Value {

@@ -1,4 +1,4 @@
-//! `dgc_table3` end to end: its quick preset shrunk to 2 workers × 1 image and 3 epochs
+//! `dgc_table3 --preset smoke` end to end: its quick preset shrunk to 2 workers × 1 image and 3 epochs
 //! of 2 steps (DGC warmed up over the first), all five jobs of AlexNet and ResNet-50 on
 //! synthetic ImageNet-shaped data, the table's files, and each method's compression in
 //! the paper's measure, which its format fixes: TernGrad with AlexNet's last layer in
@@ -40,29 +40,7 @@ fn wrong_arguments_fail_before_any_job() {
 
 #[test]
 fn five_jobs_write_the_table_with_each_methods_compression() {
-    let dir = std::env::temp_dir().join(format!("dgc-table3-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let out = dir.to_string_lossy().to_string();
-    let o = common::run(
-        env!("CARGO_BIN_EXE_dgc_table3"),
-        &[
-            "--workers",
-            "2",
-            "--batch-size",
-            "1",
-            "--epochs",
-            "3",
-            "--warmup-epochs",
-            "1",
-            "--eval-samples",
-            "4",
-            "--json",
-            "--out",
-            &out,
-        ],
-    );
-    assert!(o.status.success(), "{}", common::text(&o));
-    let rows: Vec<Value> = serde_json::from_slice(&o.stdout).expect("--json prints the rows");
+    let (dir, rows) = common::smoke_rows(env!("CARGO_BIN_EXE_dgc_table3"), "dgc-table3", &[]);
     let methods: Vec<(&str, &str)> = rows
         .iter()
         .map(|r| {

@@ -1,4 +1,4 @@
-//! `dgc_table4` end to end on synthetic data: its two 4-worker language-model jobs
+//! `dgc_table4 --preset smoke` end to end on synthetic data: its two 4-worker language-model jobs
 //! (dense and DGC, 20 steps), the table's files, perplexities, and DGC's compression in
 //! the paper's measure and on the wire. Also its argument errors, which must come before
 //! any job starts.
@@ -32,18 +32,7 @@ fn wrong_arguments_fail_before_any_job() {
 
 #[test]
 fn two_jobs_write_the_table_and_dgc_compresses() {
-    let (dir, rows) = common::synthetic_rows(
-        env!("CARGO_BIN_EXE_dgc_table4"),
-        "dgc-table4",
-        &[
-            "--steps",
-            "20",
-            "--warmup-epochs",
-            "0.001",
-            "--eval-samples",
-            "200",
-        ],
-    );
+    let (dir, rows) = common::smoke_rows(env!("CARGO_BIN_EXE_dgc_table4"), "dgc-table4", &[]);
     assert_eq!(rows.len(), 2, "{rows:?}");
     assert_eq!(rows[0]["method"], "Baseline");
     assert_eq!(rows[1]["method"], "Deep Gradient Compression");

@@ -26,27 +26,7 @@ fn wrong_arguments_fail_before_anything_runs() {
 
 #[test]
 fn two_jobs_measure_and_the_model_follows_table_one() {
-    let dir = std::env::temp_dir().join(format!("gtopk-fig9-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let out = dir.to_string_lossy().to_string();
-    let o = common::run(
-        env!("CARGO_BIN_EXE_gtopk_fig9"),
-        &[
-            "--worlds",
-            "2,3",
-            "--size",
-            "4000000",
-            "--sizes",
-            "400000,4000000",
-            "--repeats",
-            "1",
-            "--json",
-            "--out",
-            &out,
-        ],
-    );
-    assert!(o.status.success(), "{}", common::text(&o));
-    let rows: Vec<Value> = serde_json::from_slice(&o.stdout).expect("--json prints the rows");
+    let (dir, rows) = common::smoke_rows(env!("CARGO_BIN_EXE_gtopk_fig9"), "gtopk-fig9", &[]);
     let find = |panel: &str, world: u64, bytes: u64, c: &str| -> &Value {
         rows.iter()
             .find(|r| {

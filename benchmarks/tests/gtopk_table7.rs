@@ -22,29 +22,8 @@ fn wrong_arguments_fail_before_any_job() {
 
 #[test]
 fn six_jobs_measure_and_project_with_table_one() {
-    let dir = std::env::temp_dir().join(format!("gtopk-table7-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let out = dir.to_string_lossy().to_string();
-    let o = common::run(
-        env!("CARGO_BIN_EXE_gtopk_table7"),
-        &[
-            "--models",
-            "resnet20",
-            "--batch-size",
-            "4",
-            "--steps",
-            "3",
-            "--skip",
-            "1",
-            "--workers",
-            "2",
-            "--json",
-            "--out",
-            &out,
-        ],
-    );
-    assert!(o.status.success(), "{}", common::text(&o));
-    let rows: Vec<Value> = serde_json::from_slice(&o.stdout).expect("--json prints the rows");
+    let (dir, rows) =
+        common::smoke_rows(env!("CARGO_BIN_EXE_gtopk_table7"), "gtopk-table7", &[]);
     assert_eq!(rows.len(), 1, "{rows:?}");
     let r = &rows[0];
     let f = |key: &str| {

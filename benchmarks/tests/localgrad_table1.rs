@@ -32,22 +32,7 @@ fn wrong_arguments_fail_before_any_job() {
 
 #[test]
 fn eight_jobs_write_the_table_and_only_unsynchronised_local_modes_drift() {
-    let (dir, rows) = common::synthetic_rows(
-        env!("CARGO_BIN_EXE_localgrad_table1"),
-        "localgrad",
-        &[
-            "--steps",
-            "40",
-            "--warmup-steps",
-            "10",
-            "--sync-every",
-            "20",
-            "--eval-every",
-            "10",
-            "--eval-samples",
-            "64",
-        ],
-    );
+    let (dir, rows) = common::smoke_rows(env!("CARGO_BIN_EXE_localgrad_table1"), "localgrad", &[]);
     let names: Vec<&str> = rows.iter().filter_map(|r| r["model"].as_str()).collect();
     assert_eq!(
         names,
@@ -137,5 +122,23 @@ fn eight_jobs_write_the_table_and_only_unsynchronised_local_modes_drift() {
     ] {
         assert!(dir.join(f).is_file(), "{f} missing");
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `--optimizer adam`, the paper's optimizer: every job trains with Adam at 0.001, and
+/// the rows say so.
+#[test]
+fn the_adam_rows_train_with_adam() {
+    let (dir, rows) = common::smoke_rows(
+        env!("CARGO_BIN_EXE_localgrad_table1"),
+        "localgrad-adam",
+        &["--optimizer", "adam", "--steps", "20", "--eval-every", "20"],
+    );
+    assert_eq!(rows.len(), 8);
+    for r in &rows {
+        assert_eq!(r["optimizer"], "adam", "{r}");
+    }
+    let job = std::fs::read_to_string(dir.join("baseline/job.toml")).unwrap();
+    assert!(job.contains("optimizer = \"adam\"") && job.contains("lr = 0.001"), "{job}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,4 +1,4 @@
-//! `qsgd_table1` end to end on synthetic data: four real 4-worker jobs of 40 steps (32-bit
+//! `qsgd_table1 --preset smoke` end to end on synthetic data: four real 4-worker jobs of 40 steps (32-bit
 //! and QSGD at 2, 4 and 8 bits), the table's files, and wire compression in the order the
 //! bit widths imply, with the default `--norm max` (the paper's scaling). Also its argument errors,
 //! which must come before any job starts.
@@ -29,18 +29,11 @@ fn wrong_arguments_fail_before_any_job() {
 
 #[test]
 fn four_jobs_write_the_table_and_fewer_bits_send_fewer_bytes() {
-    let (dir, rows) = common::synthetic_rows(
+    let (dir, rows) = common::smoke_rows(
         env!("CARGO_BIN_EXE_qsgd_table1"),
         "qsgd-table1",
         // Checkpoints off through the tables' common flag, which reaches every job.
-        &[
-            "--steps",
-            "40",
-            "--eval-samples",
-            "64",
-            "--checkpoint-every",
-            "0",
-        ],
+        &["--checkpoint-every", "0"],
     );
     let runs: Vec<&str> = rows.iter().filter_map(|r| r["run"].as_str()).collect();
     assert_eq!(runs, ["32bit", "QSGD 2bit", "QSGD 4bit", "QSGD 8bit"]);

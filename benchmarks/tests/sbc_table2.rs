@@ -1,4 +1,4 @@
-//! `sbc_table2` end to end on synthetic data: six real 4-worker jobs of 100 iterations,
+//! `sbc_table2 --preset smoke` end to end on synthetic data: six real 4-worker jobs of 100 iterations,
 //! the table's files, and compression ratios in the order the methods promise. Also its
 //! argument errors, which must come before any job starts.
 
@@ -31,11 +31,7 @@ fn wrong_arguments_fail_before_any_job() {
 
 #[test]
 fn six_jobs_write_the_table_and_ratios_follow_the_methods() {
-    let (dir, rows) = common::synthetic_rows(
-        env!("CARGO_BIN_EXE_sbc_table2"),
-        "sbc-table2",
-        &["--steps", "100", "--eval-samples", "64"],
-    );
+    let (dir, rows) = common::smoke_rows(env!("CARGO_BIN_EXE_sbc_table2"), "sbc-table2", &[]);
     let names: Vec<&str> = rows.iter().filter_map(|r| r["method"].as_str()).collect();
     assert_eq!(
         names,

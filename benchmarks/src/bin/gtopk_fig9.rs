@@ -26,7 +26,7 @@
 
 use anyhow::{bail, ensure, Context, Result};
 use benchmarks::collective::{launch_local, slowest_best};
-use benchmarks::{random_sparse, table};
+use benchmarks::{random_sparse, table, verdict};
 use clap::Parser;
 use comm::{ping_pong, AlphaBeta, Communicator, ReduceOp};
 use serde_json::{json, Value};
@@ -37,6 +37,10 @@ use std::path::PathBuf;
     about = "Paper 002's Figure 9: TopKAllReduce against gTopKAllReduce as workers and message size grow, from the paper's alpha-beta model, this machine's fitted model, and local measurements"
 )]
 struct Args {
+    /// quick (the figure's sizes, measured with 2, 4 and 8 local workers) or smoke (4 MB
+    /// and 0.4 MB with 2 and 3 workers, one timed call each: seconds; judges no claim).
+    #[arg(long, default_value = "quick")]
+    preset: String,
     /// Local worker counts to measure (one job each; the largest also measures the right
     /// panel and gives the fitted model).
     #[arg(long, value_delimiter = ',', default_value = "2,4,8")]
@@ -87,6 +91,9 @@ struct Args {
     /// Internal: this job also measures the right panel.
     #[arg(long, hide = true)]
     measure_right: bool,
+    /// Set for `--preset smoke`.
+    #[arg(skip)]
+    smoke: bool,
 }
 
 /// One measuring job's results: its world, the α-β fitted in it, and its rows
@@ -311,6 +318,50 @@ fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
     Some(a? / b?)
 }
 
+/// The paper's claims (Fig. 9 and §VI-C: TopKAllReduce is "slightly faster" with few
+/// workers, gTopKAllReduce "much more efficient" with many and with large messages), on
+/// three gTopK rows: the left panel at `--right-world` workers (the paper's model gives
+/// 2.6x there), judged by this machine's fitted model; the left panel at the largest
+/// measured world, judged by the measurement; the right panel's largest message, judged
+/// by the fitted model against its smallest. Other rows claim nothing.
+fn claim(r: &Value, rows: &[Value], args: &Args, fit_world: usize) -> verdict::Verdict {
+    if r["collective"] != SPARSE[1] {
+        return verdict::Verdict::none();
+    }
+    let t_over_g = |panel: &str, w: usize, bytes: usize, key: &str| {
+        ratio(
+            point_value(rows, panel, w, bytes, SPARSE[0], key),
+            point_value(rows, panel, w, bytes, SPARSE[1], key),
+        )
+    };
+    let (world, bytes) = (r["world"].as_u64().map(|w| w as usize), r["bytes"].as_u64());
+    let (smallest, largest) = (args.sizes.iter().min(), args.sizes.iter().max());
+    match (r["panel"].as_str(), world) {
+        (Some("left"), Some(w)) if w == args.right_world => verdict::Verdict::of(
+            format!("gTopKAllReduce at least 2x faster than TopKAllReduce at {w} workers (Fig. 9 left; the paper's model: 2.6x), in this machine's model"),
+            t_over_g("left", w, args.size, "our_model_s").map(|x| x >= 2.0),
+        ),
+        (Some("left"), Some(w)) if w == fit_world => verdict::Verdict::of(
+            format!("gTopKAllReduce no slower than TopKAllReduce at {w} local workers, measured"),
+            t_over_g("left", w, args.size, "measured_s").map(|x| x >= 1.0),
+        ),
+        (Some("right"), Some(w))
+            if w == args.right_world && bytes == largest.map(|&b| b as u64) =>
+        {
+            let (Some(&lo), Some(&hi)) = (smallest, largest) else {
+                return verdict::Verdict::none();
+            };
+            verdict::Verdict::of(
+                format!("gTopKAllReduce's lead over TopKAllReduce grows with the message at {w} workers (Fig. 9 right), in this machine's model"),
+                t_over_g("right", w, hi, "our_model_s")
+                    .zip(t_over_g("right", w, lo, "our_model_s"))
+                    .map(|(h, l)| h > l),
+            )
+        }
+        _ => verdict::Verdict::none(),
+    }
+}
+
 fn report(args: &Args, measured: &[Measured]) -> Result<()> {
     let paper = AlphaBeta {
         alpha: args.paper_alpha,
@@ -360,6 +411,10 @@ fn report(args: &Args, measured: &[Measured]) -> Result<()> {
             }
         }
     }
+    let verdicts: Vec<verdict::Verdict> = rows.iter().map(|r| claim(r, &rows, args, fit_world)).collect();
+    for (r, v) in rows.iter_mut().zip(verdicts) {
+        v.judged_if(!args.smoke).put(r);
+    }
     table::write_rows(
         &args.out,
         "fig9",
@@ -374,6 +429,8 @@ fn report(args: &Args, measured: &[Measured]) -> Result<()> {
             "our_model_s",
             "measured_s",
             "measured_job_model_s",
+            "claim",
+            "holds",
         ],
     )?;
     let get = |panel: &str, w: usize, bytes: usize, c: &str, key: &str| {
@@ -512,6 +569,10 @@ fn report(args: &Args, measured: &[Measured]) -> Result<()> {
             ms(g(fit_world, SPARSE[1], "measured_job_model_s")),
         );
     }
+    println!();
+    verdict::print_claims(&rows, |r| {
+        format!("{} panel, {} workers, {} bytes", r["panel"].as_str().unwrap_or(""), r["world"], r["bytes"])
+    });
     println!(
         "\nwrote {} (fig9.csv, fig9.json, fig9_{{left,right}}_{{paper,here}}.png/.svg)",
         args.out.display()
@@ -627,7 +688,27 @@ fn main() {
 }
 
 fn run() -> Result<()> {
-    let args = Args::parse();
+    let mut args = Args::parse();
+    match args.preset.as_str() {
+        "quick" => {}
+        "smoke" => {
+            // The flags left at their defaults shrink to a run of seconds.
+            args.smoke = true;
+            if args.worlds == [2, 4, 8] {
+                args.worlds = vec![2, 3];
+            }
+            if args.size == 100_000_000 {
+                args.size = 4_000_000;
+            }
+            if args.sizes.len() == 6 && args.sizes.last() == Some(&400_000_000) {
+                args.sizes = vec![400_000, 4_000_000];
+            }
+            if args.repeats == 3 {
+                args.repeats = 1;
+            }
+        }
+        p => bail!("--preset {p}: expected smoke or quick"),
+    }
     validate(&args)?;
     if std::env::var("RANK").is_ok() {
         worker(&args)

@@ -58,3 +58,37 @@ pub fn synthetic_rows(bin: &str, name: &str, args: &[&str]) -> (PathBuf, Vec<Val
     let rows = serde_json::from_slice(&o.stdout).expect("--json prints the rows");
     (dir, rows)
 }
+
+/// Runs the binary at `bin` with `--preset smoke` (the table's jobs on synthetic data, a
+/// few steps each), `args`, `--json` and a fresh `--out` under the temporary directory
+/// named after `name`; it must succeed, and every row must carry the claim columns, its
+/// verdict unjudged (a smoke run proves the pipeline, not the claim). Returns that
+/// directory and the printed rows.
+pub fn smoke_rows(bin: &str, name: &str, args: &[&str]) -> (PathBuf, Vec<Value>) {
+    let dir = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = dir.to_string_lossy().to_string();
+    let mut all = vec!["--preset", "smoke"];
+    all.extend(args);
+    all.extend(["--json", "--out", &out]);
+    let o = run(bin, &all);
+    assert!(o.status.success(), "{}", text(&o));
+    let rows: Vec<Value> = serde_json::from_slice(&o.stdout).expect("--json prints the rows");
+    assert!(!rows.is_empty(), "no rows");
+    assert_claims(&rows, false);
+    (dir, rows)
+}
+
+/// Every row has `"claim"` (a phrase, or null for a reference row) and `"holds"` (null
+/// unless `judged`); at least one row states a claim.
+pub fn assert_claims(rows: &[Value], judged: bool) {
+    for r in rows {
+        let obj = r.as_object().expect("a row is an object");
+        assert!(obj.contains_key("claim") && obj.contains_key("holds"), "{r}");
+        assert!(r["claim"].is_null() || r["claim"].is_string(), "{r}");
+        if r["claim"].is_null() || !judged {
+            assert!(r["holds"].is_null(), "unjudged row with a verdict: {r}");
+        }
+    }
+    assert!(rows.iter().any(|r| r["claim"].is_string()), "no row states a claim");
+}
