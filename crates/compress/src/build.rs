@@ -66,7 +66,10 @@ fn dropping(o: &mut Opts, ctx: &Context, local: bool) -> Result<Box<dyn Method>>
             0
         },
         warmup_steps: o.usize("warmup_steps")?.unwrap_or(0),
+        warmup_epochs: o.f64("warmup_epochs")?.unwrap_or(0.0),
+        warmup_densities: o.f64_list("warmup_densities")?,
     };
+    cfg.validate(name)?;
     Ok(Box::new(GradientDropping::new(cfg, ctx.world)))
 }
 
@@ -90,6 +93,21 @@ const DROP_WARMUP: (&str, &str, &str) = (
     "T of the drop-ratio warm-up R_t = R^max(1, T/t) (0: off)",
 );
 
+/// Paper 002's staged density warm-up (DGC's form), which gradient dropping takes too,
+/// so that Top-k S-SGD and gTop-k S-SGD can warm up alike.
+const STAGED_WARMUP: [(&str, &str, &str); 2] = [
+    (
+        "warmup_epochs",
+        "0",
+        "epochs of staged density warm-up, paper 002's (0: off; not with warmup_steps)",
+    ),
+    (
+        "warmup_densities",
+        "0.25,0.0725,0.015,0.004",
+        "densities of the staged warm-up, evenly spread over warmup_epochs (paper 002's)",
+    ),
+];
+
 pub const METHODS: &[MethodInfo] = &[
     MethodInfo {
         name: "dense",
@@ -110,7 +128,13 @@ pub const METHODS: &[MethodInfo] = &[
     MethodInfo {
         name: "topk",
         summary: "gradient dropping (paper 001 Alg. 1): residual, top-k, TopKAllReduce",
-        options: &[SPARSE_COMMON[0], SPARSE_COMMON[1], DROP_WARMUP],
+        options: &[
+            SPARSE_COMMON[0],
+            SPARSE_COMMON[1],
+            DROP_WARMUP,
+            STAGED_WARMUP[0],
+            STAGED_WARMUP[1],
+        ],
         build: |o, ctx| dropping(o, ctx, false),
     },
     MethodInfo {
@@ -130,6 +154,8 @@ pub const METHODS: &[MethodInfo] = &[
                 "average the parameters every N steps (0: never)",
             ),
             DROP_WARMUP,
+            STAGED_WARMUP[0],
+            STAGED_WARMUP[1],
         ],
         build: |o, ctx| dropping(o, ctx, true),
     },

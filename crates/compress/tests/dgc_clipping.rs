@@ -85,6 +85,9 @@ fn tensors_sent_dense_are_clipped_as_clip_dense_says() {
         (Some("false"), 100.0 * 10f64.sqrt()),
     ] {
         let got = norm_of(given);
-        assert!((got - want).abs() < 1e-4 * want, "clip_dense {given:?}: norm {got}, want {want}");
+        assert!(
+            (got - want).abs() < 1e-4 * want,
+            "clip_dense {given:?}: norm {got}, want {want}"
+        );
     }
 }

@@ -158,14 +158,22 @@ fn dgc_on_tensors_chooses_what_dgc_on_slices_chooses() {
                     let ot = Tensor::from_vec(out.clone(), n, dev).unwrap();
                     host.add_decay(p, &w_host, &mut out).unwrap();
                     on.add_decay(p, &wt, &ot).unwrap();
-                    assert_eq!(bits(&ot.to_vec::<f32>().unwrap()), bits(&out), "{what}: decay");
+                    assert_eq!(
+                        bits(&ot.to_vec::<f32>().unwrap()),
+                        bits(&out),
+                        "{what}: decay"
+                    );
                 }
                 let (hs, ds) = (compress::Method::state(&host).unwrap(), on.state().unwrap());
                 assert_eq!(hs.len(), ds.len(), "{dev:?} {name}: state entries");
                 for ((hk, hv), (dk, dv)) in hs.iter().zip(&ds) {
                     assert_eq!(hk, dk);
                     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                    assert_eq!(bits(hv), bits(dv), "{dev:?} {name}: step {step}, state {hk}");
+                    assert_eq!(
+                        bits(hv),
+                        bits(dv),
+                        "{dev:?} {name}: step {step}, state {hk}"
+                    );
                 }
             }
         }

@@ -201,7 +201,11 @@ fn weight_decay_is_applied_densely_by_default_as_the_reference_code_does() {
             }
             // Every weight decays every step: the direction is dense, not k entries.
             let nonzero = got.iter().filter(|&&x| x != 0.0).count();
-            assert!(nonzero > got.len() / 2, "step {}: {nonzero} non-zero", i / SIZES.len());
+            assert!(
+                nonzero > got.len() / 2,
+                "step {}: {nonzero} non-zero",
+                i / SIZES.len()
+            );
         }
     }
 }

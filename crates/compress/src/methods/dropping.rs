@@ -66,7 +66,25 @@ pub struct DroppingConfig {
     /// `None`: plain gradient dropping (`topk`).
     pub local: Option<LocalMode>,
     pub sync_every: usize,
+    /// Paper 001's drop-ratio warm-up over this many steps (0: off).
     pub warmup_steps: usize,
+    /// Paper 002's (and DGC's) staged warm-up instead: over this many epochs, the density
+    /// steps through `warmup_densities` (0: off). Not with `warmup_steps`.
+    pub warmup_epochs: f64,
+    pub warmup_densities: Vec<f64>,
+}
+
+impl DroppingConfig {
+    pub fn validate(&self, method: &str) -> Result<()> {
+        crate::options::check_density(method, self.density)?;
+        crate::exchange::check_warmup(method, self.warmup_epochs, &self.warmup_densities)?;
+        if self.warmup_steps > 0 && self.warmup_epochs > 0.0 {
+            return Err(CompressError::Config(format!(
+                "{method}: warmup_steps and warmup_epochs are two warm-ups (paper 001's and paper 002's); give one"
+            )));
+        }
+        Ok(())
+    }
 }
 
 pub struct GradientDropping {
@@ -74,6 +92,7 @@ pub struct GradientDropping {
     world: usize,
     residual: Vec<Vec<f32>>,
     step: u64,
+    epoch: f64,
     /// Once placed: the residuals on the device (then `residual` is emptied).
     on_device: Option<DeviceVecs>,
 }
@@ -85,6 +104,7 @@ impl GradientDropping {
             world,
             residual: Vec::new(),
             step: 0,
+            epoch: 0.0,
             on_device: None,
         }
     }
@@ -95,8 +115,17 @@ impl GradientDropping {
             "topk"
         }
     }
-    /// The fraction kept at the current step, after the drop-ratio warm-up.
+    /// The fraction kept at the current step, after the drop-ratio warm-up (or the
+    /// staged one).
     pub fn density_now(&self) -> f64 {
+        if self.cfg.warmup_epochs > 0.0 {
+            return crate::exchange::warmup_density(
+                self.cfg.density,
+                self.cfg.warmup_epochs,
+                &self.cfg.warmup_densities,
+                self.epoch,
+            );
+        }
         let drop = 1.0 - self.cfg.density;
         if self.cfg.warmup_steps == 0 || drop <= 0.0 {
             return self.cfg.density;
@@ -113,7 +142,15 @@ impl Method for GradientDropping {
     }
     fn describe(&self) -> String {
         let c = &self.cfg;
-        match c.local {
+        let staged = if c.warmup_epochs > 0.0 {
+            format!(
+                ", warmup_epochs={}, warmup_densities={:?}",
+                c.warmup_epochs, c.warmup_densities
+            )
+        } else {
+            String::new()
+        };
+        let d = match c.local {
             None => format!(
                 "topk(density={}, dense_below={}, warmup_steps={})",
                 c.density, c.dense_below, c.warmup_steps
@@ -122,6 +159,10 @@ impl Method for GradientDropping {
                 "local(density={}, dense_below={}, mode={:?}, sync_every={}, warmup_steps={})",
                 c.density, c.dense_below, mode, c.sync_every, c.warmup_steps
             ),
+        };
+        match d.strip_suffix(')') {
+            Some(head) if !staged.is_empty() => format!("{head}{staged})"),
+            _ => d,
         }
     }
     fn init(&mut self, params: &[ParamSpec]) -> Result<()> {
@@ -131,6 +172,7 @@ impl Method for GradientDropping {
     }
     fn begin_step(&mut self, info: StepInfo) {
         self.step = info.step;
+        self.epoch = info.epoch;
     }
     fn on_tensors(&self) -> bool {
         true
@@ -376,6 +418,8 @@ mod tests {
                 local: None,
                 sync_every: 0,
                 warmup_steps,
+                warmup_epochs: 0.0,
+                warmup_densities: Vec::new(),
             },
             4,
         )
@@ -430,5 +474,45 @@ mod tests {
             let m = build(&spec, &ctx).unwrap_or_else(|e| panic!("{name}: {e}"));
             assert_eq!(m.describe(), want);
         }
+    }
+
+    /// Paper 002's staged warm-up, which Top-k S-SGD takes as gTop-k does: the stages'
+    /// densities over the warm-up epochs, then the target; never with paper 001's.
+    #[test]
+    fn the_staged_warm_up_steps_through_its_densities_by_epoch() {
+        let ctx = Context {
+            rank: 0,
+            world: 2,
+            seed: 1,
+            momentum: 0.9,
+            nesterov: false,
+            weight_decay: 0.0,
+        };
+        let spec =
+            MethodSpec::parse("topk", &["density=0.001".into(), "warmup_epochs=4".into()]).unwrap();
+        let m = build(&spec, &ctx).unwrap();
+        assert!(m.describe().ends_with(
+            "warmup_steps=0, warmup_epochs=4, warmup_densities=[0.25, 0.0725, 0.015, 0.004])"
+        ));
+        let mut g = dropping(0.001, 0);
+        g.cfg.warmup_epochs = 4.0;
+        g.cfg.warmup_densities = vec![0.25, 0.0725, 0.015, 0.004];
+        for (epoch, want) in [
+            (0.0, 0.25),
+            (1.5, 0.0725),
+            (2.0, 0.015),
+            (3.9, 0.004),
+            (4.0, 0.001),
+        ] {
+            g.begin_step(StepInfo { step: 7, epoch });
+            assert_eq!(g.density_now(), want, "epoch {epoch}");
+        }
+        let both = MethodSpec::parse(
+            "local",
+            &["warmup_epochs=1".into(), "warmup_steps=100".into()],
+        )
+        .unwrap();
+        let e = build(&both, &ctx).err().expect("two warm-ups").to_string();
+        assert!(e.contains("give one"), "{e}");
     }
 }

@@ -104,7 +104,11 @@ impl DgcOnDevice {
         let c = &self.cfg;
         let n = v.elem_count();
         let gs = if c.clip > 0.0 {
-            clip_from_sum_sq(sparsify::sum_of_squares(grad).map_err(&err)?, c.clip, self.world)
+            clip_from_sum_sq(
+                sparsify::sum_of_squares(grad).map_err(&err)?,
+                c.clip,
+                self.world,
+            )
         } else {
             1.0
         };

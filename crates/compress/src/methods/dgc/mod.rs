@@ -419,4 +419,3 @@ fn restore(
     }
     Ok(rng)
 }
-
