@@ -33,6 +33,13 @@ fn wrong_arguments_fail_before_any_job() {
 #[test]
 fn two_jobs_write_the_table_and_dgc_compresses() {
     let (dir, rows) = common::smoke_rows(env!("CARGO_BIN_EXE_dgc_table4"), "dgc-table4", &[]);
+    // The per-epoch gap file: a header and one line per shared evaluation.
+    let gap = std::fs::read_to_string(dir.join("lm_gap.csv")).expect("lm_gap.csv");
+    assert!(
+        gap.starts_with("epoch,baseline,dgc,gap,gap_fraction\n"),
+        "{gap}"
+    );
+    assert!(gap.lines().count() >= 2, "{gap}");
     assert_eq!(rows.len(), 2, "{rows:?}");
     assert_eq!(rows[0]["method"], "Baseline");
     assert_eq!(rows[1]["method"], "Deep Gradient Compression");

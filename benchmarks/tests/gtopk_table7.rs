@@ -22,8 +22,7 @@ fn wrong_arguments_fail_before_any_job() {
 
 #[test]
 fn six_jobs_measure_and_project_with_table_one() {
-    let (dir, rows) =
-        common::smoke_rows(env!("CARGO_BIN_EXE_gtopk_table7"), "gtopk-table7", &[]);
+    let (dir, rows) = common::smoke_rows(env!("CARGO_BIN_EXE_gtopk_table7"), "gtopk-table7", &[]);
     assert_eq!(rows.len(), 1, "{rows:?}");
     let r = &rows[0];
     let f = |key: &str| {

@@ -139,6 +139,9 @@ fn the_adam_rows_train_with_adam() {
         assert_eq!(r["optimizer"], "adam", "{r}");
     }
     let job = std::fs::read_to_string(dir.join("baseline/job.toml")).unwrap();
-    assert!(job.contains("optimizer = \"adam\"") && job.contains("lr = 0.001"), "{job}");
+    assert!(
+        job.contains("optimizer = \"adam\"") && job.contains("lr = 0.001"),
+        "{job}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -42,7 +42,10 @@ fn every_method_runs_and_the_table_has_a_row_each() {
     // No paper's table: the claim columns are there, empty.
     for r in &rows {
         let obj = r.as_object().expect("a row is an object");
-        assert!(obj.contains_key("claim") && obj.contains_key("holds"), "{r}");
+        assert!(
+            obj.contains_key("claim") && obj.contains_key("holds"),
+            "{r}"
+        );
         assert!(r["claim"].is_null() && r["holds"].is_null(), "{r}");
     }
     let methods: Vec<&str> = rows.iter().filter_map(|r| r["method"].as_str()).collect();

@@ -261,13 +261,19 @@ fn claim(r: &Value, rows: &[Value], args: &Args) -> verdict::Verdict {
     };
     match r["method"].as_str() {
         Some("dense") => verdict::Verdict::of(
-            format!("dense training scales worse on {slow} than on {fast} Gbit/s at {n} nodes (§5)"),
+            format!(
+                "dense training scales worse on {slow} than on {fast} Gbit/s at {n} nodes (§5)"
+            ),
             speedup("dense", slow)
                 .zip(speedup("dense", fast))
                 .map(|(s, f)| s < f),
         ),
         Some("dgc") => {
-            let gain = |g: f64| speedup("dgc", g).zip(speedup("dense", g)).map(|(d, b)| d / b);
+            let gain = |g: f64| {
+                speedup("dgc", g)
+                    .zip(speedup("dense", g))
+                    .map(|(d, b)| d / b)
+            };
             verdict::Verdict::of(
                 format!("DGC's speed-up over dense is larger on {slow} than on {fast} Gbit/s at {n} nodes (§5)"),
                 gain(slow).zip(gain(fast)).map(|(s, f)| s > f),
@@ -379,7 +385,10 @@ fn print_tables(args: &Args, rows: &[Value]) {
     verdict::print_claims(rows, |r| {
         format!(
             "{} at {} Gbit/s",
-            label(r["model"].as_str().unwrap_or(""), r["method"].as_str().unwrap_or("")),
+            label(
+                r["model"].as_str().unwrap_or(""),
+                r["method"].as_str().unwrap_or("")
+            ),
             r["gbps"]
         )
     });

@@ -320,7 +320,11 @@ fn run(args: Args) -> Result<()> {
         );
     }
     verdict::print_claims(&rows, |r| {
-        format!("{} ({} workers)", r["method"].as_str().unwrap_or(""), r["workers"])
+        format!(
+            "{} ({} workers)",
+            r["method"].as_str().unwrap_or(""),
+            r["workers"]
+        )
     });
     println!(
         "(runs, table2.csv, table2.json, curves.png and curves.svg in {})",

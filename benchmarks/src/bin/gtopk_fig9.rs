@@ -411,7 +411,10 @@ fn report(args: &Args, measured: &[Measured]) -> Result<()> {
             }
         }
     }
-    let verdicts: Vec<verdict::Verdict> = rows.iter().map(|r| claim(r, &rows, args, fit_world)).collect();
+    let verdicts: Vec<verdict::Verdict> = rows
+        .iter()
+        .map(|r| claim(r, &rows, args, fit_world))
+        .collect();
     for (r, v) in rows.iter_mut().zip(verdicts) {
         v.judged_if(!args.smoke).put(r);
     }
@@ -571,7 +574,12 @@ fn report(args: &Args, measured: &[Measured]) -> Result<()> {
     }
     println!();
     verdict::print_claims(&rows, |r| {
-        format!("{} panel, {} workers, {} bytes", r["panel"].as_str().unwrap_or(""), r["world"], r["bytes"])
+        format!(
+            "{} panel, {} workers, {} bytes",
+            r["panel"].as_str().unwrap_or(""),
+            r["world"],
+            r["bytes"]
+        )
     });
     println!(
         "\nwrote {} (fig9.csv, fig9.json, fig9_{{left,right}}_{{paper,here}}.png/.svg)",

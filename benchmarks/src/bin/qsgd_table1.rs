@@ -212,9 +212,8 @@ fn base_config(args: &Args) -> Result<Config> {
 /// points. 2 bits can cost accuracy (§5: 1.73 points for AlexNet at 2 bits, buckets of
 /// 64): judged as within that.
 fn claim(label: &str, delta: Option<f64>) -> verdict::Verdict {
-    let within = |points: f64, claim: &str| {
-        verdict::Verdict::of(claim, delta.map(|d| d >= -points / 100.0))
-    };
+    let within =
+        |points: f64, claim: &str| verdict::Verdict::of(claim, delta.map(|d| d >= -points / 100.0));
     match label {
         "32bit" => verdict::Verdict::none(),
         "QSGD 2bit" => within(

@@ -84,11 +84,17 @@ pub fn smoke_rows(bin: &str, name: &str, args: &[&str]) -> (PathBuf, Vec<Value>)
 pub fn assert_claims(rows: &[Value], judged: bool) {
     for r in rows {
         let obj = r.as_object().expect("a row is an object");
-        assert!(obj.contains_key("claim") && obj.contains_key("holds"), "{r}");
+        assert!(
+            obj.contains_key("claim") && obj.contains_key("holds"),
+            "{r}"
+        );
         assert!(r["claim"].is_null() || r["claim"].is_string(), "{r}");
         if r["claim"].is_null() || !judged {
             assert!(r["holds"].is_null(), "unjudged row with a verdict: {r}");
         }
     }
-    assert!(rows.iter().any(|r| r["claim"].is_string()), "no row states a claim");
+    assert!(
+        rows.iter().any(|r| r["claim"].is_string()),
+        "no row states a claim"
+    );
 }
