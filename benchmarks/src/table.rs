@@ -73,6 +73,34 @@ pub fn run_worker_if_asked(worker_config: Option<&Path>) -> Result<bool> {
     Ok(true)
 }
 
+/// A job's length for a table's heading: "N steps" where it stops at a step count, else
+/// "N epochs".
+pub fn length(cfg: &Config) -> String {
+    match (cfg.steps, cfg.epochs) {
+        (Some(s), _) => format!("{s} steps"),
+        (None, Some(e)) => format!("{e} epochs"),
+        _ => String::new(),
+    }
+}
+
+/// `--preset smoke` of a table whose quick preset takes `--synthetic`: the quick preset's
+/// jobs on synthetic data (a `--data-dir` beside it is refused, as it would be ignored).
+/// Turns `preset` into "quick" and sets `synthetic`; returns whether it was smoke, for
+/// the binary to shorten its jobs and leave its claims unjudged.
+pub fn smoke_as_quick(
+    preset: &mut String,
+    synthetic: &mut bool,
+    data_dir: Option<&Path>,
+) -> Result<bool> {
+    if preset != "smoke" {
+        return Ok(false);
+    }
+    check_synthetic(true, data_dir)?;
+    *preset = "quick".into();
+    *synthetic = true;
+    Ok(true)
+}
+
 /// `--synthetic` trains on generated data, so a `--data-dir` beside it would be ignored:
 /// an error instead.
 pub fn check_synthetic(synthetic: bool, data_dir: Option<&Path>) -> Result<()> {

@@ -402,10 +402,7 @@ fn row(
 fn print_table(args: &Args, models: &[Model], warmup: f64, rows: &[Value]) {
     for m in models {
         let b = &m.base;
-        let length = b.steps.map_or_else(
-            || format!("{} epochs", b.epochs.unwrap_or(0)),
-            |s| format!("{s} steps"),
-        );
+        let length = table::length(b);
         println!(
             "{}: {} on {}, {} workers x {}, {length}, rate {}; DGC at {} % after a {warmup}-epoch warm-up, {}",
             m.label,

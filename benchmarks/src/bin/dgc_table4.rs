@@ -246,12 +246,13 @@ fn main() {
 
 fn run(mut args: Args) -> Result<()> {
     table::check_synthetic(args.synthetic, args.data_dir.as_deref())?;
-    let smoke = args.preset == "smoke";
+    let smoke = table::smoke_as_quick(
+        &mut args.preset,
+        &mut args.synthetic,
+        args.data_dir.as_deref(),
+    )?;
     if smoke {
-        // Quick's jobs on synthetic data, a few steps each, DGC past its warm-up.
-        table::check_synthetic(true, args.data_dir.as_deref())?;
-        args.preset = "quick".into();
-        args.synthetic = true;
+        // A few steps each, DGC past its warm-up.
         args.steps = args.steps.or(Some(20));
         args.warmup_epochs = args.warmup_epochs.or(Some(0.001));
         args.eval_samples = args.eval_samples.or(Some(200));
@@ -446,10 +447,7 @@ fn row(task: &Task, method: &str, job: &Job, baseline: Option<f64>) -> Value {
 fn print_table(args: &Args, tasks: &[Task], rows: &[Value]) {
     for t in tasks {
         let b = &t.base;
-        let length = b.steps.map_or_else(
-            || format!("{} epochs", b.epochs.unwrap_or(0)),
-            |s| format!("{s} steps"),
-        );
+        let length = table::length(b);
         println!(
             "{}: {} ({}) on {}, {} workers x {}, {length}; DGC at {} % after a {}-epoch warm-up",
             t.name,

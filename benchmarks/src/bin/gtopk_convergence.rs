@@ -401,10 +401,7 @@ fn print_table(
     );
     for t in tasks {
         let b = &t.base;
-        let length = b.steps.map_or_else(
-            || format!("{} epochs", b.epochs.unwrap_or(0)),
-            |s| format!("{s} steps"),
-        );
+        let length = table::length(b);
         println!(
             "{}: {} on {}, {} x {}, {length}, rate {}, momentum {}; warm-up {} epochs over {WARMUP_DENSITIES}",
             t.name, b.model, b.dataset, b.workers, b.batch_size, b.lr, b.momentum, t.warmup_epochs

@@ -326,13 +326,11 @@ fn main() {
 
 fn run(mut args: Args) -> Result<()> {
     table::check_synthetic(args.synthetic, args.data_dir.as_deref())?;
-    if args.preset == "smoke" {
-        // Quick's jobs on synthetic data, a few steps each.
-        table::check_synthetic(true, args.data_dir.as_deref())?;
-        args.preset = "quick".into();
-        args.synthetic = true;
-        args.smoke = true;
-    }
+    args.smoke = table::smoke_as_quick(
+        &mut args.preset,
+        &mut args.synthetic,
+        args.data_dir.as_deref(),
+    )?;
     table::check_counts(&[
         ("--steps", args.steps),
         ("--eval-every", args.eval_every),
@@ -440,11 +438,7 @@ fn run(mut args: Args) -> Result<()> {
 fn print_table(args: &Args, base: &Config, rows: &[Value], target: f64, metric: &str) {
     let accuracy = metric == "accuracy";
     let (scale, unit) = if accuracy { (100.0, " %") } else { (1.0, "") };
-    let length = match (base.steps, base.epochs) {
-        (Some(s), _) => format!("{s} steps"),
-        (None, Some(e)) => format!("{e} epochs"),
-        _ => String::new(),
-    };
+    let length = table::length(base);
     println!(
         "Paper 001, Table 1 ({} preset: {} on {}, {WORKERS} workers x {}, {length}, {} at {}; \
          drop ratio {:.0} % warmed up over {} steps; +sync averages every {} steps)",

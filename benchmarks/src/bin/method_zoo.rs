@@ -256,11 +256,7 @@ fn run(args: Args) -> Result<()> {
 }
 
 fn print_table(args: &Args, base: &Config, rows: &[Value]) {
-    let length = match (base.steps, base.epochs) {
-        (Some(s), _) => format!("{s} steps"),
-        (None, Some(e)) => format!("{e} epochs"),
-        _ => String::new(),
-    };
+    let length = table::length(base);
     println!(
         "Every method on one task ({} preset: {} on {}, {} workers x {}, {length}, seed {})",
         args.preset, base.model, base.dataset, base.workers, base.batch_size, base.seed

@@ -233,12 +233,12 @@ fn main() {
 
 fn run(mut args: Args) -> Result<()> {
     table::check_synthetic(args.synthetic, args.data_dir.as_deref())?;
-    let smoke = args.preset == "smoke";
+    let smoke = table::smoke_as_quick(
+        &mut args.preset,
+        &mut args.synthetic,
+        args.data_dir.as_deref(),
+    )?;
     if smoke {
-        // Quick's jobs on synthetic data, a few steps each.
-        table::check_synthetic(true, args.data_dir.as_deref())?;
-        args.preset = "quick".into();
-        args.synthetic = true;
         args.steps = args.steps.or(Some(40));
         args.eval_samples = args.eval_samples.or(Some(64));
     }
@@ -330,11 +330,7 @@ fn run(mut args: Args) -> Result<()> {
 }
 
 fn print_table(args: &Args, base: &Config, rows: &[Value]) {
-    let length = match (base.steps, base.epochs) {
-        (Some(s), _) => format!("{s} steps"),
-        (None, Some(e)) => format!("{e} epochs"),
-        _ => String::new(),
-    };
+    let length = table::length(base);
     println!(
         "QSGD Table 1 ({} preset: {} on {}, {} workers x {}, {length}; buckets scaled by their {})",
         args.preset,

@@ -248,13 +248,13 @@ fn main() {
 
 fn run(mut args: Args) -> Result<()> {
     table::check_synthetic(args.synthetic, args.data_dir.as_deref())?;
-    let smoke = args.preset == "smoke";
+    let smoke = table::smoke_as_quick(
+        &mut args.preset,
+        &mut args.synthetic,
+        args.data_dir.as_deref(),
+    )?;
     if smoke {
-        // Quick's jobs on synthetic data, 100 iterations each (one synchronisation of
-        // the delayed methods).
-        table::check_synthetic(true, args.data_dir.as_deref())?;
-        args.preset = "quick".into();
-        args.synthetic = true;
+        // 100 iterations each: one synchronisation of the delayed methods.
         args.steps = args.steps.or(Some(100));
         args.eval_samples = args.eval_samples.or(Some(64));
     }

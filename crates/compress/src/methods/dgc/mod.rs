@@ -98,6 +98,15 @@ impl Dgc {
     pub fn density_now(&self) -> f64 {
         self.cfg.density_at(self.epoch)
     }
+    /// What an exchange's result is: with momentum correction a direction (the velocity,
+    /// decay included, is DGC's own), else a gradient for the optimizer.
+    fn kind(&self) -> UpdateKind {
+        if self.cfg.momentum_correction {
+            UpdateKind::Direction
+        } else {
+            UpdateKind::Gradient
+        }
+    }
 
     /// The local half of [`Method::exchange`] for a parameter sent sparse: clipping,
     /// accumulation, selection, and clearing what is sent from the accumulators (and the
@@ -267,12 +276,7 @@ impl Method for Dgc {
             zero_run::decode_add(b, out).map(|_| ())
         })?;
         self.add_decay(index, weights, &mut out)?;
-        let kind = if self.cfg.momentum_correction {
-            UpdateKind::Direction
-        } else {
-            UpdateKind::Gradient
-        };
-        Ok(m.update(out, kind))
+        Ok(m.update(out, self.kind()))
     }
     fn on_tensors(&self) -> bool {
         true
@@ -362,14 +366,9 @@ impl Method for Dgc {
         if let Some(w) = weights.filter(|_| reads_weights) {
             d.add_decay(index, w, &values)?;
         }
-        let kind = if self.cfg.momentum_correction {
-            UpdateKind::Direction
-        } else {
-            UpdateKind::Gradient
-        };
         Ok(TensorUpdate {
             values,
-            kind,
+            kind: self.kind(),
             stats: m.stats,
         })
     }
