@@ -284,6 +284,11 @@ fn run(args: Args) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(());
     }
+    print_table(&args, &p, &rows);
+    Ok(())
+}
+
+fn print_table(args: &Args, p: &Preset, rows: &[Value]) {
     println!(
         "DGC Table 2 ({} preset: {} on {}; the paper: ResNet-110 on CIFAR-10)",
         args.preset, p.base.model, p.base.dataset
@@ -303,7 +308,7 @@ fn run(args: Args) -> Result<()> {
         "claim"
     );
     let f = |v: &Value, d: usize| table::cell(v.as_f64(), d);
-    for r in &rows {
+    for r in rows {
         println!(
             "{:<8} {:<12} {:<20} {:>9} {:>+8.2} {:>12} {:>16} {:>16} {:>10} {:>8} {:>7}",
             r["workers"].as_u64().unwrap_or(0),
@@ -319,7 +324,7 @@ fn run(args: Args) -> Result<()> {
             verdict::cell(r["holds"].as_bool())
         );
     }
-    verdict::print_claims(&rows, |r| {
+    verdict::print_claims(rows, |r| {
         format!(
             "{} ({} workers)",
             r["method"].as_str().unwrap_or(""),
@@ -330,5 +335,4 @@ fn run(args: Args) -> Result<()> {
         "(runs, table2.csv, table2.json, curves.png and curves.svg in {})",
         args.out.display()
     );
-    Ok(())
 }

@@ -242,104 +242,9 @@ fn run(mut args: Args) -> Result<()> {
         alpha: args.alpha,
         beta: args.beta,
     };
-    let (p, steps) = (args.project_world, steps(&args));
     let mut rows = Vec::new();
     for paper in models {
-        let batch = args.batch_size.unwrap_or(if args.preset == "quick" {
-            paper.quick_batch
-        } else {
-            paper.batch
-        });
-        // Every run: this model on synthetic data, one bucket of the whole gradient.
-        let run = |method: &str, workers: usize| -> Result<Job> {
-            let cfg = Config {
-                model: paper.model.into(),
-                dataset: "synthetic".into(),
-                method: method.into(),
-                method_opts: if method == "dense" {
-                    Vec::new()
-                } else {
-                    vec![format!("density={}", args.density)]
-                },
-                workers,
-                batch_size: batch,
-                steps: Some(steps),
-                lr: 0.01,
-                log_every: 1,
-                eval_samples: Some(batch),
-                bucket_elems: 1 << 40, // above any model: one bucket (TOML integers are i64)
-                out: args
-                    .out
-                    .join(format!("{}-{method}-{workers}w", paper.model)),
-                ..Config::default()
-            };
-            table::run_job(&cfg, &format!("{} {method}", paper.label), &args.common)
-        };
-        let mut row = json!({"model": paper.label, "batch": batch, "steps": steps,
-            "measured_world": args.workers, "project_world": p});
-        for method in METHODS {
-            let one = run(method, 1)?;
-            let params = one.summary["parameters"].as_u64().unwrap_or(0) as usize;
-            row["params"] = json!(params);
-            let step = one.mean_step("step_seconds", args.skip);
-            if method == "dense" {
-                row["iteration_s"] = json!(step);
-                row["compute_s"] = json!(one.mean_step("compute_seconds", args.skip));
-                row["throughput"] = json!(step.map(|s| batch as f64 / s));
-            } else {
-                row[format!("step_{method}_s")] = json!(step);
-                row[format!("compress_{method}_s")] =
-                    json!(one.mean_step("compression_seconds", args.skip));
-            }
-            let many = run(method, args.workers)?;
-            let step_many = many.mean_step("step_seconds", args.skip);
-            row[format!("measured_{method}")] =
-                json!(step_many.map(|s| (args.workers * batch) as f64 / s));
-            let k = ((params as f64 * args.density).round() as usize).max(1);
-            let comm = match method {
-                "dense" => net.allreduce(p, 4 * params),
-                "topk" => net.topk_allreduce(p, k),
-                _ => net.gtopk_allreduce(p, k),
-            };
-            row[format!("comm_{method}_s")] = json!(comm);
-            row[format!("projected_{method}")] =
-                json!(step.map(|s| (p * batch) as f64 / (s + comm)));
-        }
-        let ratio = |a: &str, b: &str, row: &Value| -> Option<f64> {
-            Some(row[a].as_f64()? / row[b].as_f64()?)
-        };
-        for kind in ["measured", "projected"] {
-            let (g, d, t) = (
-                format!("{kind}_gtopk"),
-                format!("{kind}_dense"),
-                format!("{kind}_topk"),
-            );
-            row[format!("{kind}_g_over_d")] = json!(ratio(&g, &d, &row));
-            row[format!("{kind}_g_over_t")] = json!(ratio(&g, &t, &row));
-        }
-        row["paper_batch"] = json!(paper.batch);
-        row["paper_iteration_s"] = json!(paper.iteration_s);
-        row["paper_throughput"] = json!(paper.throughput);
-        row["paper_dense"] = json!(paper.dense);
-        row["paper_topk"] = json!(paper.topk);
-        row["paper_gtopk"] = json!(paper.gtopk);
-        row["paper_g_over_d"] = json!(paper.g_over_d);
-        row["paper_g_over_t"] = json!(paper.g_over_t);
-        let holds = row["projected_g_over_d"]
-            .as_f64()
-            .zip(row["projected_g_over_t"].as_f64())
-            .map(|(d, t)| d > 1.0 && t > 1.0);
-        verdict::Verdict::of(
-            format!(
-                "gTop-k S-SGD is faster than dense and than Top-k S-SGD at {p} workers on 1 GbE \
-                 (Table VII: {}x and {}x), in the alpha-beta projection",
-                paper.g_over_d, paper.g_over_t
-            ),
-            holds,
-        )
-        .judged_if(!smoke)
-        .put(&mut row);
-        rows.push(row);
+        rows.push(measure(&args, paper, &net, smoke)?);
     }
     table::write_rows(
         &args.out,
@@ -390,6 +295,106 @@ fn run(mut args: Args) -> Result<()> {
     }
     print_tables(&args, &rows);
     Ok(())
+}
+
+/// One model's row: its six jobs (each method on one worker and on `--workers`), the
+/// measured and projected throughputs and speed-ups, the paper's numbers and its claim.
+fn measure(args: &Args, paper: &PaperRow, net: &AlphaBeta, smoke: bool) -> Result<Value> {
+    let (p, steps) = (args.project_world, steps(args));
+    let batch = args.batch_size.unwrap_or(if args.preset == "quick" {
+        paper.quick_batch
+    } else {
+        paper.batch
+    });
+    // Every run: this model on synthetic data, one bucket of the whole gradient.
+    let run = |method: &str, workers: usize| -> Result<Job> {
+        let cfg = Config {
+            model: paper.model.into(),
+            dataset: "synthetic".into(),
+            method: method.into(),
+            method_opts: if method == "dense" {
+                Vec::new()
+            } else {
+                vec![format!("density={}", args.density)]
+            },
+            workers,
+            batch_size: batch,
+            steps: Some(steps),
+            lr: 0.01,
+            log_every: 1,
+            eval_samples: Some(batch),
+            bucket_elems: 1 << 40, // above any model: one bucket (TOML integers are i64)
+            out: args
+                .out
+                .join(format!("{}-{method}-{workers}w", paper.model)),
+            ..Config::default()
+        };
+        table::run_job(&cfg, &format!("{} {method}", paper.label), &args.common)
+    };
+    let mut row = json!({"model": paper.label, "batch": batch, "steps": steps,
+        "measured_world": args.workers, "project_world": p});
+    for method in METHODS {
+        let one = run(method, 1)?;
+        let params = one.summary["parameters"].as_u64().unwrap_or(0) as usize;
+        row["params"] = json!(params);
+        let step = one.mean_step("step_seconds", args.skip);
+        if method == "dense" {
+            row["iteration_s"] = json!(step);
+            row["compute_s"] = json!(one.mean_step("compute_seconds", args.skip));
+            row["throughput"] = json!(step.map(|s| batch as f64 / s));
+        } else {
+            row[format!("step_{method}_s")] = json!(step);
+            row[format!("compress_{method}_s")] =
+                json!(one.mean_step("compression_seconds", args.skip));
+        }
+        let many = run(method, args.workers)?;
+        let step_many = many.mean_step("step_seconds", args.skip);
+        row[format!("measured_{method}")] =
+            json!(step_many.map(|s| (args.workers * batch) as f64 / s));
+        let k = ((params as f64 * args.density).round() as usize).max(1);
+        let comm = match method {
+            "dense" => net.allreduce(p, 4 * params),
+            "topk" => net.topk_allreduce(p, k),
+            _ => net.gtopk_allreduce(p, k),
+        };
+        row[format!("comm_{method}_s")] = json!(comm);
+        row[format!("projected_{method}")] = json!(step.map(|s| (p * batch) as f64 / (s + comm)));
+    }
+    let ratio = |a: &str, b: &str, row: &Value| -> Option<f64> {
+        Some(row[a].as_f64()? / row[b].as_f64()?)
+    };
+    for kind in ["measured", "projected"] {
+        let (g, d, t) = (
+            format!("{kind}_gtopk"),
+            format!("{kind}_dense"),
+            format!("{kind}_topk"),
+        );
+        row[format!("{kind}_g_over_d")] = json!(ratio(&g, &d, &row));
+        row[format!("{kind}_g_over_t")] = json!(ratio(&g, &t, &row));
+    }
+    row["paper_batch"] = json!(paper.batch);
+    row["paper_iteration_s"] = json!(paper.iteration_s);
+    row["paper_throughput"] = json!(paper.throughput);
+    row["paper_dense"] = json!(paper.dense);
+    row["paper_topk"] = json!(paper.topk);
+    row["paper_gtopk"] = json!(paper.gtopk);
+    row["paper_g_over_d"] = json!(paper.g_over_d);
+    row["paper_g_over_t"] = json!(paper.g_over_t);
+    let holds = row["projected_g_over_d"]
+        .as_f64()
+        .zip(row["projected_g_over_t"].as_f64())
+        .map(|(d, t)| d > 1.0 && t > 1.0);
+    verdict::Verdict::of(
+        format!(
+            "gTop-k S-SGD is faster than dense and than Top-k S-SGD at {p} workers on 1 GbE \
+             (Table VII: {}x and {}x), in the alpha-beta projection",
+            paper.g_over_d, paper.g_over_t
+        ),
+        holds,
+    )
+    .judged_if(!smoke)
+    .put(&mut row);
+    Ok(row)
 }
 
 fn print_tables(args: &Args, rows: &[Value]) {
