@@ -117,6 +117,42 @@ fn worker(args: &Args) -> Result<()> {
     let pp_sizes: Vec<usize> = (0..=12).map(|i| 1usize << (2 * i).min(27)).collect();
     let samples = ping_pong(&mut c, &pp_sizes, PING_PONG_REPS)?;
     let model = AlphaBeta::fit(&samples);
+    let (mut rows, trace) = measure(&mut c, args, &model)?;
+    c.barrier()?;
+    if rank != 0 {
+        return Ok(());
+    }
+    let gloo = gloo_reference(args, p);
+    for r in rows.iter_mut().filter(|r| r["collective"] == "allreduce") {
+        let g = gloo
+            .as_ref()
+            .and_then(|g| g["seconds"][r["bytes"].to_string()].as_f64());
+        r["gloo_s"] = json!(g);
+        r["ours_over_gloo"] = json!(g.and_then(|g| r["measured_s"].as_f64().map(|m| m / g)));
+    }
+    // The model every row's prediction came from, so that a plot of the JSON or CSV
+    // alone can redraw it.
+    for r in rows.iter_mut() {
+        r["alpha_s"] = json!(model.alpha);
+        r["beta_s_per_byte"] = json!(model.beta);
+    }
+    write_files(args, &rows, &trace)?;
+    if args.json {
+        println!("{}", Value::Array(rows));
+        return Ok(());
+    }
+    print_report(args, p, &model, &samples, &rows);
+    Ok(())
+}
+
+/// Every requested row at every size, on this rank: the rows (rank 0's are the table)
+/// and, with `--trace`, every rank's steps of the sparse calls (on rank 0).
+fn measure(
+    c: &mut Communicator,
+    args: &Args,
+    model: &AlphaBeta,
+) -> Result<(Vec<Value>, Vec<Step>)> {
+    let (rank, p) = (c.rank(), c.world_size());
     let mut rows: Vec<Value> = Vec::new();
     // Rank 0's trace: every rank's steps, as `Step`s; the calls of each (row, size)
     // numbered on from those before (a size given twice).
@@ -130,14 +166,14 @@ fn worker(args: &Args) -> Result<()> {
         let wants = |r: Row| args.collectives.contains(&r);
         if wants(Row::SocketCopy) {
             // One-way time of `bytes` between ranks 0 and 1, all pairs busy.
-            let copy = ping_pong(&mut c, &[bytes], args.repeats)?;
+            let copy = ping_pong(c, &[bytes], args.repeats)?;
             if let Some(&(_, t)) = copy.first() {
                 rows.push(json!({"collective": "socket_copy", "world": 2, "bytes": bytes, "density": null, "measured_s": t, "predicted_s": model.alpha + bytes as f64 * model.beta, "gbit_per_s": bytes as f64 * 8.0 / t / 1e9}));
             }
         }
         if wants(Row::Allreduce) {
             let mut data = vec![1.0f32; n];
-            let timed = slowest_best_counted(&mut c, args.warmup, args.repeats, |c| {
+            let timed = slowest_best_counted(c, args.warmup, args.repeats, |c| {
                 c.allreduce(&mut data, ReduceOp::Sum)
             })?;
             let t = timed.seconds;
@@ -190,7 +226,7 @@ fn worker(args: &Args) -> Result<()> {
             // Each row starts with no earlier stops (TopkSum::Auto's backoff), so that its
             // time and counts are its size's alone.
             c.set_topk_sum(args.topk_sum);
-            let timed = slowest_best_counted(&mut c, args.warmup, args.repeats, |c| {
+            let timed = slowest_best_counted(c, args.warmup, args.repeats, |c| {
                 c.set_trace(tracing);
                 c.take_trace();
                 let before = sent_total(c, kind);
@@ -216,7 +252,7 @@ fn worker(args: &Args) -> Result<()> {
                     warmup: args.warmup,
                 };
                 *first += call;
-                gather_steps(&mut c, &row, &steps, &mut trace)?;
+                gather_steps(c, &row, &steps, &mut trace)?;
             }
             let t = timed.seconds;
             // Of the p × calls sums, how many gave up summing as the blocks arrived.
@@ -233,12 +269,13 @@ fn worker(args: &Args) -> Result<()> {
             rows.push(json!({"collective": name, "world": p, "bytes": bytes, "density": args.density, "measured_s": t, "predicted_s": predicted, "gbit_per_s": sent * 8.0 / t / 1e9, "minor_faults_per_call": timed.minor_faults, "topk_arrival_stops": stops, "topk_arrival_skips": skips, "calls": calls as u64}));
         }
     }
-    c.barrier()?;
-    if rank != 0 {
-        return Ok(());
-    }
-    // Gloo, same sizes, same world, after our workers are done with the cores.
-    let gloo: Option<Value> = if args.no_reference || !args.collectives.contains(&Row::Allreduce) {
+    Ok((rows, trace))
+}
+
+/// Gloo's allreduce at the same sizes and world (PyTorch's reference script), after our
+/// workers are done with the cores; None where it is not wanted or cannot run.
+fn gloo_reference(args: &Args, p: usize) -> Option<Value> {
+    if args.no_reference || !args.collectives.contains(&Row::Allreduce) {
         None
     } else {
         let sizes = args
@@ -266,25 +303,16 @@ fn worker(args: &Args) -> Result<()> {
                 None
             }
         }
-    };
-    for r in rows.iter_mut().filter(|r| r["collective"] == "allreduce") {
-        let g = gloo
-            .as_ref()
-            .and_then(|g| g["seconds"][r["bytes"].to_string()].as_f64());
-        r["gloo_s"] = json!(g);
-        r["ours_over_gloo"] = json!(g.and_then(|g| r["measured_s"].as_f64().map(|m| m / g)));
     }
-    // The model every row's prediction came from, so that a plot of the JSON or CSV
-    // alone can redraw it.
-    for r in rows.iter_mut() {
-        r["alpha_s"] = json!(model.alpha);
-        r["beta_s_per_byte"] = json!(model.beta);
-    }
+}
+
+/// `--csv` and `--trace`, where asked for.
+fn write_files(args: &Args, rows: &[Value], trace: &[Step]) -> Result<()> {
     if let Some(path) = &args.csv {
         let mut s = String::from(
             "collective,world,bytes,density,measured_s,predicted_s,gbit_per_s,gloo_s,minor_faults_per_call,topk_arrival_stops,topk_arrival_skips,calls,alpha_s,beta_s_per_byte\n",
         );
-        for r in &rows {
+        for r in rows {
             s += &format!(
                 "{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
                 r["collective"].as_str().unwrap_or(""),
@@ -306,13 +334,21 @@ fn worker(args: &Args) -> Result<()> {
         std::fs::write(path, s).with_context(|| format!("writing {}", path.display()))?;
     }
     if let Some(path) = &args.trace {
-        std::fs::write(path, trace_csv(&trace))
+        std::fs::write(path, trace_csv(trace))
             .with_context(|| format!("writing {}", path.display()))?;
     }
-    if args.json {
-        println!("{}", Value::Array(rows));
-        return Ok(());
-    }
+    Ok(())
+}
+
+/// The table: the fitted model and its samples, every row, and the model's
+/// extrapolation to larger worlds.
+fn print_report(
+    args: &Args,
+    p: usize,
+    model: &AlphaBeta,
+    samples: &[(usize, f64)],
+    rows: &[Value],
+) {
     println!(
         "world {p}, backend {}; fitted alpha = {:.1} us, beta = {:.3} ns/byte ({:.2} Gbit/s)",
         args.backend,
@@ -345,7 +381,7 @@ fn worker(args: &Args) -> Result<()> {
         v.as_f64()
             .map_or("-".into(), |x| format!("{:.3}", x * scale))
     };
-    for r in &rows {
+    for r in rows {
         // TopK's stops and skips as "stopped/skipped/sums" (every rank's calls, warm-up
         // included).
         let stops = match (
@@ -389,7 +425,6 @@ fn worker(args: &Args) -> Result<()> {
             model.gtopk_allreduce(w, k) * 1e3
         );
     }
-    Ok(())
 }
 
 /// Round trips per ping-pong size for the α-β fit (the best counts).
