@@ -202,57 +202,8 @@ impl Tensor {
 fn input_grads(op: &Op, node: &Tensor, g: &Tensor, needs: &[bool]) -> Result<Vec<Option<Tensor>>> {
     let need = |i: usize| needs.get(i).copied().unwrap_or(false);
     Ok(match op {
-        Op::Unary(x, u) => {
-            let gx = match *u {
-                UnaryOp::Neg => Some(g.neg()?),
-                UnaryOp::Abs => Some(g.mul(&x.sign()?)?),
-                UnaryOp::Sign | UnaryOp::Step | UnaryOp::InRange { .. } => None,
-                UnaryOp::Sqrt => Some(g.div(&node.affine(2.0, 0.0)?)?),
-                UnaryOp::Exp => Some(g.mul(node)?),
-                UnaryOp::Log => Some(g.div(x)?),
-                UnaryOp::Tanh => Some(g.mul(&node.sqr()?.affine(-1.0, 1.0)?)?),
-                UnaryOp::Sigmoid => Some(g.mul(&node.mul(&node.affine(-1.0, 1.0)?)?)?),
-                UnaryOp::Relu => Some(g.mul(&x.unary_op(UnaryOp::Step)?)?),
-                UnaryOp::Sqr => Some(g.mul(&x.affine(2.0, 0.0)?)?),
-                UnaryOp::Recip => Some(g.mul(&node.sqr()?)?.neg()?),
-                UnaryOp::Affine { mul, .. } => Some(g.affine(mul, 0.0)?),
-                // x⁰ is constant: zeros, as PyTorch, where e·x^(e−1) is 0·∞ at x = 0.
-                UnaryOp::Powf(0.0) => Some(g.zeros_like()?),
-                UnaryOp::Powf(e) => Some(g.mul(&x.powf(e - 1.0)?.affine(e, 0.0)?)?),
-                UnaryOp::Clamp { min, max } => {
-                    Some(g.mul(&x.unary_op(UnaryOp::InRange { min, max })?)?)
-                }
-            };
-            vec![gx]
-        }
-        Op::Binary(a, b, op) => {
-            let (ga, gb) = match op {
-                BinaryOp::Add => (Some(g.clone()), Some(g.clone())),
-                BinaryOp::Sub => (Some(g.clone()), Some(g.neg()?)),
-                BinaryOp::Mul => (
-                    need(0).then(|| g.mul(b)).transpose()?,
-                    need(1).then(|| g.mul(a)).transpose()?,
-                ),
-                BinaryOp::Div => (
-                    need(0).then(|| g.div(b)).transpose()?,
-                    need(1).then(|| g.mul(node)?.div(b)?.neg()).transpose()?,
-                ),
-                // Ties send the gradient to the left operand, as a mask of a >= b (a <= b).
-                BinaryOp::Maximum | BinaryOp::Minimum => {
-                    let mask = if *op == BinaryOp::Maximum {
-                        a.ge(b)?
-                    } else {
-                        a.le(b)?
-                    };
-                    (Some(g.mul(&mask)?), Some(g.mul(&mask.affine(-1.0, 1.0)?)?))
-                }
-                _ => (None, None),
-            };
-            vec![
-                ga.map(|t| t.sum_to(a.shape())).transpose()?,
-                gb.map(|t| t.sum_to(b.shape())).transpose()?,
-            ]
-        }
+        Op::Unary(x, u) => vec![unary_grad(x, *u, node, g)?],
+        Op::Binary(a, b, op) => binary_grads(a, b, *op, node, g, need(0), need(1))?,
         Op::Where(c, t, f) => {
             let zeros = g.zeros_like()?;
             vec![
@@ -285,23 +236,7 @@ fn input_grads(op: &Op, node: &Tensor, g: &Tensor, needs: &[bool]) -> Result<Vec
             }
             vec![Some(g.permute(&inv)?)]
         }
-        Op::Narrow(x, dim, start) => {
-            let (size, len) = (x.dims()[*dim], g.dims()[*dim]);
-            let mut parts = Vec::new();
-            let zeros = |n: usize| {
-                let mut d = x.dims().to_vec();
-                d[*dim] = n;
-                Tensor::zeros(d, g.dtype(), g.device())
-            };
-            if *start > 0 {
-                parts.push(zeros(*start)?);
-            }
-            parts.push(g.clone());
-            if start + len < size {
-                parts.push(zeros(size - start - len)?);
-            }
-            vec![Some(Tensor::cat(&parts, *dim)?)]
-        }
+        Op::Narrow(x, dim, start) => vec![Some(narrow_grad(x, *dim, *start, g)?)],
         Op::Broadcast(x) => vec![Some(g.sum_to(x.shape())?)],
         Op::Copy(_) => vec![Some(g.clone())],
         Op::ToDType(x) => vec![Some(g.to_dtype(x.dtype())?)],
@@ -310,25 +245,7 @@ fn input_grads(op: &Op, node: &Tensor, g: &Tensor, needs: &[bool]) -> Result<Vec
             input,
             weight,
             params,
-        } => {
-            let g = g.contiguous()?;
-            let gs = g.storage();
-            let gx = if need(0) {
-                let w = weight.contiguous()?;
-                let s = gs.conv2d_backward_input(&w.storage(), params)?;
-                Some(Tensor::from_storage(s, params.in_shape(), None))
-            } else {
-                None
-            };
-            let gw = if need(1) {
-                let x = input.contiguous()?;
-                let s = x.storage().conv2d_backward_weight(&gs, params)?;
-                Some(Tensor::from_storage(s, params.weight_shape(), None))
-            } else {
-                None
-            };
-            vec![gx, gw]
-        }
+        } => conv2d_grads(input, weight, params, g, need(0), need(1))?,
         Op::Pool2d { input, params } => {
             let (x, g) = (input.contiguous()?, g.contiguous()?);
             let s = x.storage().pool2d_backward(&g.storage(), params)?;
@@ -415,6 +332,117 @@ fn input_grads(op: &Op, node: &Tensor, g: &Tensor, needs: &[bool]) -> Result<Vec
             out
         }
     })
+}
+
+/// The gradient of a unary op's input: `g` times the op's derivative, written with the
+/// output `node` where that is cheaper (exp, sqrt, tanh, sigmoid, recip); None where it is
+/// zero almost everywhere (sign, step, the range mask).
+fn unary_grad(x: &Tensor, u: UnaryOp, node: &Tensor, g: &Tensor) -> Result<Option<Tensor>> {
+    Ok(match u {
+        UnaryOp::Neg => Some(g.neg()?),
+        UnaryOp::Abs => Some(g.mul(&x.sign()?)?),
+        UnaryOp::Sign | UnaryOp::Step | UnaryOp::InRange { .. } => None,
+        UnaryOp::Sqrt => Some(g.div(&node.affine(2.0, 0.0)?)?),
+        UnaryOp::Exp => Some(g.mul(node)?),
+        UnaryOp::Log => Some(g.div(x)?),
+        UnaryOp::Tanh => Some(g.mul(&node.sqr()?.affine(-1.0, 1.0)?)?),
+        UnaryOp::Sigmoid => Some(g.mul(&node.mul(&node.affine(-1.0, 1.0)?)?)?),
+        UnaryOp::Relu => Some(g.mul(&x.unary_op(UnaryOp::Step)?)?),
+        UnaryOp::Sqr => Some(g.mul(&x.affine(2.0, 0.0)?)?),
+        UnaryOp::Recip => Some(g.mul(&node.sqr()?)?.neg()?),
+        UnaryOp::Affine { mul, .. } => Some(g.affine(mul, 0.0)?),
+        // x⁰ is constant: zeros, as PyTorch, where e·x^(e−1) is 0·∞ at x = 0.
+        UnaryOp::Powf(0.0) => Some(g.zeros_like()?),
+        UnaryOp::Powf(e) => Some(g.mul(&x.powf(e - 1.0)?.affine(e, 0.0)?)?),
+        UnaryOp::Clamp { min, max } => Some(g.mul(&x.unary_op(UnaryOp::InRange { min, max })?)?),
+    })
+}
+
+/// The gradients of a binary op's operands, each summed back to its operand's shape (they
+/// broadcast); only the operands `need_a`/`need_b` are computed where that costs a
+/// product.
+fn binary_grads(
+    a: &Tensor,
+    b: &Tensor,
+    op: BinaryOp,
+    node: &Tensor,
+    g: &Tensor,
+    need_a: bool,
+    need_b: bool,
+) -> Result<Vec<Option<Tensor>>> {
+    let (ga, gb) = match op {
+        BinaryOp::Add => (Some(g.clone()), Some(g.clone())),
+        BinaryOp::Sub => (Some(g.clone()), Some(g.neg()?)),
+        BinaryOp::Mul => (
+            need_a.then(|| g.mul(b)).transpose()?,
+            need_b.then(|| g.mul(a)).transpose()?,
+        ),
+        BinaryOp::Div => (
+            need_a.then(|| g.div(b)).transpose()?,
+            need_b.then(|| g.mul(node)?.div(b)?.neg()).transpose()?,
+        ),
+        // Ties send the gradient to the left operand, as a mask of a >= b (a <= b).
+        BinaryOp::Maximum | BinaryOp::Minimum => {
+            let mask = if op == BinaryOp::Maximum {
+                a.ge(b)?
+            } else {
+                a.le(b)?
+            };
+            (Some(g.mul(&mask)?), Some(g.mul(&mask.affine(-1.0, 1.0)?)?))
+        }
+        _ => (None, None),
+    };
+    Ok(vec![
+        ga.map(|t| t.sum_to(a.shape())).transpose()?,
+        gb.map(|t| t.sum_to(b.shape())).transpose()?,
+    ])
+}
+
+/// The gradient of a narrowed tensor: `g` in the narrowed range of `dim`, zeros around.
+fn narrow_grad(x: &Tensor, dim: usize, start: usize, g: &Tensor) -> Result<Tensor> {
+    let (size, len) = (x.dims()[dim], g.dims()[dim]);
+    let mut parts = Vec::new();
+    let zeros = |n: usize| {
+        let mut d = x.dims().to_vec();
+        d[dim] = n;
+        Tensor::zeros(d, g.dtype(), g.device())
+    };
+    if start > 0 {
+        parts.push(zeros(start)?);
+    }
+    parts.push(g.clone());
+    if start + len < size {
+        parts.push(zeros(size - start - len)?);
+    }
+    Tensor::cat(&parts, dim)
+}
+
+/// A convolution's gradients with respect to its input and its weight, each where needed.
+fn conv2d_grads(
+    input: &Tensor,
+    weight: &Tensor,
+    params: &crate::storage::Conv2dParams,
+    g: &Tensor,
+    need_x: bool,
+    need_w: bool,
+) -> Result<Vec<Option<Tensor>>> {
+    let g = g.contiguous()?;
+    let gs = g.storage();
+    let gx = if need_x {
+        let w = weight.contiguous()?;
+        let s = gs.conv2d_backward_input(&w.storage(), params)?;
+        Some(Tensor::from_storage(s, params.in_shape(), None))
+    } else {
+        None
+    };
+    let gw = if need_w {
+        let x = input.contiguous()?;
+        let s = x.storage().conv2d_backward_weight(&gs, params)?;
+        Some(Tensor::from_storage(s, params.weight_shape(), None))
+    } else {
+        None
+    };
+    Ok(vec![gx, gw])
 }
 
 /// Gradients of `a @ b` for `a: [..., m, k]`, `b: [..., k, n]` or `b: [k, n]` (shared).
