@@ -13,8 +13,8 @@
 
 use super::blas::{gemm, BlasScalar, Operand};
 use super::device::CudaDevice;
+use super::dtype::{launched, GpuFloat};
 use super::kernels::Strided;
-use super::storage::{launched, GpuFloat};
 use crate::storage::Conv2dParams;
 use crate::Result;
 use cudarc::cublas::{CudaBlas, Gemm};

@@ -3,7 +3,7 @@
 //! uploaded with the per-sample lengths; alpha and beta stay on the device.
 
 use super::device::CudaDevice;
-use super::storage::{launched, GpuFloat};
+use super::dtype::{launched, GpuFloat};
 use crate::Result;
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 

@@ -3,8 +3,8 @@
 //! through its layout, so views and broadcasts need no copy first.
 
 use super::device::CudaDevice;
+use super::dtype::{launched, GpuFloat, GpuType};
 use super::kernels::{binary_code, unary_code, Strided};
-use super::storage::{launched, GpuFloat, GpuType};
 use crate::storage::{BinaryOp, UnaryOp};
 use crate::{Layout, Result};
 use cudarc::driver::{CudaSlice, PushKernelArg};

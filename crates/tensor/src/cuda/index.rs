@@ -3,7 +3,7 @@
 //! range is the CPU backend's error, not an out-of-bounds access.
 
 use super::device::CudaDevice;
-use super::storage::{launched, GpuFloat, GpuType};
+use super::dtype::{launched, GpuFloat, GpuType};
 use crate::{Error, Result, Shape};
 use cudarc::driver::{CudaSlice, PushKernelArg};
 

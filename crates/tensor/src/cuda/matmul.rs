@@ -3,7 +3,7 @@
 
 use super::blas::{gemm, Operand};
 use super::device::CudaDevice;
-use super::storage::GpuFloat;
+use super::dtype::GpuFloat;
 use crate::{Layout, Result, Shape};
 use cudarc::cublas::{CudaBlas, Gemm};
 use cudarc::driver::CudaSlice;

@@ -21,6 +21,7 @@ mod blas;
 mod conv;
 mod ctc;
 mod device;
+mod dtype;
 mod elementwise;
 mod index;
 pub mod kernels;
@@ -41,9 +42,9 @@ mod stream;
 
 pub use blas::{set_allow_tf32, tf32_allowed};
 pub use device::{device, device_count, driver_library_present, CudaDevice};
+pub(crate) use dtype::GpuType;
 pub use kernels::nvrtc_available;
 pub use storage::CudaStorage;
-pub(crate) use storage::GpuType;
 pub use stream::{record_compute_event, record_timed_event, synchronize, Event, SideStream};
 
 /// Whether tensors can live on CUDA device `ordinal`: a driver is loadable, the device

@@ -2,7 +2,7 @@
 //! the running ones), the affine normalisation, and the backward pass.
 
 use super::device::CudaDevice;
-use super::storage::{launched, GpuFloat};
+use super::dtype::{launched, GpuFloat};
 use crate::storage::BatchNormParams;
 use crate::Result;
 use cudarc::driver::{CudaSlice, PushKernelArg};

@@ -1,7 +1,7 @@
 //! Launch code for the in-place SGD step (kernels/optim.cu).
 
 use super::device::CudaDevice;
-use super::storage::{launched, GpuFloat};
+use super::dtype::{launched, GpuFloat};
 use crate::storage::SgdStep;
 use crate::Result;
 use cudarc::driver::{CudaSlice, PushKernelArg};

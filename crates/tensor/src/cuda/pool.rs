@@ -1,7 +1,7 @@
 //! Launch code for 2-d max/average pooling and its gradient (kernels/pool.cu).
 
 use super::device::CudaDevice;
-use super::storage::{launched, GpuFloat};
+use super::dtype::{launched, GpuFloat};
 use crate::storage::{Pool2dParams, PoolKind};
 use crate::Result;
 use cudarc::driver::{CudaSlice, DeviceRepr, PushKernelArg};

@@ -4,7 +4,7 @@
 //! back: every launch stays queued on the compute stream.
 
 use super::device::CudaDevice;
-use super::storage::launched;
+use super::dtype::launched;
 use crate::Result;
 use cudarc::driver::{CudaSlice, CudaView, PushKernelArg};
 

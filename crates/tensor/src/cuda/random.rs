@@ -2,7 +2,7 @@
 //! pure function of (seed, element index), identical to the CPU's.
 
 use super::device::CudaDevice;
-use super::storage::{launched, GpuFloat};
+use super::dtype::{launched, GpuFloat};
 use crate::Result;
 use cudarc::driver::{CudaSlice, PushKernelArg};
 

@@ -9,7 +9,7 @@
 //! autograd: use it on gradients and buffers, not on tensors a graph still reads.
 
 use super::device::{device, CudaDevice};
-use super::storage::CudaData;
+use super::dtype::CudaData;
 use crate::storage::Storage;
 use crate::{DType, Device, Error, Result, Tensor};
 use cudarc::driver::{CudaStream, CudaView, CudaViewMut};

@@ -3,8 +3,8 @@
 //! strided descriptors into the same buffer, so no transpose or copy precedes a reduction.
 
 use super::device::CudaDevice;
+use super::dtype::{launched, GpuFloat};
 use super::kernels::Strided;
-use super::storage::{launched, GpuFloat};
 use crate::storage::ReduceOp;
 use crate::{Layout, Result};
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};

@@ -2,7 +2,7 @@
 //! (row, unit), inputs contiguous (checked by the caller, `ops::rnn`).
 
 use super::device::CudaDevice;
-use super::storage::{launched, GpuFloat};
+use super::dtype::{launched, GpuFloat};
 use crate::storage::RnnCell;
 use crate::Result;
 use cudarc::driver::{CudaSlice, PushKernelArg};

@@ -3,7 +3,7 @@
 //! order and tie-breaking are the CPU's, so values and indices match it exactly.
 
 use super::device::CudaDevice;
-use super::storage::{launched, GpuFloat};
+use super::dtype::{launched, GpuFloat};
 use crate::Result;
 use cudarc::driver::{CudaSlice, PushKernelArg};
 

@@ -3,7 +3,7 @@
 //! CPU backend's message, never an out-of-bounds read.
 
 use super::device::CudaDevice;
-use super::storage::{launched, GpuFloat};
+use super::dtype::{launched, GpuFloat};
 use crate::{Error, Result};
 use cudarc::driver::{CudaSlice, PushKernelArg};
 

@@ -8,7 +8,7 @@
 //! output); everything else stays queued on the compute stream.
 
 use super::device::{cuda_err, CudaDevice};
-use super::storage::launched;
+use super::dtype::launched;
 use crate::Result;
 use cudarc::driver::{CudaSlice, CudaView, CudaViewMut, LaunchConfig, PushKernelArg};
 

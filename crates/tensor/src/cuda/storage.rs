@@ -1,13 +1,15 @@
 //! `CudaStorage`: a tensor's elements in plain device memory on one GPU, and its
-//! implementation of `BackendStorage`. This file holds the buffer type, the transfers
-//! and the per-dtype dispatch; the kernels' launch code lives in the sibling files, one
-//! per concept, mirroring `cpu/`. Every op runs on the device's compute stream.
+//! implementation of `BackendStorage`. This file holds the buffer, the transfers
+//! and the per-dtype dispatch; the element types and their errors are `dtype.rs`, and
+//! the kernels' launch code lives in the sibling files, one per concept, mirroring
+//! `cpu/`. Every op runs on the device's compute stream.
 //!
 //! Dtypes: F32 and F64 for arithmetic, U32 for indices and labels (copies, casts and
 //! index_select only, as on the CPU). Nothing falls back to the CPU silently: an op the
 //! GPU cannot run returns an error.
 
-use super::device::{cuda_err, CudaDevice};
+use super::device::CudaDevice;
+use super::dtype::{mismatch, slices, unsupported, CudaData, GpuType};
 use super::{
     conv, ctc, elementwise, index, matmul, norm, optim, pool, random, reduce, rnn, select, softmax,
 };
@@ -17,55 +19,8 @@ use crate::storage::{
     SgdStep, UnaryOp,
 };
 use crate::{DType, Device, Error, Layout, Result, Shape};
-use cudarc::driver::{CudaSlice, DeviceRepr, ValidAsZeroBits};
+use cudarc::driver::CudaSlice;
 use std::sync::Arc;
-
-/// Element types that live on the GPU; `SUFFIX` names their kernel instantiations.
-pub(crate) trait GpuType:
-    DeviceRepr + ValidAsZeroBits + Copy + Default + Send + Sync + 'static
-{
-    const SUFFIX: &'static str;
-    fn wrap(s: CudaSlice<Self>) -> CudaData;
-}
-impl GpuType for f32 {
-    const SUFFIX: &'static str = "f32";
-    fn wrap(s: CudaSlice<f32>) -> CudaData {
-        CudaData::F32(s)
-    }
-}
-impl GpuType for f64 {
-    const SUFFIX: &'static str = "f64";
-    fn wrap(s: CudaSlice<f64>) -> CudaData {
-        CudaData::F64(s)
-    }
-}
-impl GpuType for u32 {
-    const SUFFIX: &'static str = "u32";
-    fn wrap(s: CudaSlice<u32>) -> CudaData {
-        CudaData::U32(s)
-    }
-}
-
-/// Float element types: the ones kernels compute with.
-pub(crate) trait GpuFloat: GpuType + super::blas::BlasScalar {
-    fn from_f64(v: f64) -> Self;
-}
-impl GpuFloat for f32 {
-    fn from_f64(v: f64) -> f32 {
-        v as f32
-    }
-}
-impl GpuFloat for f64 {
-    fn from_f64(v: f64) -> f64 {
-        v
-    }
-}
-
-pub(crate) enum CudaData {
-    F32(CudaSlice<f32>),
-    F64(CudaSlice<f64>),
-    U32(CudaSlice<u32>),
-}
 
 pub struct CudaStorage {
     pub(crate) data: CudaData,
@@ -83,33 +38,6 @@ impl std::fmt::Debug for CudaStorage {
             self.len,
             self.dev.ordinal()
         )
-    }
-}
-
-fn unsupported(op: &'static str, dtype: DType) -> Error {
-    Error::UnsupportedDType {
-        op,
-        dtype,
-        expected: "f32 or f64",
-    }
-}
-/// The device buffers of `inputs` as one element type, or a dtype-mismatch error.
-fn slices<'a, T>(
-    inputs: &[&'a CudaStorage],
-    op: &'static str,
-    get: impl Fn(&'a CudaStorage) -> Option<&'a CudaSlice<T>>,
-) -> Result<Vec<&'a CudaSlice<T>>> {
-    inputs
-        .iter()
-        .map(|s| get(s).ok_or_else(|| mismatch(op, inputs[0], s)))
-        .collect()
-}
-
-fn mismatch(op: &'static str, a: &CudaStorage, b: &CudaStorage) -> Error {
-    Error::DTypeMismatch {
-        op,
-        lhs: a.dtype(),
-        rhs: b.dtype(),
     }
 }
 
@@ -755,12 +683,4 @@ impl BackendStorage for CudaStorage {
             CudaData::U32(_) => return Err(unsupported("topk", DType::U32)),
         })
     }
-}
-
-/// Maps a kernel launch's result to ours, naming the kernel.
-pub(crate) fn launched<T>(
-    name: &str,
-    r: std::result::Result<T, cudarc::driver::DriverError>,
-) -> Result<()> {
-    r.map(|_| ()).map_err(cuda_err(name))
 }
