@@ -49,6 +49,41 @@ fn typed<'a, T>(
         .collect()
 }
 
+/// One op on a float storage written once for both float dtypes (candle's `Map1`):
+/// `$body` with `$x` bound to the f32 or the f64 data of `$s`, its result wrapped in the
+/// same dtype; a U32 storage is an `unsupported` error naming `$op`.
+macro_rules! map_float {
+    ($s:expr, $op:expr, |$x:ident| $body:expr) => {
+        match $s {
+            CpuStorage::F32($x) => Ok(CpuStorage::F32($body)),
+            CpuStorage::F64($x) => Ok(CpuStorage::F64($body)),
+            CpuStorage::U32(_) => Err(unsupported($op, DType::U32)),
+        }
+    };
+}
+
+/// [`map_float`] over two storages of one float dtype (candle's `Map2`); two dtypes are a
+/// mismatch, two U32 storages unsupported.
+macro_rules! map_float2 {
+    ($a:expr, $b:expr, $op:expr, |$x:ident, $y:ident| $body:expr) => {
+        match ($a, $b) {
+            (CpuStorage::F32($x), CpuStorage::F32($y)) => Ok(CpuStorage::F32($body)),
+            (CpuStorage::F64($x), CpuStorage::F64($y)) => Ok(CpuStorage::F64($body)),
+            (a, b) => Err(dtype_error($op, a, b)),
+        }
+    };
+}
+
+/// The error of an op given `a` and `b`: unsupported where both have the (integer) dtype,
+/// else a mismatch.
+fn dtype_error(op: &'static str, a: &CpuStorage, b: &CpuStorage) -> Error {
+    if a.dtype() == b.dtype() {
+        unsupported(op, a.dtype())
+    } else {
+        mismatch(op, a, b)
+    }
+}
+
 fn unsupported(op: &'static str, dtype: DType) -> Error {
     Error::UnsupportedDType {
         op,
@@ -180,24 +215,13 @@ impl BackendStorage for CpuStorage {
     }
 
     fn unary(&self, l: &Layout, op: UnaryOp) -> Result<Self> {
-        match self {
-            CpuStorage::F32(v) => Ok(CpuStorage::F32(elementwise::unary(v, l, op))),
-            CpuStorage::F64(v) => Ok(CpuStorage::F64(elementwise::unary(v, l, op))),
-            CpuStorage::U32(_) => Err(unsupported("unary op", DType::U32)),
-        }
+        map_float!(self, "unary op", |v| elementwise::unary(v, l, op))
     }
 
     fn binary(&self, ll: &Layout, rhs: &Self, rl: &Layout, op: BinaryOp) -> Result<Self> {
-        match (self, rhs) {
-            (CpuStorage::F32(a), CpuStorage::F32(b)) => {
-                Ok(CpuStorage::F32(elementwise::binary(a, ll, b, rl, op)))
-            }
-            (CpuStorage::F64(a), CpuStorage::F64(b)) => {
-                Ok(CpuStorage::F64(elementwise::binary(a, ll, b, rl, op)))
-            }
-            (CpuStorage::U32(_), CpuStorage::U32(_)) => Err(unsupported("binary op", DType::U32)),
-            (a, b) => Err(mismatch("binary op", a, b)),
-        }
+        map_float2!(self, rhs, "binary op", |a, b| elementwise::binary(
+            a, ll, b, rl, op
+        ))
     }
 
     fn where_cond(
@@ -232,11 +256,7 @@ impl BackendStorage for CpuStorage {
                 CpuStorage::U32(_) => Err(unsupported("argmax", DType::U32)),
             };
         }
-        match self {
-            CpuStorage::F32(v) => Ok(CpuStorage::F32(reduce::reduce(v, l, dims, op))),
-            CpuStorage::F64(v) => Ok(CpuStorage::F64(reduce::reduce(v, l, dims, op))),
-            CpuStorage::U32(_) => Err(unsupported("reduce", DType::U32)),
-        }
+        map_float!(self, "reduce", |v| reduce::reduce(v, l, dims, op))
     }
 
     fn matmul(
@@ -246,64 +266,32 @@ impl BackendStorage for CpuStorage {
         rl: &Layout,
         bmnk: (usize, usize, usize, usize),
     ) -> Result<Self> {
-        match (self, rhs) {
-            (CpuStorage::F32(a), CpuStorage::F32(b)) => {
-                Ok(CpuStorage::F32(matmul::matmul(a, ll, b, rl, bmnk)))
-            }
-            (CpuStorage::F64(a), CpuStorage::F64(b)) => {
-                Ok(CpuStorage::F64(matmul::matmul(a, ll, b, rl, bmnk)))
-            }
-            (a, b) => Err(mismatch("matmul", a, b)),
-        }
+        map_float2!(self, rhs, "matmul", |a, b| matmul::matmul(
+            a, ll, b, rl, bmnk
+        ))
     }
 
     fn conv2d(&self, w: &Self, p: &Conv2dParams) -> Result<Self> {
-        match (self, w) {
-            (CpuStorage::F32(x), CpuStorage::F32(w)) => Ok(CpuStorage::F32(conv::conv2d(x, w, p))),
-            (CpuStorage::F64(x), CpuStorage::F64(w)) => Ok(CpuStorage::F64(conv::conv2d(x, w, p))),
-            (a, b) => Err(mismatch("conv2d", a, b)),
-        }
+        map_float2!(self, w, "conv2d", |x, w| conv::conv2d(x, w, p))
     }
     fn conv2d_backward_input(&self, w: &Self, p: &Conv2dParams) -> Result<Self> {
-        match (self, w) {
-            (CpuStorage::F32(g), CpuStorage::F32(w)) => {
-                Ok(CpuStorage::F32(conv::conv2d_backward_input(g, w, p)))
-            }
-            (CpuStorage::F64(g), CpuStorage::F64(w)) => {
-                Ok(CpuStorage::F64(conv::conv2d_backward_input(g, w, p)))
-            }
-            (a, b) => Err(mismatch("conv2d backward", a, b)),
-        }
+        map_float2!(self, w, "conv2d backward", |g, w| {
+            conv::conv2d_backward_input(g, w, p)
+        })
     }
     fn conv2d_backward_weight(&self, gy: &Self, p: &Conv2dParams) -> Result<Self> {
-        match (self, gy) {
-            (CpuStorage::F32(x), CpuStorage::F32(g)) => {
-                Ok(CpuStorage::F32(conv::conv2d_backward_weight(x, g, p)))
-            }
-            (CpuStorage::F64(x), CpuStorage::F64(g)) => {
-                Ok(CpuStorage::F64(conv::conv2d_backward_weight(x, g, p)))
-            }
-            (a, b) => Err(mismatch("conv2d backward", a, b)),
-        }
+        map_float2!(self, gy, "conv2d backward", |x, g| {
+            conv::conv2d_backward_weight(x, g, p)
+        })
     }
 
     fn pool2d(&self, p: &Pool2dParams) -> Result<Self> {
-        match self {
-            CpuStorage::F32(x) => Ok(CpuStorage::F32(pool::pool2d(x, p))),
-            CpuStorage::F64(x) => Ok(CpuStorage::F64(pool::pool2d(x, p))),
-            CpuStorage::U32(_) => Err(unsupported("pool2d", DType::U32)),
-        }
+        map_float!(self, "pool2d", |x| pool::pool2d(x, p))
     }
     fn pool2d_backward(&self, gy: &Self, p: &Pool2dParams) -> Result<Self> {
-        match (self, gy) {
-            (CpuStorage::F32(x), CpuStorage::F32(g)) => {
-                Ok(CpuStorage::F32(pool::pool2d_backward(x, g, p)))
-            }
-            (CpuStorage::F64(x), CpuStorage::F64(g)) => {
-                Ok(CpuStorage::F64(pool::pool2d_backward(x, g, p)))
-            }
-            (a, b) => Err(mismatch("pool2d backward", a, b)),
-        }
+        map_float2!(self, gy, "pool2d backward", |x, g| pool::pool2d_backward(
+            x, g, p
+        ))
     }
 
     fn batch_norm(
@@ -375,11 +363,7 @@ impl BackendStorage for CpuStorage {
     }
 
     fn softmax_last(&self, _rows: usize, cols: usize, log: bool) -> Result<Self> {
-        match self {
-            CpuStorage::F32(x) => Ok(CpuStorage::F32(softmax::softmax_last(x, cols, log))),
-            CpuStorage::F64(x) => Ok(CpuStorage::F64(softmax::softmax_last(x, cols, log))),
-            CpuStorage::U32(_) => Err(unsupported("softmax", DType::U32)),
-        }
+        map_float!(self, "softmax", |x| softmax::softmax_last(x, cols, log))
     }
     fn softmax_last_backward(
         &self,
@@ -388,15 +372,9 @@ impl BackendStorage for CpuStorage {
         cols: usize,
         log: bool,
     ) -> Result<Self> {
-        match (self, g) {
-            (CpuStorage::F32(y), CpuStorage::F32(g)) => Ok(CpuStorage::F32(
-                softmax::softmax_last_backward(y, g, cols, log),
-            )),
-            (CpuStorage::F64(y), CpuStorage::F64(g)) => Ok(CpuStorage::F64(
-                softmax::softmax_last_backward(y, g, cols, log),
-            )),
-            (a, b) => Err(mismatch("softmax backward", a, b)),
-        }
+        map_float2!(self, g, "softmax backward", |y, g| {
+            softmax::softmax_last_backward(y, g, cols, log)
+        })
     }
 
     fn cross_entropy(
@@ -429,15 +407,9 @@ impl BackendStorage for CpuStorage {
         count: usize,
     ) -> Result<Self> {
         let labels = labels.as_u32("cross_entropy labels")?;
-        match self {
-            CpuStorage::F32(p) => Ok(CpuStorage::F32(softmax::cross_entropy_backward(
-                p, labels, grad, c, ignore, count,
-            ))),
-            CpuStorage::F64(p) => Ok(CpuStorage::F64(softmax::cross_entropy_backward(
-                p, labels, grad, c, ignore, count,
-            ))),
-            CpuStorage::U32(_) => Err(unsupported("cross_entropy backward", DType::U32)),
-        }
+        map_float!(self, "cross_entropy backward", |p| {
+            softmax::cross_entropy_backward(p, labels, grad, c, ignore, count)
+        })
     }
 
     fn ctc(
@@ -529,15 +501,9 @@ impl BackendStorage for CpuStorage {
         out_shape: &Shape,
     ) -> Result<Self> {
         let ids = ids.as_u32("index_add indices")?;
-        match self {
-            CpuStorage::F32(v) => Ok(CpuStorage::F32(index::index_add(
-                v, src_shape, ids, dim, out_shape,
-            )?)),
-            CpuStorage::F64(v) => Ok(CpuStorage::F64(index::index_add(
-                v, src_shape, ids, dim, out_shape,
-            )?)),
-            CpuStorage::U32(_) => Err(unsupported("index_add", DType::U32)),
-        }
+        map_float!(self, "index_add", |v| index::index_add(
+            v, src_shape, ids, dim, out_shape,
+        )?)
     }
 
     fn topk(&self, _rows: usize, cols: usize, k: usize, largest: bool) -> Result<(Self, Self)> {
