@@ -22,6 +22,32 @@ use crate::{DType, Device, Error, Layout, Result, Shape};
 use cudarc::driver::CudaSlice;
 use std::sync::Arc;
 
+/// One op on a float buffer written once for both float dtypes (candle's `Map1`):
+/// `$body` with `$x` bound to the f32 or the f64 slice of `$s`; a U32 buffer returns an
+/// `unsupported` error naming `$op` from the calling function.
+macro_rules! map_float {
+    ($s:expr, $op:expr, |$x:ident| $body:expr) => {
+        match &$s.data {
+            CudaData::F32($x) => $body,
+            CudaData::F64($x) => $body,
+            CudaData::U32(_) => return Err(unsupported($op, DType::U32)),
+        }
+    };
+}
+
+/// [`map_float`] over two buffers of one float dtype (candle's `Map2`); two dtypes are a
+/// mismatch, two U32 buffers unsupported.
+macro_rules! map_float2 {
+    ($a:expr, $b:expr, $op:expr, |$x:ident, $y:ident| $body:expr) => {
+        match (&$a.data, &$b.data) {
+            (CudaData::F32($x), CudaData::F32($y)) => $body,
+            (CudaData::F64($x), CudaData::F64($y)) => $body,
+            (CudaData::U32(_), CudaData::U32(_)) => return Err(unsupported($op, DType::U32)),
+            _ => return Err(mismatch($op, $a, $b)),
+        }
+    };
+}
+
 pub struct CudaStorage {
     pub(crate) data: CudaData,
     /// Logical element count (buffers are never allocated empty, so the slice may be longer).
@@ -194,29 +220,23 @@ impl BackendStorage for CudaStorage {
     fn unary(&self, l: &Layout, op: UnaryOp) -> Result<Self> {
         let d = &self.dev;
         let n = l.elem_count();
-        Ok(match &self.data {
-            CudaData::F32(s) => CudaStorage::new(elementwise::unary(d, s, l, op)?, n, d),
-            CudaData::F64(s) => CudaStorage::new(elementwise::unary(d, s, l, op)?, n, d),
-            CudaData::U32(_) => return Err(unsupported("unary op", DType::U32)),
-        })
+        Ok(map_float!(self, "unary op", |s| CudaStorage::new(
+            elementwise::unary(d, s, l, op)?,
+            n,
+            d
+        )))
     }
 
     fn binary(&self, ll: &Layout, rhs: &Self, rl: &Layout, op: BinaryOp) -> Result<Self> {
         self.same_device(rhs, "binary op")?;
         let d = &self.dev;
         let n = ll.elem_count();
-        Ok(match (&self.data, &rhs.data) {
-            (CudaData::F32(a), CudaData::F32(b)) => {
-                CudaStorage::new(elementwise::binary(d, a, ll, b, rl, op)?, n, d)
-            }
-            (CudaData::F64(a), CudaData::F64(b)) => {
-                CudaStorage::new(elementwise::binary(d, a, ll, b, rl, op)?, n, d)
-            }
-            (CudaData::U32(_), CudaData::U32(_)) => {
-                return Err(unsupported("binary op", DType::U32))
-            }
-            _ => return Err(mismatch("binary op", self, rhs)),
-        })
+        Ok(map_float2!(
+            self,
+            rhs,
+            "binary op",
+            |a, b| CudaStorage::new(elementwise::binary(d, a, ll, b, rl, op)?, n, d)
+        ))
     }
 
     fn where_cond(
@@ -250,11 +270,7 @@ impl BackendStorage for CudaStorage {
                     "argmax: reduces exactly one dimension, got {dims:?}"
                 )));
             };
-            let (s, n) = match &self.data {
-                CudaData::F32(s) => reduce::argmax(d, s, l, *dim)?,
-                CudaData::F64(s) => reduce::argmax(d, s, l, *dim)?,
-                CudaData::U32(_) => return Err(unsupported("argmax", DType::U32)),
-            };
+            let (s, n) = map_float!(self, "argmax", |s| reduce::argmax(d, s, l, *dim)?);
             return Ok(CudaStorage::new(s, n, d));
         }
         Ok(match &self.data {
@@ -280,82 +296,56 @@ impl BackendStorage for CudaStorage {
         self.same_device(rhs, "matmul")?;
         let d = &self.dev;
         let (b, m, n, _) = bmnk;
-        Ok(match (&self.data, &rhs.data) {
-            (CudaData::F32(x), CudaData::F32(y)) => {
-                CudaStorage::new(matmul::matmul(d, x, ll, y, rl, bmnk)?, b * m * n, d)
-            }
-            (CudaData::F64(x), CudaData::F64(y)) => {
-                CudaStorage::new(matmul::matmul(d, x, ll, y, rl, bmnk)?, b * m * n, d)
-            }
-            _ => return Err(mismatch("matmul", self, rhs)),
-        })
+        Ok(map_float2!(self, rhs, "matmul", |x, y| CudaStorage::new(
+            matmul::matmul(d, x, ll, y, rl, bmnk)?,
+            b * m * n,
+            d
+        )))
     }
 
     fn conv2d(&self, w: &Self, p: &Conv2dParams) -> Result<Self> {
         self.same_device(w, "conv2d")?;
         let d = &self.dev;
         let n = p.out_shape().elem_count();
-        Ok(match (&self.data, &w.data) {
-            (CudaData::F32(x), CudaData::F32(w)) => {
-                CudaStorage::new(conv::forward(d, x, w, p)?, n, d)
-            }
-            (CudaData::F64(x), CudaData::F64(w)) => {
-                CudaStorage::new(conv::forward(d, x, w, p)?, n, d)
-            }
-            _ => return Err(mismatch("conv2d", self, w)),
-        })
+        Ok(map_float2!(self, w, "conv2d", |x, w| CudaStorage::new(
+            conv::forward(d, x, w, p)?,
+            n,
+            d
+        )))
     }
     fn conv2d_backward_input(&self, w: &Self, p: &Conv2dParams) -> Result<Self> {
         self.same_device(w, "conv2d backward")?;
         let d = &self.dev;
         let n = p.in_shape().elem_count();
-        Ok(match (&self.data, &w.data) {
-            (CudaData::F32(g), CudaData::F32(w)) => {
-                CudaStorage::new(conv::backward_input(d, g, w, p)?, n, d)
-            }
-            (CudaData::F64(g), CudaData::F64(w)) => {
-                CudaStorage::new(conv::backward_input(d, g, w, p)?, n, d)
-            }
-            _ => return Err(mismatch("conv2d backward", self, w)),
-        })
+        Ok(map_float2!(self, w, "conv2d backward", |g, w| {
+            CudaStorage::new(conv::backward_input(d, g, w, p)?, n, d)
+        }))
     }
     fn conv2d_backward_weight(&self, gy: &Self, p: &Conv2dParams) -> Result<Self> {
         self.same_device(gy, "conv2d backward")?;
         let d = &self.dev;
         let n = p.weight_shape().elem_count();
-        Ok(match (&self.data, &gy.data) {
-            (CudaData::F32(x), CudaData::F32(g)) => {
-                CudaStorage::new(conv::backward_weight(d, x, g, p)?, n, d)
-            }
-            (CudaData::F64(x), CudaData::F64(g)) => {
-                CudaStorage::new(conv::backward_weight(d, x, g, p)?, n, d)
-            }
-            _ => return Err(mismatch("conv2d backward", self, gy)),
-        })
+        Ok(map_float2!(self, gy, "conv2d backward", |x, g| {
+            CudaStorage::new(conv::backward_weight(d, x, g, p)?, n, d)
+        }))
     }
 
     fn pool2d(&self, p: &Pool2dParams) -> Result<Self> {
         let d = &self.dev;
         let n = p.out_shape().elem_count();
-        Ok(match &self.data {
-            CudaData::F32(x) => CudaStorage::new(pool::forward(d, x, p)?, n, d),
-            CudaData::F64(x) => CudaStorage::new(pool::forward(d, x, p)?, n, d),
-            CudaData::U32(_) => return Err(unsupported("pool2d", DType::U32)),
-        })
+        Ok(map_float!(self, "pool2d", |x| CudaStorage::new(
+            pool::forward(d, x, p)?,
+            n,
+            d
+        )))
     }
     fn pool2d_backward(&self, gy: &Self, p: &Pool2dParams) -> Result<Self> {
         self.same_device(gy, "pool2d backward")?;
         let d = &self.dev;
         let n = p.batch * p.channels * p.in_h * p.in_w;
-        Ok(match (&self.data, &gy.data) {
-            (CudaData::F32(x), CudaData::F32(g)) => {
-                CudaStorage::new(pool::backward(d, x, g, p)?, n, d)
-            }
-            (CudaData::F64(x), CudaData::F64(g)) => {
-                CudaStorage::new(pool::backward(d, x, g, p)?, n, d)
-            }
-            _ => return Err(mismatch("pool2d backward", self, gy)),
-        })
+        Ok(map_float2!(self, gy, "pool2d backward", |x, g| {
+            CudaStorage::new(pool::backward(d, x, g, p)?, n, d)
+        }))
     }
 
     fn batch_norm(
@@ -445,28 +435,18 @@ impl BackendStorage for CudaStorage {
 
     fn softmax_last(&self, rows: usize, cols: usize, log: bool) -> Result<Self> {
         let d = &self.dev;
-        Ok(match &self.data {
-            CudaData::F32(x) => {
-                CudaStorage::new(softmax::forward(d, x, rows, cols, log)?, rows * cols, d)
-            }
-            CudaData::F64(x) => {
-                CudaStorage::new(softmax::forward(d, x, rows, cols, log)?, rows * cols, d)
-            }
-            CudaData::U32(_) => return Err(unsupported("softmax", DType::U32)),
-        })
+        Ok(map_float!(self, "softmax", |x| CudaStorage::new(
+            softmax::forward(d, x, rows, cols, log)?,
+            rows * cols,
+            d
+        )))
     }
     fn softmax_last_backward(&self, g: &Self, rows: usize, cols: usize, log: bool) -> Result<Self> {
         self.same_device(g, "softmax backward")?;
         let d = &self.dev;
-        Ok(match (&self.data, &g.data) {
-            (CudaData::F32(y), CudaData::F32(g)) => {
-                CudaStorage::new(softmax::backward(d, y, g, rows, cols, log)?, rows * cols, d)
-            }
-            (CudaData::F64(y), CudaData::F64(g)) => {
-                CudaStorage::new(softmax::backward(d, y, g, rows, cols, log)?, rows * cols, d)
-            }
-            _ => return Err(mismatch("softmax backward", self, g)),
-        })
+        Ok(map_float2!(self, g, "softmax backward", |y, g| {
+            CudaStorage::new(softmax::backward(d, y, g, rows, cols, log)?, rows * cols, d)
+        }))
     }
 
     fn cross_entropy(
@@ -652,15 +632,11 @@ impl BackendStorage for CudaStorage {
         let i = ids.u32_slice("index_add indices")?;
         let d = &self.dev;
         let n = out_shape.elem_count();
-        Ok(match &self.data {
-            CudaData::F32(x) => {
-                CudaStorage::new(index::add(d, x, src_shape, i, dim, out_shape)?, n, d)
-            }
-            CudaData::F64(x) => {
-                CudaStorage::new(index::add(d, x, src_shape, i, dim, out_shape)?, n, d)
-            }
-            CudaData::U32(_) => return Err(unsupported("index_add", DType::U32)),
-        })
+        Ok(map_float!(self, "index_add", |x| CudaStorage::new(
+            index::add(d, x, src_shape, i, dim, out_shape)?,
+            n,
+            d
+        )))
     }
 
     fn topk(&self, rows: usize, cols: usize, k: usize, largest: bool) -> Result<(Self, Self)> {
