@@ -32,7 +32,7 @@ use crate::exchange::{
 use crate::method::{
     Method, ParamSpec, StateTensors, StepInfo, TensorUpdate, Update, UpdateKind, WireStats,
 };
-use crate::methods::DeviceVecs;
+use crate::methods::PerParam;
 use crate::select::exact_topk;
 use crate::{CompressError, Result};
 use comm::{Communicator, ProcessGroup, SparseVec};
@@ -90,11 +90,10 @@ impl DroppingConfig {
 pub struct GradientDropping {
     cfg: DroppingConfig,
     world: usize,
-    residual: Vec<Vec<f32>>,
+    /// The residual per parameter, on the host or (once placed) on the device.
+    residual: PerParam,
     step: u64,
     epoch: f64,
-    /// Once placed: the residuals on the device (then `residual` is emptied).
-    on_device: Option<DeviceVecs>,
 }
 
 impl GradientDropping {
@@ -102,10 +101,9 @@ impl GradientDropping {
         GradientDropping {
             cfg,
             world,
-            residual: Vec::new(),
+            residual: PerParam::new("residual"),
             step: 0,
             epoch: 0.0,
-            on_device: None,
         }
     }
     fn label(&self) -> &'static str {
@@ -166,8 +164,7 @@ impl Method for GradientDropping {
         }
     }
     fn init(&mut self, params: &[ParamSpec]) -> Result<()> {
-        self.residual = params.iter().map(|p| vec![0.0; p.numel()]).collect();
-        self.on_device = None;
+        self.residual.init(params);
         Ok(())
     }
     fn begin_step(&mut self, info: StepInfo) {
@@ -178,9 +175,7 @@ impl Method for GradientDropping {
         true
     }
     fn place(&mut self, device: Device) -> Result<()> {
-        let host = std::mem::take(&mut self.residual);
-        self.on_device = Some(DeviceVecs::place(host, device)?);
-        Ok(())
+        self.residual.place(device)
     }
     fn exchange_tensor(
         &mut self,
@@ -192,12 +187,10 @@ impl Method for GradientDropping {
         let label = self.label();
         let density = self.density_now();
         let (world, mode, dense_below) = (self.world, self.cfg.local, self.cfg.dense_below);
-        let Some(residuals) = &self.on_device else {
-            return Err(CompressError::Usage(format!(
-                "{label}: exchange_tensor before place (the residuals are on the host)"
-            )));
-        };
-        let (e, n) = residuals.for_grad(label, index, grad)?;
+        let (e, n) = self
+            .residual
+            .on_device(label)?
+            .for_grad(label, index, grad)?;
         if n < dense_below {
             return dense_average_tensor(group, grad);
         }
@@ -269,24 +262,12 @@ impl Method for GradientDropping {
         grad: &[f32],
     ) -> Result<Update> {
         let label = self.label();
-        if self.on_device.is_some() {
-            return Err(CompressError::Usage(format!(
-                "{label}: the residuals are on the device (place was called): exchange tensors"
-            )));
-        }
-        let n = check_len(
-            label,
-            index,
-            self.residual.get(index).map(Vec::len),
-            &[grad],
-        )?;
-        if n < self.cfg.dense_below {
+        let density = self.density_now();
+        let (world, mode, dense_below) = (self.world as f32, self.cfg.local, self.cfg.dense_below);
+        let (e, n) = self.residual.host_for(label, index, grad)?;
+        if n < dense_below {
             return dense_average(comm, grad);
         }
-        let density = self.density_now();
-        let world = self.world as f32;
-        let mode = self.cfg.local;
-        let e = &mut self.residual[index];
         let mut m = Meter::new(n);
         let local = m.compress(|| {
             e.iter_mut().zip(grad).for_each(|(e, g)| *e += g);
@@ -363,11 +344,7 @@ impl Method for GradientDropping {
         if self.cfg.local.is_none() || !due(self.after_step_every(), self.step) {
             return Ok(None);
         }
-        let len = match &self.on_device {
-            Some(rs) => rs.len_of(index),
-            None => self.residual.get(index).map(Vec::len),
-        };
-        check_len("local", index, len, &[weights])?;
+        check_len("local", index, self.residual.len_of(index), &[weights])?;
         average_in_place(comm, weights).map(Some)
     }
     fn after_step_tensor(
@@ -379,27 +356,15 @@ impl Method for GradientDropping {
         if self.cfg.local.is_none() || !due(self.after_step_every(), self.step) {
             return Ok(None);
         }
-        let len = match &self.on_device {
-            Some(rs) => rs.len_of(index),
-            None => self.residual.get(index).map(Vec::len),
-        };
-        check_numel("local", index, len, weights)?;
+        check_numel("local", index, self.residual.len_of(index), weights)?;
         average_tensor_in_place(group, weights).map(Some)
     }
     fn state(&self) -> Result<StateTensors> {
-        match &self.on_device {
-            Some(rs) => rs.state("residual"),
-            None => Ok(crate::methods::named_state("residual", &self.residual)),
-        }
+        self.residual.state()
     }
     fn load_state(&mut self, state: &StateTensors) -> Result<()> {
         let label = self.label();
-        match &self.on_device {
-            Some(rs) => rs.load(label, "residual", state),
-            None => {
-                crate::methods::load_named(label, state, &mut [("residual", &mut self.residual)])
-            }
-        }
+        self.residual.load(label, state)
     }
 }
 

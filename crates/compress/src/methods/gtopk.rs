@@ -29,11 +29,11 @@
 //! updates and residuals as on slices, bit for bit (tests/exchange_tensor.rs).
 
 use crate::exchange::{
-    check_len, check_warmup, dense_average, dense_average_tensor, keep_count, refuse_non_finite,
+    check_warmup, dense_average, dense_average_tensor, keep_count, refuse_non_finite,
     warmup_density, Meter,
 };
 use crate::method::{Method, ParamSpec, StateTensors, TensorUpdate, Update, UpdateKind};
-use crate::methods::DeviceVecs;
+use crate::methods::PerParam;
 use crate::select::exact_topk;
 use crate::{CompressError, Result};
 use comm::{Communicator, ProcessGroup, SparseVec};
@@ -48,9 +48,8 @@ pub struct GTopK {
     warmup_densities: Vec<f64>,
     /// The current step's epoch (from `begin_step`), for the warm-up.
     epoch: f64,
-    residual: Vec<Vec<f32>>,
-    /// Once placed: the residuals on the device (then `residual` is emptied).
-    on_device: Option<DeviceVecs>,
+    /// The residual per parameter, on the host or (once placed) on the device.
+    residual: PerParam,
 }
 
 impl GTopK {
@@ -63,8 +62,7 @@ impl GTopK {
             warmup_epochs: 0.0,
             warmup_densities: Vec::new(),
             epoch: 0.0,
-            residual: Vec::new(),
-            on_device: None,
+            residual: PerParam::new("residual"),
         })
     }
 
@@ -104,8 +102,7 @@ impl Method for GTopK {
         self.epoch = info.epoch;
     }
     fn init(&mut self, params: &[ParamSpec]) -> Result<()> {
-        self.residual = params.iter().map(|p| vec![0.0; p.numel()]).collect();
-        self.on_device = None;
+        self.residual.init(params);
         Ok(())
     }
     fn exchange(
@@ -115,23 +112,12 @@ impl Method for GTopK {
         _weights: &[f32],
         grad: &[f32],
     ) -> Result<Update> {
-        if self.on_device.is_some() {
-            return Err(CompressError::Usage(
-                "gtopk: the residuals are on the device (place was called): exchange tensors"
-                    .into(),
-            ));
-        }
-        let n = check_len(
-            "gtopk",
-            index,
-            self.residual.get(index).map(Vec::len),
-            &[grad],
-        )?;
-        if n < self.dense_below {
+        let (density, dense_below) = (self.density_now(), self.dense_below);
+        let (r, n) = self.residual.host_for("gtopk", index, grad)?;
+        if n < dense_below {
             return dense_average(comm, grad);
         }
-        let k = keep_count(self.density_now(), n);
-        let r = &mut self.residual[index];
+        let k = keep_count(density, n);
         let mut m = Meter::new(n);
         let local = m.compress(|| {
             r.iter_mut().zip(grad).for_each(|(r, g)| *r += g);
@@ -184,9 +170,7 @@ impl Method for GTopK {
         true
     }
     fn place(&mut self, device: Device) -> Result<()> {
-        let host = std::mem::take(&mut self.residual);
-        self.on_device = Some(DeviceVecs::place(host, device)?);
-        Ok(())
+        self.residual.place(device)
     }
     fn exchange_tensor(
         &mut self,
@@ -197,12 +181,10 @@ impl Method for GTopK {
     ) -> Result<TensorUpdate> {
         let k = keep_count(self.density_now(), grad.elem_count());
         let (world, dense_below) = (self.world, self.dense_below);
-        let Some(residuals) = &self.on_device else {
-            return Err(CompressError::Usage(
-                "gtopk: exchange_tensor before place (the residuals are on the host)".into(),
-            ));
-        };
-        let (r, n) = residuals.for_grad("gtopk", index, grad)?;
+        let (r, n) = self
+            .residual
+            .on_device("gtopk")?
+            .for_grad("gtopk", index, grad)?;
         if n < dense_below {
             return dense_average_tensor(group, grad);
         }
@@ -266,17 +248,9 @@ impl Method for GTopK {
         })
     }
     fn state(&self) -> Result<StateTensors> {
-        match &self.on_device {
-            Some(rs) => rs.state("residual"),
-            None => Ok(crate::methods::named_state("residual", &self.residual)),
-        }
+        self.residual.state()
     }
     fn load_state(&mut self, state: &StateTensors) -> Result<()> {
-        match &self.on_device {
-            Some(rs) => rs.load("gtopk", "residual", state),
-            None => {
-                crate::methods::load_named("gtopk", state, &mut [("residual", &mut self.residual)])
-            }
-        }
+        self.residual.load("gtopk", state)
     }
 }

@@ -16,7 +16,7 @@ pub mod sign;
 pub mod terngrad;
 pub mod threshold;
 
-pub(crate) use device_state::DeviceVecs;
+pub(crate) use device_state::{DeviceVecs, PerParam};
 
 use crate::method::StateTensors;
 use crate::{CompressError, Result};

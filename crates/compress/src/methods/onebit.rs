@@ -15,9 +15,9 @@
 //! bit (tests/exchange_tensor.rs).
 
 use crate::codec::{BitReader, BitWriter, CodecError};
-use crate::exchange::{allgather_average, check_len, Meter};
+use crate::exchange::{allgather_average, Meter};
 use crate::method::{Method, ParamSpec, StateTensors, TensorUpdate, Update, UpdateKind};
-use crate::methods::DeviceVecs;
+use crate::methods::PerParam;
 use crate::{CompressError, Result};
 use comm::{Communicator, ProcessGroup};
 use tensor::quantize;
@@ -104,17 +104,15 @@ pub fn decode_add(
 
 pub struct OneBit {
     bucket: usize,
-    error: Vec<Vec<f32>>,
-    /// Once placed: the errors on the device (then `error` is emptied).
-    on_device: Option<DeviceVecs>,
+    /// The error feedback per parameter, on the host or (once placed) on the device.
+    error: PerParam,
 }
 
 impl OneBit {
     pub fn new(bucket: usize) -> Self {
         OneBit {
             bucket,
-            error: Vec::new(),
-            on_device: None,
+            error: PerParam::new("error"),
         }
     }
 }
@@ -190,17 +188,14 @@ impl Method for OneBit {
         format!("onebit(bucket={})", self.bucket)
     }
     fn init(&mut self, params: &[ParamSpec]) -> Result<()> {
-        self.error = params.iter().map(|p| vec![0.0; p.numel()]).collect();
-        self.on_device = None;
+        self.error.init(params);
         Ok(())
     }
     fn on_tensors(&self) -> bool {
         true
     }
     fn place(&mut self, device: Device) -> Result<()> {
-        let host = std::mem::take(&mut self.error);
-        self.on_device = Some(DeviceVecs::place(host, device)?);
-        Ok(())
+        self.error.place(device)
     }
     fn exchange_tensor(
         &mut self,
@@ -209,12 +204,10 @@ impl Method for OneBit {
         _weights: Option<&Tensor>,
         grad: &Tensor,
     ) -> Result<TensorUpdate> {
-        let errors = self.on_device.as_ref().ok_or_else(|| {
-            CompressError::Usage(
-                "onebit: exchange_tensor before place (the errors are on the host)".into(),
-            )
-        })?;
-        let (e, n) = errors.for_grad("onebit", index, grad)?;
+        let (e, n) = self
+            .error
+            .on_device("onebit")?
+            .for_grad("onebit", index, grad)?;
         let mut m = Meter::new(n);
         let out =
             tensor::no_grad(|| exchange_on_tensors(group, &mut m, index, e, grad, self.bucket))?;
@@ -231,19 +224,8 @@ impl Method for OneBit {
         _weights: &[f32],
         grad: &[f32],
     ) -> Result<Update> {
-        if self.on_device.is_some() {
-            return Err(CompressError::Usage(
-                "onebit: the errors are on the device (place was called): exchange tensors".into(),
-            ));
-        }
-        let n = check_len(
-            "onebit",
-            index,
-            self.error.get(index).map(Vec::len),
-            &[grad],
-        )?;
         let bucket = self.bucket;
-        let e = &mut self.error[index];
+        let (e, n) = self.error.host_for("onebit", index, grad)?;
         let mut m = Meter::new(n);
         let message = m.compress(|| {
             e.iter_mut().zip(grad).for_each(|(e, g)| *e += g);
@@ -270,15 +252,9 @@ impl Method for OneBit {
         Ok(m.update(out, UpdateKind::Gradient))
     }
     fn state(&self) -> Result<StateTensors> {
-        match &self.on_device {
-            Some(es) => es.state("error"),
-            None => Ok(crate::methods::named_state("error", &self.error)),
-        }
+        self.error.state()
     }
     fn load_state(&mut self, state: &StateTensors) -> Result<()> {
-        match &self.on_device {
-            Some(es) => es.load("onebit", "error", state),
-            None => crate::methods::load_named("onebit", state, &mut [("error", &mut self.error)]),
-        }
+        self.error.load("onebit", state)
     }
 }
