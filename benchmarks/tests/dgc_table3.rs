@@ -8,8 +8,6 @@
 
 mod common;
 
-use serde_json::Value;
-
 #[test]
 fn wrong_arguments_fail_before_any_job() {
     common::fails_before_any_job(
