@@ -375,6 +375,18 @@ mod tests {
     use crate::options::MethodSpec;
     use crate::{build, Context};
 
+    /// Rank 0 of 2, momentum 0.9, no weight decay.
+    fn ctx() -> Context {
+        Context {
+            rank: 0,
+            world: 2,
+            seed: 1,
+            momentum: 0.9,
+            nesterov: false,
+            weight_decay: 0.0,
+        }
+    }
+
     fn dropping(density: f64, warmup_steps: usize) -> GradientDropping {
         GradientDropping::new(
             DroppingConfig {
@@ -416,14 +428,7 @@ mod tests {
 
     #[test]
     fn topk_and_local_both_take_the_warm_up_option() {
-        let ctx = Context {
-            rank: 0,
-            world: 2,
-            seed: 1,
-            momentum: 0.9,
-            nesterov: false,
-            weight_decay: 0.0,
-        };
+        let ctx = ctx();
         for (name, want) in [
             (
                 "topk",
@@ -445,14 +450,7 @@ mod tests {
     /// densities over the warm-up epochs, then the target; never with paper 001's.
     #[test]
     fn the_staged_warm_up_steps_through_its_densities_by_epoch() {
-        let ctx = Context {
-            rank: 0,
-            world: 2,
-            seed: 1,
-            momentum: 0.9,
-            nesterov: false,
-            weight_decay: 0.0,
-        };
+        let ctx = ctx();
         let spec =
             MethodSpec::parse("topk", &["density=0.001".into(), "warmup_epochs=4".into()]).unwrap();
         let m = build(&spec, &ctx).unwrap();

@@ -88,9 +88,6 @@ impl DgcOnDevice {
     pub fn is_dense(&self, index: usize) -> bool {
         !matches!(self.state.get(index), Some(Some(_)))
     }
-    fn slot(&self, index: usize) -> Result<&Slot> {
-        slot(&self.state, index)
-    }
     /// [`super::Dgc::compress`] on tensors: `grad` (and `weights`, read only with weight
     /// decay in the accumulation; `None` reads as zeros) flat f32 on the state's device.
     pub fn compress(
@@ -132,7 +129,7 @@ impl DgcOnDevice {
     /// the buffer's step on `weights`. Nothing without [`super::Decay::Dense`].
     pub fn add_decay(&mut self, index: usize, weights: &Tensor, values: &Tensor) -> Result<()> {
         let err = usage(index);
-        let Some(d) = &self.slot(index)?.d else {
+        let Some(d) = &slot(&self.state, index)?.d else {
             return Ok(());
         };
         let w = weights.flatten_all().map_err(&err)?;
