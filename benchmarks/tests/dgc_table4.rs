@@ -1,6 +1,7 @@
-//! `dgc_table4 --preset smoke` end to end on synthetic data: its two 4-worker language-model jobs
-//! (dense and DGC, 20 steps), the table's files, perplexities, and DGC's compression in
-//! the paper's measure and on the wire. Also its argument errors, which must come before
+//! `dgc_table4 --preset smoke` end to end on synthetic data: its two 4-worker
+//! language-model jobs and two speech jobs (dense and DGC, 20 steps each), the table's
+//! files, perplexities and word error rates, and DGC's compression in the paper's measure
+//! and on the wire. Also its argument errors, which must come before
 //! any job starts.
 
 mod common;
@@ -15,7 +16,11 @@ fn wrong_arguments_fail_before_any_job() {
             (&["--epochs", "0"], "--epochs 0: must be at least 1"),
             (
                 &["--speech-dir", "/nonexistent"],
-                "--speech-dir is for --preset paper",
+                "--speech-dir is for --preset speech or paper",
+            ),
+            (
+                &["--preset", "speech", "--speech-dir", "/nonexistent"],
+                "--preset speech needs the espeak-ng corpus in /nonexistent",
             ),
             (&["--preset", "paper"], "--preset paper needs --data-dir"),
             (
@@ -40,16 +45,29 @@ fn two_jobs_write_the_table_and_dgc_compresses() {
         "{gap}"
     );
     assert!(gap.lines().count() >= 2, "{gap}");
-    assert_eq!(rows.len(), 2, "{rows:?}");
-    assert_eq!(rows[0]["method"], "Baseline");
-    assert_eq!(rows[1]["method"], "Deep Gradient Compression");
-    for r in &rows {
-        assert_eq!(r["task"], "Language Modeling", "{r}");
-        assert_eq!(r["metric_name"], "perplexity", "{r}");
+    assert_eq!(rows.len(), 4, "{rows:?}");
+    for (i, r) in rows.iter().enumerate() {
+        let method = ["Baseline", "Deep Gradient Compression"][i % 2];
+        assert_eq!(r["method"], method, "{r}");
         assert_eq!(r["steps"].as_u64(), Some(20), "{r}");
-        let ppl = r["metric"].as_f64().unwrap_or(0.0);
-        assert!(ppl.is_finite() && ppl > 1.0, "{r}");
+        let metric = r["metric"].as_f64().unwrap_or(f64::NAN);
+        if i < 2 {
+            assert_eq!(r["task"], "Language Modeling", "{r}");
+            assert_eq!(r["metric_name"], "perplexity", "{r}");
+            assert!(metric.is_finite() && metric > 1.0, "{r}");
+        } else {
+            assert_eq!(r["task"], "Speech Recognition", "{r}");
+            assert_eq!(r["metric_name"], "wer", "{r}");
+            // Insertions can take a word error rate past 1, never below 0.
+            assert!(metric.is_finite() && metric >= 0.0, "{r}");
+        }
     }
+    // The speech model sends most of its gradient sparse as well.
+    assert!(
+        rows[3]["compression_ratio"].as_f64().unwrap_or(0.0) > 5.0,
+        "{:?}",
+        rows[3]
+    );
     let f = |i: usize, k: &str| rows[i][k].as_f64().unwrap_or(f64::NAN);
     assert!(
         (f(0, "compression_ratio") - 1.0).abs() < 1e-9,
@@ -69,12 +87,14 @@ fn two_jobs_write_the_table_and_dgc_compresses() {
     );
     assert!((f(1, "delta") - (f(1, "metric") - f(0, "metric"))).abs() < 1e-9);
     let csv = std::fs::read_to_string(dir.join("table4.csv")).expect("table4.csv");
-    assert_eq!(csv.lines().count(), 3, "{csv}");
+    assert_eq!(csv.lines().count(), 5, "{csv}");
     for file in [
         "table4.json",
         "curves.png",
         "curves.svg",
         "lm-dgc/summary.json",
+        "speech-dgc/summary.json",
+        "speech_gap.csv",
     ] {
         assert!(dir.join(file).is_file(), "{file} missing");
     }

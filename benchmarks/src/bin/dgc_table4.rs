@@ -14,8 +14,14 @@
 //! - `--preset quick`: the language-model row only, on the King James Bible corpus in PTB
 //!   layout (`datasets prepare kjv`, the default `--data-dir data/kjv`), a 2 × 200 LSTM,
 //!   4 workers × 20 windows of 35 tokens, 2 epochs, DGC warmed up over 0.3 epoch;
-//!   perplexity on the first 20,000 test tokens. Speech does not fit 2 cores (DeepSpeech
-//!   takes seconds a step at 2 utterances), so its row shows the paper's numbers only.
+//!   perplexity on the first 20,000 test tokens.
+//! - `--preset speech`: the speech row only, at a width that fits 2 cores: DGC's AN4
+//!   model (`an4_lstm`) narrowed to 3 bidirectional LSTM layers of 256 and convolutions
+//!   of 8 channels, on the espeak-ng AN4-like corpus (`datasets prepare speech`, the
+//!   default `--speech-dir data/speech`), 4 workers × 4 utterances, deepspeech.pytorch's
+//!   recipe (rate 3·10⁻⁴ ÷ 1.1 every epoch, Nesterov 0.9, clipping at 400) for
+//!   `--speech-epochs` epochs (default 20), DGC warmed up over 1 epoch; WER on all 130
+//!   test utterances, spoken by voices the training set does not have.
 //! - `--preset paper`: `lstm_lm` on `--data-dir` (PTB layout), 40 epochs, rate 20 ÷ 4 at
 //!   epochs 20 and 30 (a fixed stand-in: the paper decays the rate "when no improvement
 //!   has been made in validation loss", and the trainer has no plateau schedule), and, with
@@ -29,8 +35,9 @@
 //!   converged: whether DGC's gap to it closes with training. Its first two epochs are
 //!   quick's. About 50 minutes on 2 cores; the per-epoch curve of both and the gap is
 //!   printed under the table.
-//! - `--preset smoke`: quick's two jobs on synthetic data for 20 steps each (about a
-//!   minute on 2 cores): it proves the pipeline, and judges no claim.
+//! - `--preset smoke`: quick's two jobs and a tiny speech model's two on synthetic data
+//!   for 20 steps each (about a minute on 2 cores): it proves the pipeline, and judges no
+//!   claim.
 //!
 //! Each DGC row states the paper's claim for it and whether this run upholds it: the
 //! language model's perplexity "72.24 (−0.06)" against 72.30, and the speech WERs at or
@@ -59,15 +66,17 @@ use train::Config;
 )]
 struct Args {
     /// quick (a 2 x 200 LSTM on the King James Bible corpus, 2 epochs), long (the same
-    /// for 10 epochs with the rate decayed), paper (lstm_lm on --data-dir, and DeepSpeech
-    /// on --speech-dir when given) or smoke (quick's jobs on synthetic data, 20 steps
-    /// each).
+    /// for 10 epochs with the rate decayed), speech (a 3 x 256 AN4 LSTM on the espeak-ng
+    /// corpus in --speech-dir), paper (lstm_lm on --data-dir, and DeepSpeech on
+    /// --speech-dir when given) or smoke (quick's jobs and a tiny speech model's on
+    /// synthetic data, 20 steps each).
     #[arg(long, default_value = "quick")]
     preset: String,
     /// PTB-layout text (ptb.{train,valid,test}.txt); quick: default data/kjv.
     #[arg(long)]
     data_dir: Option<PathBuf>,
-    /// Speech manifest directory for the paper preset's speech rows.
+    /// Speech manifest directory (`datasets prepare speech` writes one): the speech
+    /// preset's (default data/speech) or the paper preset's speech rows.
     #[arg(long)]
     speech_dir: Option<PathBuf>,
     /// Train on synthetic data of the models' input shapes instead (a smoke test).
@@ -82,10 +91,11 @@ struct Args {
     /// Stop each run after this many steps instead (smoke tests).
     #[arg(long)]
     steps: Option<usize>,
-    /// Epochs of DGC's sparsity warm-up for the language model (quick: 0.3; paper: 1).
+    /// Epochs of DGC's sparsity warm-up (language model: quick 0.3, paper 1; speech: 1,
+    /// which the paper preset's speech rows keep).
     #[arg(long)]
     warmup_epochs: Option<f64>,
-    /// Epochs of the speech model (paper preset with --speech-dir; default 80).
+    /// Epochs of the speech model (speech preset: 20; paper preset with --speech-dir: 80).
     #[arg(long)]
     speech_epochs: Option<usize>,
     /// Evaluate on at most this many test tokens (quick: 20,000) or utterances.
@@ -179,16 +189,30 @@ fn lm_task(args: &Args) -> Result<Task> {
     })
 }
 
-fn speech_task(args: &Args, dir: PathBuf) -> Task {
+/// The speech model's size: the paper's DeepSpeech, the speech preset's narrow AN4 LSTM,
+/// or the smoke preset's tiny one.
+#[derive(Clone, Copy, PartialEq)]
+enum SpeechSize {
+    Paper,
+    Narrow,
+    Tiny,
+}
+
+fn speech_task(args: &Args, dir: Option<PathBuf>, size: SpeechSize) -> Task {
     let mut c = Config {
-        model: "deepspeech".into(),
+        model: if size == SpeechSize::Paper {
+            "deepspeech"
+        } else {
+            "an4_lstm"
+        }
+        .into(),
         dataset: if args.synthetic {
             "synthetic"
         } else {
             "speech"
         }
         .into(),
-        data_dir: (!args.synthetic).then_some(dir),
+        data_dir: if args.synthetic { None } else { dir },
         workers: WORKERS,
         batch_size: 8,
         lr: 3e-4,
@@ -203,14 +227,34 @@ fn speech_task(args: &Args, dir: PathBuf) -> Task {
         eval_samples: args.eval_samples,
         ..Config::default()
     };
+    match size {
+        SpeechSize::Paper => {}
+        SpeechSize::Narrow => {
+            // Four utterances a worker: 59 steps an epoch of AN4's 948, as many updates
+            // as deepspeech.pytorch's AN4 runs make at its batch of 16.
+            (c.hidden, c.layers, c.conv_channels, c.batch_size) = (Some(256), Some(3), Some(8), 4);
+        }
+        SpeechSize::Tiny => {
+            (c.hidden, c.layers, c.conv_channels, c.batch_size) = (Some(16), Some(1), Some(4), 2);
+        }
+    }
     match args.steps {
         Some(s) => c.steps = Some(s),
-        None => c.epochs = Some(args.speech_epochs.unwrap_or(80)),
+        None => {
+            c.epochs =
+                Some(
+                    args.speech_epochs
+                        .unwrap_or(if size == SpeechSize::Paper { 80 } else { 20 }),
+                )
+        }
     }
     Task {
         name: "Speech Recognition",
         base: c,
-        warmup_epochs: 1.0,
+        warmup_epochs: args
+            .warmup_epochs
+            .filter(|_| size != SpeechSize::Paper)
+            .unwrap_or(1.0),
     }
 }
 
@@ -264,22 +308,44 @@ fn run(mut args: Args) -> Result<()> {
         ("--eval-samples", args.eval_samples),
     ])?;
     table::check_epochs("--warmup-epochs", args.warmup_epochs)?;
-    if !matches!(args.preset.as_str(), "quick" | "long" | "paper") {
+    if !matches!(args.preset.as_str(), "quick" | "long" | "speech" | "paper") {
         bail!(
-            "--preset {}: expected smoke, quick, long or paper",
+            "--preset {}: expected smoke, quick, long, speech or paper",
             args.preset
         );
     }
-    if args.speech_dir.is_some() && args.preset != "paper" {
-        bail!("--speech-dir is for --preset paper (speech does not fit the quick preset)");
+    if args.speech_dir.is_some() && !matches!(args.preset.as_str(), "speech" | "paper") {
+        bail!("--speech-dir is for --preset speech or paper (the other presets train the language model only)");
     }
-    if args.speech_epochs.is_some() && args.speech_dir.is_none() {
-        bail!("--speech-epochs is for the speech rows, which need --preset paper --speech-dir DIR");
+    if args.speech_epochs.is_some() && args.preset != "speech" && args.speech_dir.is_none() {
+        bail!("--speech-epochs is for the speech rows: --preset speech, or --preset paper --speech-dir DIR");
     }
-    let mut tasks = vec![lm_task(&args)?];
-    if let Some(dir) = &args.speech_dir {
-        tasks.push(speech_task(&args, dir.clone()));
-    }
+    let tasks = match args.preset.as_str() {
+        "speech" => {
+            let dir = args
+                .speech_dir
+                .clone()
+                .unwrap_or_else(|| "data/speech".into());
+            if !args.synthetic && !dir.join("train_manifest.csv").is_file() {
+                bail!(
+                    "--preset speech needs the espeak-ng corpus in {} (apt-get install espeak-ng; \
+                     cargo run --release -p data --bin datasets -- prepare speech --out \
+                     data/speech), or --speech-dir with train_manifest.csv and test_manifest.csv",
+                    dir.display()
+                );
+            }
+            vec![speech_task(&args, Some(dir), SpeechSize::Narrow)]
+        }
+        _ => {
+            let mut tasks = vec![lm_task(&args)?];
+            if smoke {
+                tasks.push(speech_task(&args, None, SpeechSize::Tiny));
+            } else if let Some(dir) = &args.speech_dir {
+                tasks.push(speech_task(&args, Some(dir.clone()), SpeechSize::Paper));
+            }
+            tasks
+        }
+    };
     let mut planned = Vec::new();
     let mut plan = Vec::new();
     for task in &tasks {
@@ -374,6 +440,12 @@ fn run(mut args: Args) -> Result<()> {
     }
     print_table(&args, &tasks, &rows);
     for (name, gap) in &gaps {
+        // Word error rates in percent, as the table prints them.
+        let scale = if name.starts_with("Speech") {
+            100.0
+        } else {
+            1.0
+        };
         println!("\n{name}: the test metric after each evaluation, and DGC's gap to the baseline");
         println!(
             "{:>8} {:>12} {:>12} {:>10} {:>8}",
@@ -381,7 +453,10 @@ fn run(mut args: Args) -> Result<()> {
         );
         for [e, b, d, g] in gap {
             println!(
-                "{e:>8.2} {b:>12.2} {d:>12.2} {g:>+10.2} {:>+7.1}%",
+                "{e:>8.2} {:>12.2} {:>12.2} {:>+10.2} {:>+7.1}%",
+                b * scale,
+                d * scale,
+                g * scale,
                 100.0 * g / b
             );
         }
@@ -444,6 +519,23 @@ fn row(task: &Task, method: &str, job: &Job, baseline: Option<f64>) -> Value {
     table::row_with_compression(cells, job, from)
 }
 
+/// The sizes a task's model was narrowed to, or "the paper's size".
+fn size(c: &Config) -> String {
+    let parts: Vec<String> = [
+        ("hidden", c.hidden),
+        ("layers", c.layers),
+        ("conv channels", c.conv_channels),
+    ]
+    .iter()
+    .filter_map(|(name, v)| v.map(|v| format!("{name} {v}")))
+    .collect();
+    if parts.is_empty() {
+        "the paper's size".into()
+    } else {
+        parts.join(", ")
+    }
+}
+
 fn print_table(args: &Args, tasks: &[Task], rows: &[Value]) {
     for t in tasks {
         let b = &t.base;
@@ -452,8 +544,7 @@ fn print_table(args: &Args, tasks: &[Task], rows: &[Value]) {
             "{}: {} ({}) on {}, {} workers x {}, {length}; DGC at {} % after a {}-epoch warm-up",
             t.name,
             b.model,
-            b.hidden
-                .map_or("the paper's size".into(), |h| format!("hidden {h}")),
+            size(b),
             b.dataset,
             b.workers,
             b.batch_size,
@@ -511,8 +602,8 @@ fn print_table(args: &Args, tasks: &[Task], rows: &[Value]) {
     for (task, method, metric, mb, ratio) in PAPER {
         println!("{task:<19} {method:<26} {metric:<52} {mb:>8.2} MB {ratio:>6.0}x");
     }
-    if args.preset == "quick" {
-        println!("(speech: the paper's rows only; ours with --preset paper --speech-dir DIR)");
+    if !tasks.iter().any(|t| t.name.starts_with("Speech")) {
+        println!("(speech: the paper's rows only here; ours with --preset speech)");
     }
     println!(
         "(metric: perplexity, or WER in %, after the last epoch; gradient size: the dense \

@@ -345,7 +345,11 @@ impl Module for NoParams {
 fn ctc_loss_gradient() {
     // A repeated label (2, 2) needs a blank between its copies; sample 1 uses 5 of 7 frames.
     let targets = vec![vec![1u32, 2, 2], vec![3]];
-    for reduction in [CtcReduction::Mean, CtcReduction::Sum] {
+    for reduction in [
+        CtcReduction::Mean,
+        CtcReduction::Sum,
+        CtcReduction::BatchMean,
+    ] {
         check(
             &format!("ctc {reduction:?}"),
             &NoParams,
@@ -379,4 +383,27 @@ fn ctc_rejects_bad_input_and_handles_impossible_alignments() {
     assert!(inf.to_scalar::<f64>().unwrap().is_infinite());
     let zero = ctc_loss(&lp, &[vec![1, 1, 1]], &[3], CtcReduction::Sum, true).unwrap();
     assert_eq!(zero.to_scalar::<f64>().unwrap(), 0.0);
+}
+
+#[test]
+fn ctc_batch_mean_is_the_sum_over_the_batch_size() {
+    let targets = vec![vec![1u32, 2, 2], vec![3]];
+    let lp = randn(&[7, 2, 4], 24).log_softmax(2).unwrap();
+    let value = |r| {
+        ctc_loss(&lp, &targets, &[7, 5], r, false)
+            .unwrap()
+            .to_scalar::<f64>()
+            .unwrap()
+    };
+    let (sum, batch_mean, mean) = (
+        value(CtcReduction::Sum),
+        value(CtcReduction::BatchMean),
+        value(CtcReduction::Mean),
+    );
+    assert!(
+        (batch_mean - sum / 2.0).abs() < 1e-9 * sum.abs(),
+        "{batch_mean} vs {sum} / 2"
+    );
+    // Mean divides by the target lengths too, so it differs here (lengths 3 and 1).
+    assert!((mean - batch_mean).abs() > 1e-3, "{mean} vs {batch_mean}");
 }

@@ -162,6 +162,30 @@ fn outputs_have_the_expected_shapes() {
         [5, 2, 29]
     );
     assert_eq!(models::conv_rows(161), 41);
+    // Narrowed to 4 channels: the convolutions and their batch norms shrink, and the
+    // first recurrent layer reads 4 · 41 features instead of 32 · 41.
+    let narrow =
+        models::DeepSpeech::with_channels(nn::layers::RnnKind::Gru, 2, 8, 4, 29, &mut rng).unwrap();
+    assert_eq!(
+        narrow.forward(&spec, &mut Ctx::train(0)).unwrap().dims(),
+        [5, 2, 29]
+    );
+    let count = |m: &dyn Module| -> usize {
+        let mut p = Vec::new();
+        m.params("", &mut p);
+        p.iter().map(|t| t.tensor.elem_count()).sum()
+    };
+    // Convolutions (weights and biases) and their batch norms (scale and shift).
+    let front = |c: usize| (41 * 11 * c + c) + 2 * c + (21 * 11 * c * c + c) + 2 * c;
+    // A bidirectional GRU's first layer: 3 gates × (input + hidden + 2 biases) × 2.
+    let first_gru = |c: usize| 2 * 3 * 8 * (c * 41 + 8 + 2);
+    assert_eq!(
+        count(&ds) - count(&narrow),
+        front(32) + first_gru(32) - front(4) - first_gru(4)
+    );
+    assert!(
+        models::DeepSpeech::with_channels(nn::layers::RnnKind::Gru, 2, 8, 0, 29, &mut rng).is_err()
+    );
 }
 
 /// 64 images of 3×16×16, 4 classes: the class is the quadrant holding a bright patch.

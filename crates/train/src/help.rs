@@ -26,7 +26,7 @@ fn with_model_help(cmd: clap::Command) -> clap::Command {
         names_of(Kind::Speech).join(", ")
     );
     let long = format!(
-        "Model; --hidden, --layers and --dropout change its sizes where it has them.\n{}",
+        "Model; --hidden, --layers, --dropout and --conv-channels change its sizes where it has them.\n{}",
         nn::models::help_text().trim_end()
     );
     let rates: Vec<String> = MODELS

@@ -181,6 +181,8 @@ fn the_speech_model_trains_with_ctc_and_reports_word_error_rate() {
         "16",
         "--layers",
         "1",
+        "--conv-channels",
+        "4",
         "--dataset",
         "synthetic",
         "--synthetic-samples",

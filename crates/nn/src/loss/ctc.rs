@@ -4,7 +4,9 @@
 //! (f64), and its exact gradient with respect to the log-probabilities.
 //!
 //! Reductions: `Sum` adds the per-sample losses; `Mean` divides each by its target length
-//! (at least 1) and averages over the batch, PyTorch's `reduction='mean'`. A sample whose
+//! (at least 1) and averages over the batch, PyTorch's `reduction='mean'`; `BatchMean`
+//! averages the per-sample losses over the batch (deepspeech.pytorch's
+//! `reduction='sum'` then `loss / inputs.size(0)`, the loss its learning rates are for). A sample whose
 //! target cannot be aligned in its input length has infinite loss; with `zero_infinity`
 //! its loss and gradient become 0, as PyTorch's flag of that name.
 
@@ -15,6 +17,7 @@ use tensor::{no_grad, Result, Tensor};
 pub enum CtcReduction {
     Mean,
     Sum,
+    BatchMean,
 }
 
 /// CTC loss of `log_probs: [T, N, C]` (log-softmax outputs; blank is class 0) against
@@ -36,6 +39,7 @@ pub fn ctc_loss(
     for (i, &l) in nll.iter().enumerate() {
         let scale = match reduction {
             CtcReduction::Sum => 1.0,
+            CtcReduction::BatchMean => 1.0 / n as f64,
             CtcReduction::Mean => 1.0 / (targets[i].len().max(1) as f64 * n as f64),
         };
         if l.is_finite() {

@@ -21,6 +21,12 @@
 //!   version (672 features) 448.46 MiB; concatenated directions (2400 inputs per layer)
 //!   663.99 MiB.
 //! - `deepspeech(RnnKind::Lstm, 5, 800, 29)`: DGC's AN4 model, 5 LSTM layers of 800.
+//!
+//! [`DeepSpeech::with_channels`] narrows the front end (32 channels in both
+//! convolutions; `--conv-channels`). At 32 the second convolution costs
+//! 41 · 32 · (32 · 21 · 11) · 2 ≈ 19.4 MFLOP per output frame, three times a
+//! bidirectional 256-unit LSTM layer on its 1312 features (6.4 MFLOP), so a model
+//! reduced to fit a small CPU must narrow the front end as well as the recurrent layers.
 
 use crate::layers::{Activation, BatchNorm, Conv2d, Linear, Rnn, RnnKind};
 use crate::module::{join, Ctx, Module, NamedTensor};
@@ -64,6 +70,39 @@ pub fn deepspeech(
     classes: usize,
     rng: &mut Rng,
 ) -> Result<DeepSpeech> {
+    DeepSpeech::with_channels(kind, layers, hidden, PAPER_CHANNELS, classes, rng)
+}
+
+/// Channels of both convolutions in deepspeech.pytorch (and DGC).
+pub const PAPER_CHANNELS: usize = 32;
+
+impl DeepSpeech {
+    /// [`deepspeech`] with `channels` in both convolutions instead of 32.
+    pub fn with_channels(
+        kind: RnnKind,
+        layers: usize,
+        hidden: usize,
+        channels: usize,
+        classes: usize,
+        rng: &mut Rng,
+    ) -> Result<DeepSpeech> {
+        if channels == 0 || hidden == 0 || layers == 0 {
+            return Err(Error::msg(format!(
+                "deepspeech: channels ({channels}), hidden ({hidden}) and layers ({layers}) must be at least 1"
+            )));
+        }
+        build(kind, layers, hidden, channels, classes, rng)
+    }
+}
+
+fn build(
+    kind: RnnKind,
+    layers: usize,
+    hidden: usize,
+    channels: usize,
+    classes: usize,
+    rng: &mut Rng,
+) -> Result<DeepSpeech> {
     let hardtanh = Activation::Hardtanh {
         min: 0.0,
         max: 20.0,
@@ -73,7 +112,7 @@ pub fn deepspeech(
             "0",
             Conv2d::new(
                 1,
-                32,
+                channels,
                 (41, 11),
                 Conv2dOptions {
                     stride: (2, 2),
@@ -84,13 +123,13 @@ pub fn deepspeech(
                 rng,
             )?,
         )
-        .push_named("1", BatchNorm::new(32)?)
+        .push_named("1", BatchNorm::new(channels)?)
         .push_named("2", hardtanh)
         .push_named(
             "3",
             Conv2d::new(
-                32,
-                32,
+                channels,
+                channels,
                 (21, 11),
                 Conv2dOptions {
                     stride: (2, 1),
@@ -101,9 +140,9 @@ pub fn deepspeech(
                 rng,
             )?,
         )
-        .push_named("4", BatchNorm::new(32)?)
+        .push_named("4", BatchNorm::new(channels)?)
         .push_named("5", hardtanh);
-    let features = 32 * conv_rows(SPECTROGRAM_BINS);
+    let features = channels * conv_rows(SPECTROGRAM_BINS);
     let mut rnns = Vec::new();
     for i in 0..layers {
         let input = if i == 0 { features } else { hidden };

@@ -14,7 +14,7 @@ mod resnet_imagenet;
 mod vgg;
 
 pub use alexnet::{alexnet_caffe, AlexNet};
-pub use deepspeech::{conv_rows, deepspeech, DeepSpeech, SPECTROGRAM_BINS};
+pub use deepspeech::{conv_rows, deepspeech, DeepSpeech, PAPER_CHANNELS, SPECTROGRAM_BINS};
 pub use lenet::{lenet5_caffe, LeNet5};
 pub use lstm_lm::{char_lstm, lstm_lm, lstm_lm_dropout, LstmLm};
 pub use resnet_cifar::{resnet_cifar, BasicBlock, ResNetCifar};

@@ -5,8 +5,8 @@
 //! (the network) and one entry here.
 
 use super::{
-    alexnet_caffe, char_lstm, deepspeech, lenet5_caffe, lstm_lm, lstm_lm_dropout, resnet50,
-    resnet_cifar, vgg16_cifar, DeepSpeech, LstmLm,
+    alexnet_caffe, char_lstm, lenet5_caffe, lstm_lm, lstm_lm_dropout, resnet50, resnet_cifar,
+    vgg16_cifar, DeepSpeech, LstmLm, PAPER_CHANNELS,
 };
 use crate::layers::RnnKind;
 use crate::Module;
@@ -63,6 +63,8 @@ pub enum Knob {
     Hidden,
     Layers,
     Dropout,
+    /// Channels of a speech model's convolutions.
+    Channels,
 }
 
 /// What a model is built for: the dataset's input and outputs, and the sizes a user set
@@ -76,6 +78,8 @@ pub struct Spec {
     pub hidden: Option<usize>,
     pub layers: Option<usize>,
     pub dropout: Option<f64>,
+    /// Channels of a speech model's convolutions.
+    pub channels: Option<usize>,
 }
 
 /// A built model, typed by its kind: the trainer drives a language model's state and a
@@ -130,6 +134,7 @@ impl ModelInfo {
             hidden: None,
             layers: None,
             dropout: None,
+            channels: None,
         }
     }
 
@@ -275,7 +280,7 @@ pub const MODELS: &[ModelInfo] = &[
         about: "DeepSpeech: 7 bidirectional GRU layers of 1200 over spectrograms (deepspeech.pytorch, as DGC)",
         input: Input::Spectrogram,
         outputs: 29,
-        knobs: &[Knob::Hidden, Knob::Layers],
+        knobs: &[Knob::Hidden, Knob::Layers, Knob::Channels],
         usual_lr: Some((3e-4, "deepspeech.pytorch")),
         build: |s, rng| speech(s, RnnKind::Gru, 7, 1200, rng),
     },
@@ -285,7 +290,7 @@ pub const MODELS: &[ModelInfo] = &[
         about: "5 bidirectional LSTM layers of 800 over spectrograms (DGC's AN4 model)",
         input: Input::Spectrogram,
         outputs: 29,
-        knobs: &[Knob::Hidden, Knob::Layers],
+        knobs: &[Knob::Hidden, Knob::Layers, Knob::Channels],
         usual_lr: Some((3e-4, "deepspeech.pytorch")),
         build: |s, rng| speech(s, RnnKind::Lstm, 5, 800, rng),
     },
@@ -300,10 +305,11 @@ fn word_lm(s: &Spec, paper: usize, rng: &mut Rng) -> Result<Model> {
 }
 
 fn speech(s: &Spec, rnn: RnnKind, layers: usize, hidden: usize, rng: &mut Rng) -> Result<Model> {
-    Ok(Model::Speech(deepspeech(
+    Ok(Model::Speech(DeepSpeech::with_channels(
         rnn,
         s.layers.unwrap_or(layers),
         s.hidden.unwrap_or(hidden),
+        s.channels.unwrap_or(PAPER_CHANNELS),
         s.outputs,
         rng,
     )?))

@@ -271,6 +271,11 @@ pub struct Config {
     /// Recurrent layers of a speech model (default: the paper's).
     #[arg(long)]
     pub layers: Option<usize>,
+    /// Channels of a speech model's two convolutions (default: the paper's 32). The
+    /// second convolution dominates a narrow model's arithmetic, so a reduced-width speech
+    /// model on a CPU narrows it too.
+    #[arg(long)]
+    pub conv_channels: Option<usize>,
     /// Dropout of the language model (default: 0.65 at 1500 units, 0.5 at 650, else none).
     #[arg(long)]
     pub dropout: Option<f64>,
@@ -327,6 +332,7 @@ impl Default for Config {
             eval_every: 0,
             hidden: None,
             layers: None,
+            conv_channels: None,
             dropout: None,
             bptt: 35,
             bucket_elems: 0,

@@ -129,6 +129,27 @@ fn flags_that_would_be_ignored_are_errors() {
     };
     let e = format!("{:#}", char_dropout.validate().unwrap_err());
     assert!(e.contains("--dropout: --model char_lstm is fixed"), "{e}");
+    // --conv-channels narrows the speech models' front end, and only theirs.
+    let channels = |model: &str, dataset: &str, n: usize| Config {
+        model: model.into(),
+        dataset: dataset.into(),
+        conv_channels: Some(n),
+        ..Config::default()
+    };
+    let e = format!(
+        "{:#}",
+        channels("lstm_lm", "synthetic", 8).validate().unwrap_err()
+    );
+    assert!(
+        e.contains("--conv-channels: --model lstm_lm is fixed") && e.contains("an4_lstm"),
+        "{e}"
+    );
+    let e = format!(
+        "{:#}",
+        channels("an4_lstm", "synthetic", 0).validate().unwrap_err()
+    );
+    assert!(e.contains("--conv-channels must be at least 1"), "{e}");
+    channels("an4_lstm", "synthetic", 8).validate().unwrap();
 }
 
 /// Values no run can mean are refused before a worker starts (each used to run).

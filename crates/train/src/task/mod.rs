@@ -144,6 +144,7 @@ pub fn check(c: &Config) -> Result<()> {
         ("--hidden", Knob::Hidden, c.hidden.is_some()),
         ("--layers", Knob::Layers, c.layers.is_some()),
         ("--dropout", Knob::Dropout, c.dropout.is_some()),
+        ("--conv-channels", Knob::Channels, c.conv_channels.is_some()),
     ] {
         if set && !info.takes(knob) {
             let takers: Vec<&str> = nn::models::MODELS
@@ -187,8 +188,8 @@ pub fn check(c: &Config) -> Result<()> {
             }
         }
     }
-    if c.hidden == Some(0) || c.layers == Some(0) {
-        bail!("--hidden and --layers must be at least 1");
+    if c.hidden == Some(0) || c.layers == Some(0) || c.conv_channels == Some(0) {
+        bail!("--hidden, --layers and --conv-channels must be at least 1");
     }
     if c.dropout.is_some_and(|d| !(0.0..1.0).contains(&d)) {
         bail!("--dropout must be in [0, 1)");
@@ -210,6 +211,7 @@ impl Task {
                 hidden: c.hidden,
                 layers: c.layers,
                 dropout: c.dropout,
+                channels: c.conv_channels,
             };
             // Initial values are drawn from the seed on whichever device.
             nn::init::with_default_device(device, || (info.build)(&spec, &mut Rng::new(c.seed)))
@@ -343,11 +345,14 @@ impl Task {
             }
             Model::Speech(m) => {
                 let (log_probs, targets, lengths) = speech_outputs(m, batch, &inputs, ctx)?;
+                // Per-utterance loss averaged over the batch, as deepspeech.pytorch, whose
+                // learning rates the speech recipes use (PyTorch's 'mean' also divides
+                // by each transcript's length, scaling the rate down by that length).
                 Ok(ctc_loss(
                     &log_probs,
                     &targets,
                     &lengths,
-                    CtcReduction::Mean,
+                    CtcReduction::BatchMean,
                     true,
                 )?)
             }
@@ -440,7 +445,7 @@ impl Task {
                                     &log_probs,
                                     &targets,
                                     &lengths,
-                                    CtcReduction::Mean,
+                                    CtcReduction::BatchMean,
                                     true,
                                 )?
                                 .to_scalar::<f32>()?
