@@ -20,7 +20,7 @@
 //!   of 8 channels, on the espeak-ng AN4-like corpus (`datasets prepare speech`, the
 //!   default `--speech-dir data/speech`), 4 workers × 4 utterances, deepspeech.pytorch's
 //!   recipe (rate 3·10⁻⁴ ÷ 1.1 every epoch, Nesterov 0.9, clipping at 400) for
-//!   `--speech-epochs` epochs (default 20), DGC warmed up over 1 epoch; WER on all 130
+//!   `--speech-epochs` epochs (default 10), DGC warmed up over 1 epoch; WER on all 130
 //!   test utterances, spoken by voices the training set does not have.
 //! - `--preset paper`: `lstm_lm` on `--data-dir` (PTB layout), 40 epochs, rate 20 ÷ 4 at
 //!   epochs 20 and 30 (a fixed stand-in: the paper decays the rate "when no improvement
@@ -95,7 +95,7 @@ struct Args {
     /// which the paper preset's speech rows keep).
     #[arg(long)]
     warmup_epochs: Option<f64>,
-    /// Epochs of the speech model (speech preset: 20; paper preset with --speech-dir: 80).
+    /// Epochs of the speech model (speech preset: 10; paper preset with --speech-dir: 80).
     #[arg(long)]
     speech_epochs: Option<usize>,
     /// Evaluate on at most this many test tokens (quick: 20,000) or utterances.
@@ -244,7 +244,7 @@ fn speech_task(args: &Args, dir: Option<PathBuf>, size: SpeechSize) -> Task {
             c.epochs =
                 Some(
                     args.speech_epochs
-                        .unwrap_or(if size == SpeechSize::Paper { 80 } else { 20 }),
+                        .unwrap_or(if size == SpeechSize::Paper { 80 } else { 10 }),
                 )
         }
     }
