@@ -91,80 +91,51 @@ impl DeepSpeech {
                 "deepspeech: channels ({channels}), hidden ({hidden}) and layers ({layers}) must be at least 1"
             )));
         }
-        build(kind, layers, hidden, channels, classes, rng)
-    }
-}
-
-fn build(
-    kind: RnnKind,
-    layers: usize,
-    hidden: usize,
-    channels: usize,
-    classes: usize,
-    rng: &mut Rng,
-) -> Result<DeepSpeech> {
-    let hardtanh = Activation::Hardtanh {
-        min: 0.0,
-        max: 20.0,
-    };
-    let conv = Sequential::new()
-        .push_named(
-            "0",
-            Conv2d::new(
-                1,
-                channels,
-                (41, 11),
-                Conv2dOptions {
-                    stride: (2, 2),
-                    padding: (20, 5),
-                    ..Default::default()
+        let hardtanh = Activation::Hardtanh {
+            min: 0.0,
+            max: 20.0,
+        };
+        // deepspeech.pytorch's two convolutions: (41 × 11, stride 2 × 2, padding 20 × 5)
+        // and (21 × 11, stride 2 × 1, padding 10 × 5), each with a bias.
+        let conv2d = |input, kernel, stride, padding, rng: &mut Rng| {
+            let options = Conv2dOptions {
+                stride,
+                padding,
+                ..Default::default()
+            };
+            Conv2d::new(input, channels, kernel, options, true, rng)
+        };
+        let conv = Sequential::new()
+            .push_named("0", conv2d(1, (41, 11), (2, 2), (20, 5), rng)?)
+            .push_named("1", BatchNorm::new(channels)?)
+            .push_named("2", hardtanh)
+            .push_named("3", conv2d(channels, (21, 11), (2, 1), (10, 5), rng)?)
+            .push_named("4", BatchNorm::new(channels)?)
+            .push_named("5", hardtanh);
+        let features = channels * conv_rows(SPECTROGRAM_BINS);
+        let mut rnns = Vec::new();
+        for i in 0..layers {
+            let input = if i == 0 { features } else { hidden };
+            rnns.push(RecurrentLayer {
+                batch_norm: if i == 0 {
+                    None
+                } else {
+                    Some(BatchNorm::new(hidden)?)
                 },
-                true,
-                rng,
-            )?,
-        )
-        .push_named("1", BatchNorm::new(channels)?)
-        .push_named("2", hardtanh)
-        .push_named(
-            "3",
-            Conv2d::new(
-                channels,
-                channels,
-                (21, 11),
-                Conv2dOptions {
-                    stride: (2, 1),
-                    padding: (10, 5),
-                    ..Default::default()
-                },
-                true,
-                rng,
-            )?,
-        )
-        .push_named("4", BatchNorm::new(channels)?)
-        .push_named("5", hardtanh);
-    let features = channels * conv_rows(SPECTROGRAM_BINS);
-    let mut rnns = Vec::new();
-    for i in 0..layers {
-        let input = if i == 0 { features } else { hidden };
-        rnns.push(RecurrentLayer {
-            batch_norm: if i == 0 {
-                None
-            } else {
-                Some(BatchNorm::new(hidden)?)
-            },
-            rnn: Rnn::new(kind, input, hidden, 1, true, 0.0, rng)?,
-        });
+                rnn: Rnn::new(kind, input, hidden, 1, true, 0.0, rng)?,
+            });
+        }
+        let fc_norm = BatchNorm::new(hidden)?;
+        let fc = Linear::new(hidden, classes, false, rng)?;
+        Ok(DeepSpeech {
+            conv,
+            rnns,
+            fc_norm,
+            fc,
+            hidden,
+            classes,
+        })
     }
-    let fc_norm = BatchNorm::new(hidden)?;
-    let fc = Linear::new(hidden, classes, false, rng)?;
-    Ok(DeepSpeech {
-        conv,
-        rnns,
-        fc_norm,
-        fc,
-        hidden,
-        classes,
-    })
 }
 
 /// `[N, 1, 1, T]`: 1 at each sample's first `lengths[b]` of `T` frames, 0 past them, to
