@@ -83,6 +83,28 @@ pub fn length(cfg: &Config) -> String {
     }
 }
 
+/// The prologue of a table whose quick preset takes `--synthetic`: `--synthetic` beside a
+/// `--data-dir` is refused, and `--preset smoke` becomes the quick preset's jobs on
+/// synthetic data, `steps` and `eval_samples` set to `short` (steps, samples) where the
+/// flags left them open. Returns whether it was smoke, for the binary to leave its
+/// claims unjudged.
+pub fn smoke_prologue(
+    preset: &mut String,
+    synthetic: &mut bool,
+    data_dir: Option<&Path>,
+    steps: &mut Option<usize>,
+    eval_samples: &mut Option<usize>,
+    short: (usize, usize),
+) -> Result<bool> {
+    check_synthetic(*synthetic, data_dir)?;
+    let smoke = smoke_as_quick(preset, synthetic, data_dir)?;
+    if smoke {
+        *steps = steps.or(Some(short.0));
+        *eval_samples = eval_samples.or(Some(short.1));
+    }
+    Ok(smoke)
+}
+
 /// `--preset smoke` of a table whose quick preset takes `--synthetic`: the quick preset's
 /// jobs on synthetic data (a `--data-dir` beside it is refused, as it would be ignored).
 /// Turns `preset` into "quick" and sets `synthetic`; returns whether it was smoke, for

@@ -289,17 +289,17 @@ fn main() {
 }
 
 fn run(mut args: Args) -> Result<()> {
-    table::check_synthetic(args.synthetic, args.data_dir.as_deref())?;
-    let smoke = table::smoke_as_quick(
+    let smoke = table::smoke_prologue(
         &mut args.preset,
         &mut args.synthetic,
         args.data_dir.as_deref(),
+        &mut args.steps,
+        &mut args.eval_samples,
+        (20, 200),
     )?;
     if smoke {
-        // A few steps each, DGC past its warm-up.
-        args.steps = args.steps.or(Some(20));
+        // DGC past its warm-up within the few steps.
         args.warmup_epochs = args.warmup_epochs.or(Some(0.001));
-        args.eval_samples = args.eval_samples.or(Some(200));
     }
     table::check_counts(&[
         ("--epochs", args.epochs),

@@ -232,16 +232,14 @@ fn main() {
 }
 
 fn run(mut args: Args) -> Result<()> {
-    table::check_synthetic(args.synthetic, args.data_dir.as_deref())?;
-    let smoke = table::smoke_as_quick(
+    let smoke = table::smoke_prologue(
         &mut args.preset,
         &mut args.synthetic,
         args.data_dir.as_deref(),
+        &mut args.steps,
+        &mut args.eval_samples,
+        (40, 64),
     )?;
-    if smoke {
-        args.steps = args.steps.or(Some(40));
-        args.eval_samples = args.eval_samples.or(Some(64));
-    }
     table::check_counts(&[
         ("--steps", args.steps),
         ("--workers", args.workers),

@@ -247,17 +247,15 @@ fn main() {
 }
 
 fn run(mut args: Args) -> Result<()> {
-    table::check_synthetic(args.synthetic, args.data_dir.as_deref())?;
-    let smoke = table::smoke_as_quick(
+    // Smoke: 100 iterations each, one synchronisation of the delayed methods.
+    let smoke = table::smoke_prologue(
         &mut args.preset,
         &mut args.synthetic,
         args.data_dir.as_deref(),
+        &mut args.steps,
+        &mut args.eval_samples,
+        (100, 64),
     )?;
-    if smoke {
-        // 100 iterations each: one synchronisation of the delayed methods.
-        args.steps = args.steps.or(Some(100));
-        args.eval_samples = args.eval_samples.or(Some(64));
-    }
     table::check_counts(&[
         ("--steps", args.steps),
         ("--eval-samples", args.eval_samples),
