@@ -13,12 +13,13 @@
 
 use super::blas::{gemm, BlasScalar, Operand};
 use super::device::CudaDevice;
-use super::dtype::{launched, GpuFloat};
+use super::dtype::GpuFloat;
 use super::kernels::Strided;
+use super::launch::launch;
 use crate::storage::Conv2dParams;
 use crate::Result;
 use cudarc::cublas::{CudaBlas, Gemm};
-use cudarc::driver::{CudaSlice, DeviceRepr, PushKernelArg};
+use cudarc::driver::{CudaSlice, DeviceRepr};
 
 /// `ConvGeom` in kernels/conv.cu, field for field.
 #[repr(C)]
@@ -109,14 +110,12 @@ fn im2col<T: GpuFloat>(
     batch_inner: bool,
 ) -> Result<()> {
     let name = format!("im2col_{}", T::SUFFIX);
-    let f = dev.func(&name)?;
     let (b0, nb64, bi) = (b0 as i64, nb as i64, batch_inner as i32);
-    let mut b = dev.stream.launch_builder(&f);
-    b.arg(x).arg(col).arg(&d.geom).arg(&b0).arg(&nb64).arg(&bi);
     // SAFETY: col holds at least nb*rows*L elements; x is the contiguous NCHW input.
-    launched(&name, unsafe {
-        b.launch(CudaDevice::cfg(nb * d.rows * d.l))
-    })
+    unsafe {
+        launch!(dev, &name, CudaDevice::cfg(nb * d.rows * d.l); x, col, &d.geom, &b0, &nb64,
+            &bi)
+    }
 }
 
 pub(crate) fn forward<T: GpuFloat>(
@@ -209,7 +208,6 @@ where
     let mut dcol = dev.alloc::<T>(nb * d.rows * d.l)?;
     let q = d.cg * d.kk;
     let name = format!("col2im_{}", T::SUFFIX);
-    let f = dev.func(&name)?;
     for b0 in (0..d.n).step_by(nb) {
         let cur = nb.min(d.n - b0);
         for g in 0..d.g {
@@ -226,12 +224,11 @@ where
             )?;
         }
         let (b0i, nbi) = (b0 as i64, cur as i64);
-        let mut b = dev.stream.launch_builder(&f);
-        b.arg(&dcol).arg(&mut dx).arg(&d.geom).arg(&b0i).arg(&nbi);
         // SAFETY: dcol holds cur*rows*L elements; dx is the full NCHW gradient.
-        launched(&name, unsafe {
-            b.launch(CudaDevice::cfg(cur * d.c * p.in_h * p.in_w))
-        })?;
+        unsafe {
+            launch!(dev, &name, CudaDevice::cfg(cur * d.c * p.in_h * p.in_w); &dcol, &mut dx,
+                &d.geom, &b0i, &nbi)
+        }?;
     }
     Ok(dx)
 }
@@ -255,17 +252,14 @@ where
     let mut col = dev.alloc::<T>(nb * d.rows * d.l)?;
     let mut gyp = dev.alloc::<T>(nb * d.o * d.l)?;
     let copy_name = format!("copy_{}", T::SUFFIX);
-    let copy = dev.func(&copy_name)?;
     for b0 in (0..d.n).step_by(nb) {
         let cur = nb.min(d.n - b0);
         im2col(dev, x, &mut col, &d, b0, cur, true)?;
         // dy[b0..b0+cur] as [O, cur, L]: a permuted view copied contiguous.
         let view = Strided::new(&[d.o, cur, d.l], &[d.l, d.o * d.l, 1], b0 * d.o * d.l)?;
         let n = (d.o * cur * d.l) as u64;
-        let mut b = dev.stream.launch_builder(&copy);
-        b.arg(gy).arg(&view).arg(&mut gyp).arg(&n);
         // SAFETY: the view lies inside gy; gyp holds nb*O*L >= n elements.
-        launched(&copy_name, unsafe { b.launch(CudaDevice::cfg(n as usize)) })?;
+        unsafe { launch!(dev, &copy_name, CudaDevice::cfg(n as usize); gy, &view, &mut gyp, &n) }?;
         let span = cur * d.l;
         for g in 0..d.g {
             gemm(

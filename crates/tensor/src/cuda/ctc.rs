@@ -3,7 +3,8 @@
 //! uploaded with the per-sample lengths; alpha and beta stay on the device.
 
 use super::device::CudaDevice;
-use super::dtype::{launched, GpuFloat};
+use super::dtype::GpuFloat;
+use super::launch::launched;
 use crate::Result;
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 

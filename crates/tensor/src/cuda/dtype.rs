@@ -1,8 +1,6 @@
 //! The element types the GPU computes with and the dtype-tagged device buffer
-//! (`CudaData`) a `CudaStorage` holds, and the launch result check every kernel's
-//! launch code uses.
+//! (`CudaData`) a `CudaStorage` holds.
 
-use super::device::cuda_err;
 use super::storage::CudaStorage;
 use crate::storage::BackendStorage;
 use crate::{DType, Error, Result};
@@ -82,12 +80,4 @@ pub(crate) fn mismatch(op: &'static str, a: &CudaStorage, b: &CudaStorage) -> Er
         lhs: a.dtype(),
         rhs: b.dtype(),
     }
-}
-
-/// Maps a kernel launch's result to ours, naming the kernel.
-pub(crate) fn launched<T>(
-    name: &str,
-    r: std::result::Result<T, cudarc::driver::DriverError>,
-) -> Result<()> {
-    r.map(|_| ()).map_err(cuda_err(name))
 }

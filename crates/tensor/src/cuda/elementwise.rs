@@ -3,21 +3,19 @@
 //! through its layout, so views and broadcasts need no copy first.
 
 use super::device::CudaDevice;
-use super::dtype::{launched, GpuFloat, GpuType};
+use super::dtype::{GpuFloat, GpuType};
 use super::kernels::{binary_code, unary_code, Strided};
+use super::launch::launch;
 use crate::storage::{BinaryOp, UnaryOp};
 use crate::{Layout, Result};
-use cudarc::driver::{CudaSlice, PushKernelArg};
+use cudarc::driver::CudaSlice;
 
 pub(crate) fn fill<T: GpuType>(d: &CudaDevice, n: usize, v: T) -> Result<CudaSlice<T>> {
     let mut y = d.alloc::<T>(n)?;
     let name = format!("fill_{}", T::SUFFIX);
-    let f = d.func(&name)?;
     let n64 = n.max(1) as u64;
-    let mut b = d.stream.launch_builder(&f);
-    b.arg(&mut y).arg(&n64).arg(&v);
     // SAFETY: the kernel writes y[0..n) and y holds max(n, 1) elements.
-    launched(&name, unsafe { b.launch(CudaDevice::cfg(n)) })?;
+    unsafe { launch!(d, &name, CudaDevice::cfg(n); &mut y, &n64, &v) }?;
     Ok(y)
 }
 
@@ -41,12 +39,9 @@ pub(crate) fn copy_strided<T: GpuType>(
         return Ok(y);
     }
     let name = format!("copy_{}", T::SUFFIX);
-    let f = d.func(&name)?;
     let (xs, n64) = (Strided::of(l)?, n as u64);
-    let mut b = d.stream.launch_builder(&f);
-    b.arg(x).arg(&xs).arg(&mut y).arg(&n64);
     // SAFETY: the layout addresses elements inside x (layouts are validated by the tensor layer).
-    launched(&name, unsafe { b.launch(CudaDevice::cfg(n)) })?;
+    unsafe { launch!(d, &name, CudaDevice::cfg(n); x, &xs, &mut y, &n64) }?;
     Ok(y)
 }
 
@@ -62,12 +57,9 @@ pub(crate) fn copy_into<T: GpuType>(
         return Ok(());
     }
     let name = format!("scatter_{}", T::SUFFIX);
-    let f = d.func(&name)?;
     let (ds, n64) = (Strided::of(dst_l)?, n as u64);
-    let mut b = d.stream.launch_builder(&f);
-    b.arg(dst).arg(&ds).arg(src).arg(&n64);
     // SAFETY: as in copy_strided; src holds n contiguous elements.
-    launched(&name, unsafe { b.launch(CudaDevice::cfg(n)) })
+    unsafe { launch!(d, &name, CudaDevice::cfg(n); dst, &ds, src, &n64) }
 }
 
 pub(crate) fn cast<A: GpuType, B: GpuType>(
@@ -81,12 +73,9 @@ pub(crate) fn cast<A: GpuType, B: GpuType>(
         return Ok(y);
     }
     let name = format!("cast_{}_{}", A::SUFFIX, B::SUFFIX);
-    let f = d.func(&name)?;
     let (xs, n64) = (Strided::of(l)?, n as u64);
-    let mut b = d.stream.launch_builder(&f);
-    b.arg(x).arg(&xs).arg(&mut y).arg(&n64);
     // SAFETY: as in copy_strided.
-    launched(&name, unsafe { b.launch(CudaDevice::cfg(n)) })?;
+    unsafe { launch!(d, &name, CudaDevice::cfg(n); x, &xs, &mut y, &n64) }?;
     Ok(y)
 }
 
@@ -102,21 +91,12 @@ pub(crate) fn unary<T: GpuFloat>(
         return Ok(y);
     }
     let name = format!("unary_{}", T::SUFFIX);
-    let f = d.func(&name)?;
     let (code, p, q) = unary_code(op);
     // The parameters in the element type, as the CPU converts them (T::from_f64).
     let (p, q) = (T::from_f64(p), T::from_f64(q));
     let (xs, n64) = (Strided::of(l)?, n as u64);
-    let mut b = d.stream.launch_builder(&f);
-    b.arg(x)
-        .arg(&xs)
-        .arg(&mut y)
-        .arg(&n64)
-        .arg(&code)
-        .arg(&p)
-        .arg(&q);
     // SAFETY: as in copy_strided.
-    launched(&name, unsafe { b.launch(CudaDevice::cfg(n)) })?;
+    unsafe { launch!(d, &name, CudaDevice::cfg(n); x, &xs, &mut y, &n64, &code, &p, &q) }?;
     Ok(y)
 }
 
@@ -134,23 +114,14 @@ pub(crate) fn binary<T: GpuFloat>(
         return Ok(y);
     }
     let name = format!("binary_{}", T::SUFFIX);
-    let f = d.func(&name)?;
     let (as_, cs, n64, code) = (
         Strided::of(al)?,
         Strided::of(cl)?,
         n as u64,
         binary_code(op),
     );
-    let mut b = d.stream.launch_builder(&f);
-    b.arg(a)
-        .arg(&as_)
-        .arg(c)
-        .arg(&cs)
-        .arg(&mut y)
-        .arg(&n64)
-        .arg(&code);
     // SAFETY: both layouts have the output's shape and address their own buffers.
-    launched(&name, unsafe { b.launch(CudaDevice::cfg(n)) })?;
+    unsafe { launch!(d, &name, CudaDevice::cfg(n); a, &as_, c, &cs, &mut y, &n64, &code) }?;
     Ok(y)
 }
 
@@ -169,23 +140,13 @@ pub(crate) fn where_cond<T: GpuFloat>(
         return Ok(y);
     }
     let name = format!("where_{}", T::SUFFIX);
-    let k = d.func(&name)?;
     let (cs, ts, fs, n64) = (
         Strided::of(cl)?,
         Strided::of(tl)?,
         Strided::of(fl)?,
         n as u64,
     );
-    let mut b = d.stream.launch_builder(&k);
-    b.arg(c)
-        .arg(&cs)
-        .arg(t)
-        .arg(&ts)
-        .arg(f)
-        .arg(&fs)
-        .arg(&mut y)
-        .arg(&n64);
     // SAFETY: as in binary.
-    launched(&name, unsafe { b.launch(CudaDevice::cfg(n)) })?;
+    unsafe { launch!(d, &name, CudaDevice::cfg(n); c, &cs, t, &ts, f, &fs, &mut y, &n64) }?;
     Ok(y)
 }

@@ -3,9 +3,10 @@
 //! range is the CPU backend's error, not an out-of-bounds access.
 
 use super::device::CudaDevice;
-use super::dtype::{launched, GpuFloat, GpuType};
+use super::dtype::{GpuFloat, GpuType};
+use super::launch::launch;
 use crate::{Error, Result, Shape};
-use cudarc::driver::{CudaSlice, PushKernelArg};
+use cudarc::driver::CudaSlice;
 
 pub(crate) fn check_ids(ids: &[u32], size: usize, op: &'static str) -> Result<()> {
     match ids.iter().find(|&&i| i as usize >= size) {
@@ -42,18 +43,9 @@ pub(crate) fn select<T: GpuType>(
         return Ok(out);
     }
     let name = format!("index_select_{}", T::SUFFIX);
-    let f = d.func(&name)?;
     let (o, s, k, i) = (outer as i64, size as i64, n_ids as i64, inner as i64);
-    let mut b = d.stream.launch_builder(&f);
-    b.arg(src)
-        .arg(ids)
-        .arg(&mut out)
-        .arg(&o)
-        .arg(&s)
-        .arg(&k)
-        .arg(&i);
     // SAFETY: ids were checked to be < size; src is contiguous of `shape`.
-    launched(&name, unsafe { b.launch(CudaDevice::cfg(n)) })?;
+    unsafe { launch!(d, &name, CudaDevice::cfg(n); src, ids, &mut out, &o, &s, &k, &i) }?;
     Ok(out)
 }
 
@@ -73,17 +65,8 @@ pub(crate) fn add<T: GpuFloat>(
         return Ok(out);
     }
     let name = format!("index_add_{}", T::SUFFIX);
-    let f = d.func(&name)?;
     let (o, s, k, i) = (outer as i64, size as i64, n_ids as i64, inner as i64);
-    let mut b = d.stream.launch_builder(&f);
-    b.arg(src)
-        .arg(ids)
-        .arg(&mut out)
-        .arg(&o)
-        .arg(&s)
-        .arg(&k)
-        .arg(&i);
     // SAFETY: ids were checked to be < size; out is zeroed and of `out_shape`.
-    launched(&name, unsafe { b.launch(CudaDevice::cfg(n)) })?;
+    unsafe { launch!(d, &name, CudaDevice::cfg(n); src, ids, &mut out, &o, &s, &k, &i) }?;
     Ok(out)
 }

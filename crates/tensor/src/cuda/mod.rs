@@ -25,6 +25,7 @@ mod dtype;
 mod elementwise;
 mod index;
 pub mod kernels;
+mod launch;
 mod matmul;
 mod norm;
 mod optim;

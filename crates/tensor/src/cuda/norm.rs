@@ -2,10 +2,11 @@
 //! the running ones), the affine normalisation, and the backward pass.
 
 use super::device::CudaDevice;
-use super::dtype::{launched, GpuFloat};
+use super::dtype::GpuFloat;
+use super::launch::launch;
 use crate::storage::BatchNormParams;
 use crate::Result;
-use cudarc::driver::{CudaSlice, PushKernelArg};
+use cudarc::driver::CudaSlice;
 
 type Triple<T> = (CudaSlice<T>, CudaSlice<T>, CudaSlice<T>);
 
@@ -30,51 +31,26 @@ pub(crate) fn forward<T: GpuFloat>(
     match running {
         None => {
             let name = format!("bn_stats_{}", T::SUFFIX);
-            let f = d.func(&name)?;
-            let mut l = d.stream.launch_builder(&f);
-            l.arg(x)
-                .arg(&n)
-                .arg(&c)
-                .arg(&sp)
-                .arg(&p.eps)
-                .arg(&mut st)
-                .arg(&mut mean)
-                .arg(&mut invstd);
             // SAFETY: one block per channel over contiguous [N, C, spatial] input.
-            launched(&name, unsafe {
-                l.launch(CudaDevice::cfg_rows(p.c, p.n * p.spatial, 2))
-            })?;
+            unsafe {
+                launch!(d, &name, CudaDevice::cfg_rows(p.c, p.n * p.spatial, 2); x, &n, &c,
+                    &sp, &p.eps, &mut st, &mut mean, &mut invstd)
+            }?;
         }
         Some((rm, rv)) => {
             let name = format!("bn_eval_stats_{}", T::SUFFIX);
-            let f = d.func(&name)?;
-            let mut l = d.stream.launch_builder(&f);
-            l.arg(rm)
-                .arg(rv)
-                .arg(&c)
-                .arg(&p.eps)
-                .arg(&mut st)
-                .arg(&mut mean)
-                .arg(&mut invstd);
             // SAFETY: running statistics hold C elements.
-            launched(&name, unsafe { l.launch(CudaDevice::cfg(p.c)) })?;
+            unsafe {
+                launch!(d, &name, CudaDevice::cfg(p.c); rm, rv, &c, &p.eps, &mut st, &mut mean,
+                    &mut invstd)
+            }?;
         }
     }
     {
         let name = format!("bn_apply_{}", T::SUFFIX);
-        let f = d.func(&name)?;
         let t = total as i64;
-        let mut l = d.stream.launch_builder(&f);
-        l.arg(x)
-            .arg(w)
-            .arg(b)
-            .arg(&st)
-            .arg(&mut out)
-            .arg(&t)
-            .arg(&c)
-            .arg(&sp);
         // SAFETY: elementwise over `total` elements; per-channel arrays hold C.
-        launched(&name, unsafe { l.launch(CudaDevice::cfg(total)) })?;
+        unsafe { launch!(d, &name, CudaDevice::cfg(total); x, w, b, &st, &mut out, &t, &c, &sp) }?;
     }
     Ok((out, mean, invstd))
 }
@@ -101,40 +77,19 @@ pub(crate) fn backward<T: GpuFloat>(
         return Ok((dx, dw, db));
     }
     let name = format!("bn_bwd_sums_{}", T::SUFFIX);
-    let f = d.func(&name)?;
-    let mut l = d.stream.launch_builder(&f);
-    l.arg(x)
-        .arg(gy)
-        .arg(mean)
-        .arg(invstd)
-        .arg(&n)
-        .arg(&c)
-        .arg(&sp)
-        .arg(&mut sums)
-        .arg(&mut dw)
-        .arg(&mut db);
     // SAFETY: one block per channel, as in forward.
-    launched(&name, unsafe {
-        l.launch(CudaDevice::cfg_rows(p.c, p.n * p.spatial, 2))
-    })?;
+    unsafe {
+        launch!(d, &name, CudaDevice::cfg_rows(p.c, p.n * p.spatial, 2); x, gy, mean, invstd,
+            &n, &c, &sp, &mut sums, &mut dw, &mut db)
+    }?;
     {
         let name = format!("bn_bwd_dx_{}", T::SUFFIX);
-        let f = d.func(&name)?;
         let (t, tr) = (total as i64, training as i32);
-        let mut l = d.stream.launch_builder(&f);
-        l.arg(x)
-            .arg(gy)
-            .arg(w)
-            .arg(mean)
-            .arg(invstd)
-            .arg(&sums)
-            .arg(&mut dx)
-            .arg(&t)
-            .arg(&c)
-            .arg(&sp)
-            .arg(&tr);
         // SAFETY: elementwise over `total` elements.
-        launched(&name, unsafe { l.launch(CudaDevice::cfg(total)) })?;
+        unsafe {
+            launch!(d, &name, CudaDevice::cfg(total); x, gy, w, mean, invstd, &sums, &mut dx,
+                &t, &c, &sp, &tr)
+        }?;
     }
     Ok((dx, dw, db))
 }

@@ -1,10 +1,11 @@
 //! Launch code for 2-d max/average pooling and its gradient (kernels/pool.cu).
 
 use super::device::CudaDevice;
-use super::dtype::{launched, GpuFloat};
+use super::dtype::GpuFloat;
+use super::launch::launch;
 use crate::storage::{Pool2dParams, PoolKind};
 use crate::Result;
-use cudarc::driver::{CudaSlice, DeviceRepr, PushKernelArg};
+use cudarc::driver::{CudaSlice, DeviceRepr};
 
 /// `PoolGeom` in kernels/pool.cu, field for field.
 #[repr(C)]
@@ -54,12 +55,9 @@ pub(crate) fn forward<T: GpuFloat>(
         return Ok(y);
     }
     let name = format!("pool_fwd_{}", T::SUFFIX);
-    let f = d.func(&name)?;
     let g = geom(p);
-    let mut b = d.stream.launch_builder(&f);
-    b.arg(x).arg(&mut y).arg(&g);
     // SAFETY: x is contiguous NCHW of the geometry's size; y holds every output.
-    launched(&name, unsafe { b.launch(CudaDevice::cfg(n)) })?;
+    unsafe { launch!(d, &name, CudaDevice::cfg(n); x, &mut y, &g) }?;
     Ok(y)
 }
 
@@ -75,11 +73,8 @@ pub(crate) fn backward<T: GpuFloat>(
         return Ok(gx);
     }
     let name = format!("pool_bwd_{}", T::SUFFIX);
-    let f = d.func(&name)?;
     let g = geom(p);
-    let mut b = d.stream.launch_builder(&f);
-    b.arg(x).arg(gy).arg(&mut gx).arg(&g);
     // SAFETY: as in forward; gx holds every input pixel.
-    launched(&name, unsafe { b.launch(CudaDevice::cfg(n)) })?;
+    unsafe { launch!(d, &name, CudaDevice::cfg(n); x, gy, &mut gx, &g) }?;
     Ok(gx)
 }

@@ -4,9 +4,9 @@
 //! back: every launch stays queued on the compute stream.
 
 use super::device::CudaDevice;
-use super::dtype::launched;
+use super::launch::launch;
 use crate::Result;
-use cudarc::driver::{CudaSlice, CudaView, PushKernelArg};
+use cudarc::driver::{CudaSlice, CudaView};
 
 pub(crate) fn terngrad_codes(
     d: &CudaDevice,
@@ -20,11 +20,8 @@ pub(crate) fn terngrad_codes(
         return Ok(out);
     }
     let n64 = n as u64;
-    let f = d.func("terngrad_codes")?;
-    let mut b = d.stream.launch_builder(&f);
-    b.arg(x).arg(&n64).arg(&s).arg(&key).arg(&mut out);
     // SAFETY: x holds n values, out n codes.
-    launched("terngrad_codes", unsafe { b.launch(CudaDevice::cfg(n)) })?;
+    unsafe { launch!(d, "terngrad_codes", CudaDevice::cfg(n); x, &n64, &s, &key, &mut out) }?;
     Ok(out)
 }
 
@@ -42,13 +39,11 @@ pub(crate) fn bucket_scales(
         return Ok(out);
     }
     let (n64, d64) = (n as u64, bucket as u64);
-    let f = d.func("bucket_scales")?;
-    let mut b = d.stream.launch_builder(&f);
-    b.arg(x).arg(&n64).arg(&d64).arg(&mode).arg(&mut out);
     // SAFETY: x holds n values; out one per bucket of ⌈n / bucket⌉.
-    launched("bucket_scales", unsafe {
-        b.launch(CudaDevice::cfg(buckets))
-    })?;
+    unsafe {
+        launch!(d, "bucket_scales", CudaDevice::cfg(buckets); x, &n64, &d64, &mode, &mut out
+        )
+    }?;
     Ok(out)
 }
 
@@ -67,17 +62,11 @@ pub(crate) fn qsgd_levels(
         return Ok(out);
     }
     let (n64, d64) = (n as u64, bucket as u64);
-    let f = d.func("qsgd_levels")?;
-    let mut b = d.stream.launch_builder(&f);
-    b.arg(x)
-        .arg(&n64)
-        .arg(&d64)
-        .arg(&s)
-        .arg(scales)
-        .arg(&key)
-        .arg(&mut out);
     // SAFETY: x holds n values, scales one per bucket (checked by the caller), out n.
-    launched("qsgd_levels", unsafe { b.launch(CudaDevice::cfg(n)) })?;
+    unsafe {
+        launch!(d, "qsgd_levels", CudaDevice::cfg(n); x, &n64, &d64, &s, scales, &key, &mut out
+        )
+    }?;
     Ok(out)
 }
 
@@ -93,11 +82,11 @@ pub(crate) fn pack_codes(
         return Ok(out);
     }
     let (n64, w64) = (n as u64, words as u64);
-    let f = d.func("pack_codes")?;
-    let mut b = d.stream.launch_builder(&f);
-    b.arg(codes).arg(&n64).arg(&bits).arg(&w64).arg(&mut out);
     // SAFETY: codes holds n values; words = ⌈n·bits / 32⌉ (the caller's arithmetic).
-    launched("pack_codes", unsafe { b.launch(CudaDevice::cfg(words)) })?;
+    unsafe {
+        launch!(d, "pack_codes", CudaDevice::cfg(words); codes, &n64, &bits, &w64, &mut out
+        )
+    }?;
     Ok(out)
 }
 
@@ -112,11 +101,8 @@ pub(crate) fn unpack_codes(
         return Ok(out);
     }
     let n64 = n as u64;
-    let f = d.func("unpack_codes")?;
-    let mut b = d.stream.launch_builder(&f);
-    b.arg(words).arg(&n64).arg(&bits).arg(&mut out);
     // SAFETY: words holds ⌈n·bits / 32⌉ words (checked by the caller), out n codes.
-    launched("unpack_codes", unsafe { b.launch(CudaDevice::cfg(n)) })?;
+    unsafe { launch!(d, "unpack_codes", CudaDevice::cfg(n); words, &n64, &bits, &mut out) }?;
     Ok(out)
 }
 
@@ -136,25 +122,16 @@ pub(crate) fn sign_sums(
         return Ok(out);
     }
     let (n64, d64, c64, b64) = (n as u64, bucket as u64, chunks as u64, buckets as u64);
-    let f = d.func("sign_sums_partial")?;
-    let mut b = d.stream.launch_builder(&f);
-    b.arg(x)
-        .arg(&n64)
-        .arg(&d64)
-        .arg(&c64)
-        .arg(&b64)
-        .arg(&mut partial);
     // SAFETY: x holds n values; partial 4 per (bucket, chunk).
-    launched("sign_sums_partial", unsafe {
-        b.launch(CudaDevice::cfg(buckets * chunks))
-    })?;
-    let f = d.func("sign_sums_final")?;
-    let mut b = d.stream.launch_builder(&f);
-    b.arg(&partial).arg(&c64).arg(&b64).arg(&mut out);
+    unsafe {
+        launch!(d, "sign_sums_partial", CudaDevice::cfg(buckets * chunks); x, &n64, &d64, &c64,
+            &b64, &mut partial)
+    }?;
     // SAFETY: partial holds 4·buckets·chunks values, out 4 per bucket.
-    launched("sign_sums_final", unsafe {
-        b.launch(CudaDevice::cfg(buckets))
-    })?;
+    unsafe {
+        launch!(d, "sign_sums_final", CudaDevice::cfg(buckets); &partial, &c64, &b64, &mut out
+        )
+    }?;
     Ok(out)
 }
 
@@ -170,10 +147,10 @@ pub(crate) fn two_level_values(
         return Ok(out);
     }
     let (n64, d64) = (n as u64, bucket as u64);
-    let f = d.func("two_level_values")?;
-    let mut b = d.stream.launch_builder(&f);
-    b.arg(codes).arg(means).arg(&n64).arg(&d64).arg(&mut out);
     // SAFETY: codes holds n values, means 2 per bucket (checked by the caller).
-    launched("two_level_values", unsafe { b.launch(CudaDevice::cfg(n)) })?;
+    unsafe {
+        launch!(d, "two_level_values", CudaDevice::cfg(n); codes, means, &n64, &d64, &mut out
+        )
+    }?;
     Ok(out)
 }

@@ -2,9 +2,10 @@
 //! pure function of (seed, element index), identical to the CPU's.
 
 use super::device::CudaDevice;
-use super::dtype::{launched, GpuFloat};
+use super::dtype::GpuFloat;
+use super::launch::launch;
 use crate::Result;
-use cudarc::driver::{CudaSlice, PushKernelArg};
+use cudarc::driver::CudaSlice;
 
 pub(crate) fn dropout_mask<T: GpuFloat>(
     d: &CudaDevice,
@@ -17,12 +18,9 @@ pub(crate) fn dropout_mask<T: GpuFloat>(
         return Ok(m);
     }
     let name = format!("dropout_mask_{}", T::SUFFIX);
-    let f = d.func(&name)?;
     let keep = T::from_f64(1.0 / (1.0 - p));
     let n64 = n as u64;
-    let mut b = d.stream.launch_builder(&f);
-    b.arg(&mut m).arg(&n64).arg(&seed).arg(&p).arg(&keep);
     // SAFETY: writes m[0..n).
-    launched(&name, unsafe { b.launch(CudaDevice::cfg(n)) })?;
+    unsafe { launch!(d, &name, CudaDevice::cfg(n); &mut m, &n64, &seed, &p, &keep) }?;
     Ok(m)
 }

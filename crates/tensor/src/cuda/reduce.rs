@@ -3,11 +3,12 @@
 //! strided descriptors into the same buffer, so no transpose or copy precedes a reduction.
 
 use super::device::CudaDevice;
-use super::dtype::{launched, GpuFloat};
+use super::dtype::GpuFloat;
 use super::kernels::Strided;
+use super::launch::launch;
 use crate::storage::ReduceOp;
 use crate::{Layout, Result};
-use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, LaunchConfig};
 
 /// The kept and reduced parts of `l`, and their element counts.
 fn split(l: &Layout, dims: &[usize]) -> Result<(Strided, Strided, usize, usize)> {
@@ -68,18 +69,9 @@ pub(crate) fn reduce<T: GpuFloat>(
         }
     };
     let name = format!("reduce_{}", T::SUFFIX);
-    let f = d.func(&name)?;
     let (no, nr) = (n_out as u64, n_red as u64);
-    let mut b = d.stream.launch_builder(&f);
-    b.arg(x)
-        .arg(&kept)
-        .arg(&red)
-        .arg(&mut y)
-        .arg(&no)
-        .arg(&nr)
-        .arg(&code);
     // SAFETY: both descriptors come from a valid layout of x; y holds n_out elements.
-    launched(&name, unsafe { b.launch(cfg(n_out, n_red)) })?;
+    unsafe { launch!(d, &name, cfg(n_out, n_red); x, &kept, &red, &mut y, &no, &nr, &code) }?;
     Ok((y, n_out))
 }
 
@@ -96,11 +88,8 @@ pub(crate) fn argmax<T: GpuFloat>(
         return Ok((y, 0));
     }
     let name = format!("argmax_{}", T::SUFFIX);
-    let f = d.func(&name)?;
     let (no, nr) = (n_out as u64, n_red as u64);
-    let mut b = d.stream.launch_builder(&f);
-    b.arg(x).arg(&kept).arg(&red).arg(&mut y).arg(&no).arg(&nr);
     // SAFETY: as in reduce.
-    launched(&name, unsafe { b.launch(cfg(n_out, n_red)) })?;
+    unsafe { launch!(d, &name, cfg(n_out, n_red); x, &kept, &red, &mut y, &no, &nr) }?;
     Ok((y, n_out))
 }

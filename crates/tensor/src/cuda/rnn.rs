@@ -2,7 +2,8 @@
 //! (row, unit), inputs contiguous (checked by the caller, `ops::rnn`).
 
 use super::device::CudaDevice;
-use super::dtype::{launched, GpuFloat};
+use super::dtype::GpuFloat;
+use super::launch::launched;
 use crate::storage::RnnCell;
 use crate::Result;
 use cudarc::driver::{CudaSlice, PushKernelArg};

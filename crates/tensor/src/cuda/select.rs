@@ -3,9 +3,10 @@
 //! order and tie-breaking are the CPU's, so values and indices match it exactly.
 
 use super::device::CudaDevice;
-use super::dtype::{launched, GpuFloat};
+use super::dtype::GpuFloat;
+use super::launch::launch;
 use crate::Result;
-use cudarc::driver::{CudaSlice, PushKernelArg};
+use cudarc::driver::CudaSlice;
 
 pub(crate) fn topk<T: GpuFloat>(
     d: &CudaDevice,
@@ -26,48 +27,28 @@ pub(crate) fn topk<T: GpuFloat>(
     let mut id = d.alloc::<u32>(total)?;
     let (r64, c64, p64, k64, lg) = (rows as i64, cols as i64, p as i64, k as i64, largest as i32);
     let init = format!("topk_init_{}", T::SUFFIX);
-    let f = d.func(&init)?;
-    let mut b = d.stream.launch_builder(&f);
-    b.arg(x)
-        .arg(&mut v)
-        .arg(&mut id)
-        .arg(&r64)
-        .arg(&c64)
-        .arg(&p64);
     // SAFETY: x is contiguous [rows, cols]; v and id hold rows*P.
-    launched(&init, unsafe { b.launch(CudaDevice::cfg(total)) })?;
+    unsafe { launch!(d, &init, CudaDevice::cfg(total); x, &mut v, &mut id, &r64, &c64, &p64) }?;
     let step = format!("topk_step_{}", T::SUFFIX);
-    let f = d.func(&step)?;
     let mut size = 2;
     while size <= p {
         let mut j = size / 2;
         while j > 0 {
             let (s64, j64) = (size as i64, j as i64);
-            let mut b = d.stream.launch_builder(&f);
-            b.arg(&mut v)
-                .arg(&mut id)
-                .arg(&r64)
-                .arg(&p64)
-                .arg(&s64)
-                .arg(&j64)
-                .arg(&lg);
             // SAFETY: each thread swaps a pair inside one row of rows*P.
-            launched(&step, unsafe { b.launch(CudaDevice::cfg(total)) })?;
+            unsafe {
+                launch!(d, &step, CudaDevice::cfg(total); &mut v, &mut id, &r64, &p64, &s64,
+                    &j64, &lg)
+            }?;
             j /= 2;
         }
         size *= 2;
     }
     let take = format!("topk_take_{}", T::SUFFIX);
-    let f = d.func(&take)?;
-    let mut b = d.stream.launch_builder(&f);
-    b.arg(&v)
-        .arg(&id)
-        .arg(&mut ov)
-        .arg(&mut oi)
-        .arg(&r64)
-        .arg(&p64)
-        .arg(&k64);
     // SAFETY: k <= cols <= P (checked by the tensor layer).
-    launched(&take, unsafe { b.launch(CudaDevice::cfg(rows * k)) })?;
+    unsafe {
+        launch!(d, &take, CudaDevice::cfg(rows * k); &v, &id, &mut ov, &mut oi, &r64, &p64,
+            &k64)
+    }?;
     Ok((ov, oi))
 }

@@ -3,9 +3,10 @@
 //! CPU backend's message, never an out-of-bounds read.
 
 use super::device::CudaDevice;
-use super::dtype::{launched, GpuFloat};
+use super::dtype::GpuFloat;
+use super::launch::launch;
 use crate::{Error, Result};
-use cudarc::driver::{CudaSlice, PushKernelArg};
+use cudarc::driver::CudaSlice;
 
 pub(crate) fn forward<T: GpuFloat>(
     d: &CudaDevice,
@@ -19,14 +20,9 @@ pub(crate) fn forward<T: GpuFloat>(
         return Ok(y);
     }
     let name = format!("softmax_{}", T::SUFFIX);
-    let f = d.func(&name)?;
     let (c, l) = (cols as u64, log as i32);
-    let mut b = d.stream.launch_builder(&f);
-    b.arg(x).arg(&mut y).arg(&c).arg(&l);
     // SAFETY: one block per row of a contiguous [rows, cols] buffer.
-    launched(&name, unsafe {
-        b.launch(CudaDevice::cfg_rows(rows, cols, 1))
-    })?;
+    unsafe { launch!(d, &name, CudaDevice::cfg_rows(rows, cols, 1); x, &mut y, &c, &l) }?;
     Ok(y)
 }
 
@@ -43,14 +39,9 @@ pub(crate) fn backward<T: GpuFloat>(
         return Ok(dx);
     }
     let name = format!("softmax_bwd_{}", T::SUFFIX);
-    let f = d.func(&name)?;
     let (c, l) = (cols as u64, log as i32);
-    let mut b = d.stream.launch_builder(&f);
-    b.arg(y).arg(g).arg(&mut dx).arg(&c).arg(&l);
     // SAFETY: as in forward.
-    launched(&name, unsafe {
-        b.launch(CudaDevice::cfg_rows(rows, cols, 1))
-    })?;
+    unsafe { launch!(d, &name, CudaDevice::cfg_rows(rows, cols, 1); y, g, &mut dx, &c, &l) }?;
     Ok(dx)
 }
 
@@ -92,25 +83,17 @@ pub(crate) fn cross_entropy<T: GpuFloat>(
     let mut loss = d.alloc_zeros::<T>(1)?;
     if n * c > 0 {
         let name = format!("ce_fwd_{}", T::SUFFIX);
-        let f = d.func(&name)?;
         let (cols, ig) = (c as u64, ignore_code(ignore));
-        let mut b = d.stream.launch_builder(&f);
-        b.arg(x)
-            .arg(labels)
-            .arg(&mut probs)
-            .arg(&mut row_loss)
-            .arg(&cols)
-            .arg(&ig);
         // SAFETY: one block per row; labels were checked to be < c (or the ignored one).
-        launched(&name, unsafe { b.launch(CudaDevice::cfg_rows(n, c, 1)) })?;
+        unsafe {
+            launch!(d, &name, CudaDevice::cfg_rows(n, c, 1); x, labels, &mut probs,
+                &mut row_loss, &cols, &ig)
+        }?;
     }
     let name = format!("ce_mean_{}", T::SUFFIX);
-    let f = d.func(&name)?;
     let (rows, cnt) = (n as u64, count as u64);
-    let mut b = d.stream.launch_builder(&f);
-    b.arg(&row_loss).arg(&mut loss).arg(&rows).arg(&cnt);
     // SAFETY: one block summing n per-row losses.
-    launched(&name, unsafe { b.launch(CudaDevice::cfg_rows(1, n, 1)) })?;
+    unsafe { launch!(d, &name, CudaDevice::cfg_rows(1, n, 1); &row_loss, &mut loss, &rows, &cnt) }?;
     Ok((loss, probs))
 }
 
@@ -136,17 +119,11 @@ pub(crate) fn cross_entropy_backward<T: GpuFloat>(
         T::from_f64(0.0)
     };
     let name = format!("ce_bwd_{}", T::SUFFIX);
-    let f = d.func(&name)?;
     let (total, cols, ig) = ((n * c) as u64, c as u64, ignore_code(ignore));
-    let mut b = d.stream.launch_builder(&f);
-    b.arg(probs)
-        .arg(labels)
-        .arg(&mut dx)
-        .arg(&total)
-        .arg(&cols)
-        .arg(&ig)
-        .arg(&scale);
     // SAFETY: elementwise over n*c; labels were checked in the forward pass.
-    launched(&name, unsafe { b.launch(CudaDevice::cfg(n * c)) })?;
+    unsafe {
+        launch!(d, &name, CudaDevice::cfg(n * c); probs, labels, &mut dx, &total, &cols, &ig,
+            &scale)
+    }?;
     Ok(dx)
 }

@@ -8,7 +8,7 @@
 //! output); everything else stays queued on the compute stream.
 
 use super::device::{cuda_err, CudaDevice};
-use super::dtype::launched;
+use super::launch::{launch, launched};
 use crate::Result;
 use cudarc::driver::{CudaSlice, CudaView, CudaViewMut, LaunchConfig, PushKernelArg};
 
@@ -93,31 +93,22 @@ pub(crate) fn plan(
     let mut gt = d.alloc::<u32>(tiles)?;
     let mut eq = d.alloc::<u32>(tiles)?;
     let n64 = n as u64;
-    let f = d.func("mag_tile_count")?;
-    let mut b = d.stream.launch_builder(&f);
-    b.arg(x).arg(&n64).arg(&tbits).arg(&mut gt).arg(&mut eq);
     let cfg = LaunchConfig {
         grid_dim: (tiles as u32, 1, 1),
         block_dim: (TILE_THREADS, 1, 1),
         shared_mem_bytes: 0,
     };
     // SAFETY: one block per tile of TILE entries; gt and eq hold `tiles` counters.
-    launched("mag_tile_count", unsafe { b.launch(cfg) })?;
+    unsafe { launch!(d, "mag_tile_count", cfg; x, &n64, &tbits, &mut gt, &mut eq) }?;
     let mut out_off = d.alloc::<u64>(tiles)?;
     let mut eq_off = d.alloc::<u64>(tiles)?;
     let mut total = d.alloc::<u64>(1)?;
     let t64 = tiles as u64;
-    let f = d.func("mag_tile_scan")?;
-    let mut b = d.stream.launch_builder(&f);
-    b.arg(&gt)
-        .arg(&eq)
-        .arg(&t64)
-        .arg(&take_eq)
-        .arg(&mut out_off)
-        .arg(&mut eq_off)
-        .arg(&mut total);
     // SAFETY: one block of 1024 threads loops over the `tiles` counters.
-    launched("mag_tile_scan", unsafe { b.launch(one_block(1024, 0)) })?;
+    unsafe {
+        launch!(d, "mag_tile_scan", one_block(1024, 0); &gt, &eq, &t64, &take_eq, &mut out_off,
+            &mut eq_off, &mut total)
+    }?;
     let total = d.download(&total, 1)?[0] as usize;
     Ok(Plan {
         tiles,
@@ -144,17 +135,6 @@ pub(crate) fn write(
         return Ok((idx, val));
     }
     let (n64, total) = (n as u64, p.total as u64);
-    let f = d.func("mag_tile_write")?;
-    let mut b = d.stream.launch_builder(&f);
-    b.arg(x)
-        .arg(&n64)
-        .arg(&p.tbits)
-        .arg(&p.take_eq)
-        .arg(&p.out_off)
-        .arg(&p.eq_off)
-        .arg(&total)
-        .arg(&mut idx)
-        .arg(&mut val);
     let cfg = LaunchConfig {
         grid_dim: (p.tiles as u32, 1, 1),
         block_dim: (TILE_THREADS, 1, 1),
@@ -162,7 +142,10 @@ pub(crate) fn write(
     };
     // SAFETY: the plan counted `total` selected entries of this x; each tile writes its own
     // range [out_off, out_off + its count).
-    launched("mag_tile_write", unsafe { b.launch(cfg) })?;
+    unsafe {
+        launch!(d, "mag_tile_write", cfg; x, &n64, &p.tbits, &p.take_eq, &p.out_off, &p.eq_off,
+            &total, &mut idx, &mut val)
+    }?;
     Ok((idx, val))
 }
 
@@ -202,16 +185,8 @@ fn zero_at_pass(
     count_only: i32,
 ) -> Result<()> {
     let (n64, k64) = (n as u64, k as u64);
-    let f = d.func("zero_at")?;
-    let mut b = d.stream.launch_builder(&f);
-    b.arg(x)
-        .arg(&n64)
-        .arg(idx)
-        .arg(&k64)
-        .arg(bad)
-        .arg(&count_only);
     // SAFETY: x holds n values and idx k; indices past n are skipped by the kernel.
-    launched("zero_at", unsafe { b.launch(CudaDevice::cfg(k)) })
+    unsafe { launch!(d, "zero_at", CudaDevice::cfg(k); x, &n64, idx, &k64, bad, &count_only) }
 }
 
 /// x[start + j·stride] for j < count.
@@ -227,13 +202,11 @@ pub(crate) fn gather_strided(
         return Ok(out);
     }
     let (s64, st64, c64) = (start as u64, stride as u64, count as u64);
-    let f = d.func("gather_strided")?;
-    let mut b = d.stream.launch_builder(&f);
-    b.arg(x).arg(&s64).arg(&st64).arg(&c64).arg(&mut out);
     // SAFETY: start + (count − 1)·stride < x's length (checked by the caller).
-    launched("gather_strided", unsafe {
-        b.launch(CudaDevice::cfg(count))
-    })?;
+    unsafe {
+        launch!(d, "gather_strided", CudaDevice::cfg(count); x, &s64, &st64, &c64, &mut out
+        )
+    }?;
     Ok(out)
 }
 
@@ -244,21 +217,15 @@ pub(crate) fn sum_of_squares(d: &CudaDevice, x: &CudaView<'_, f32>, n: usize) ->
     let mut partial = d.alloc::<f64>(BLOCKS as usize)?;
     let mut out = d.alloc::<f64>(1)?;
     let n64 = n as u64;
-    let f = d.func("sum_sq_partial")?;
-    let mut b = d.stream.launch_builder(&f);
-    b.arg(x).arg(&n64).arg(&mut partial);
     let cfg = LaunchConfig {
         grid_dim: (BLOCKS, 1, 1),
         block_dim: (256, 1, 1),
         shared_mem_bytes: 0,
     };
     // SAFETY: a grid-stride loop over n values; one partial per block.
-    launched("sum_sq_partial", unsafe { b.launch(cfg) })?;
-    let f = d.func("sum_sq_final")?;
-    let mut b = d.stream.launch_builder(&f);
-    b.arg(&partial).arg(&BLOCKS).arg(&mut out);
+    unsafe { launch!(d, "sum_sq_partial", cfg; x, &n64, &mut partial) }?;
     // SAFETY: one block of 256 threads over BLOCKS partials.
-    launched("sum_sq_final", unsafe { b.launch(one_block(256, 0)) })?;
+    unsafe { launch!(d, "sum_sq_final", one_block(256, 0); &partial, &BLOCKS, &mut out) }?;
     Ok(d.download(&out, 1)?[0])
 }
 
