@@ -22,6 +22,14 @@ fn wrong_arguments_fail_before_any_job() {
                 &["--preset", "speech", "--speech-dir", "/nonexistent"],
                 "--preset speech needs the espeak-ng corpus in /nonexistent",
             ),
+            (
+                &["--preset", "speech", "--epochs", "3"],
+                "--preset speech takes --speech-epochs",
+            ),
+            (
+                &["--preset", "speech", "--data-dir", "/x"],
+                "--preset speech reads --speech-dir",
+            ),
             (&["--preset", "paper"], "--preset paper needs --data-dir"),
             (
                 &["--data-dir", "/nonexistent"],

@@ -322,6 +322,16 @@ fn run(mut args: Args) -> Result<()> {
     }
     let tasks = match args.preset.as_str() {
         "speech" => {
+            // The language model's flags would be ignored here: errors instead.
+            if let Some(d) = &args.data_dir {
+                bail!(
+                    "--data-dir {} is the language model's; --preset speech reads --speech-dir",
+                    d.display()
+                );
+            }
+            if args.epochs.is_some() {
+                bail!("--epochs is the language model's; --preset speech takes --speech-epochs");
+            }
             let dir = args
                 .speech_dir
                 .clone()
