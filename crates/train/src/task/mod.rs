@@ -440,18 +440,18 @@ impl Task {
                             Model::Speech(m) => {
                                 let (log_probs, targets, lengths) =
                                     speech_outputs(m, &batch, &inputs, &mut ctx)?;
-                                let n = targets.len() as f64;
+                                // The per-utterance losses summed; the count makes
+                                // the test loss the training loss's per-utterance mean.
                                 s.loss_sum += ctc_loss(
                                     &log_probs,
                                     &targets,
                                     &lengths,
-                                    CtcReduction::BatchMean,
+                                    CtcReduction::Sum,
                                     true,
                                 )?
                                 .to_scalar::<f32>()?
-                                    as f64
-                                    * n;
-                                s.loss_count += n;
+                                    as f64;
+                                s.loss_count += targets.len() as f64;
                                 // Best class per frame: [T, N].
                                 let best = log_probs.argmax(2, false)?.to_vec::<u32>()?;
                                 let batch_n = targets.len();
