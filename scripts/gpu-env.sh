@@ -15,14 +15,18 @@ done
 for d in "${CUDA_HOME:-/usr/local/cuda}/lib64" /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
   [ -d "$d" ] && libs="$libs:$d"
 done
-# cudarc looks NCCL up as libnccl.so; pip's nvidia-nccl wheels ship only libnccl.so.2, so
-# a temporary directory with a libnccl.so link to it goes on the path too.
-nccl_dir=$(mktemp -d)
-for d in ${libs//:/ }; do
-  if [ -e "$d/libnccl.so.2" ] && [ ! -e "$d/libnccl.so" ]; then
-    ln -sf "$d/libnccl.so.2" "$nccl_dir/libnccl.so"
-    libs="$libs:$nccl_dir"
-    break
-  fi
+# cudarc looks NCCL and cuDNN up as libnccl.so and libcudnn.so (or by the CUDA major
+# version, 13); pip's wheels ship only libnccl.so.2 and libcudnn.so.9, so a temporary
+# directory with unversioned links to them goes on the path too.
+link_dir=$(mktemp -d)
+for pair in libnccl.so.2:libnccl.so libcudnn.so.9:libcudnn.so; do
+  have=${pair%%:*} want=${pair##*:}
+  for d in ${libs//:/ }; do
+    if [ -e "$d/$have" ] && [ ! -e "$d/$want" ]; then
+      ln -sf "$d/$have" "$link_dir/$want"
+      break
+    fi
+  done
 done
+libs="$libs:$link_dir"
 export LD_LIBRARY_PATH="${libs#:}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"

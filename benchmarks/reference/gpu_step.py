@@ -112,6 +112,8 @@ def step():
 
 for _ in range(args.warmup):
     step()
+# Peaks over the timed steps only (the caching allocator keeps what warm-up mapped).
+torch.cuda.reset_peak_memory_stats()
 times = []
 for _ in range(args.repeats):
     t = time.perf_counter()
@@ -147,6 +149,8 @@ print(json.dumps({
     "batch": args.batch,
     "phases": phases,
     "torch_ms": statistics.median(times) * 1e3,
+    "peak_allocated_mib": torch.cuda.max_memory_allocated() / 2**20,
+    "peak_reserved_mib": torch.cuda.max_memory_reserved() / 2**20,
     "torch_version": torch.__version__,
     "device": torch.cuda.get_device_name(0),
 }))

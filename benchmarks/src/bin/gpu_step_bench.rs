@@ -7,6 +7,11 @@
 //! GPU work. The median of `--repeats` steps after `--warmup` is reported, with the ratio
 //! ours / PyTorch (lower is better; the issue's target is ≤ 2).
 //!
+//! Also reported: the memory high-water mark over the timed steps beside PyTorch's
+//! `max_memory_allocated` (ours from the CUDA pool that caches freed blocks, see
+//! tensor's cuda/memory.rs; `GRADEX_CUDA_CACHE=off` measures the step without caching),
+//! and how many times a step waited for the GPU before its end (0 is the goal).
+//!
 //! `--exchange dense,dgc` also times the step with each gradient exchanged by that method
 //! on tensors over NCCL with one rank (`Method::exchange_tensor`, the trainer's path with
 //! `--backend nccl`), then applied as the trainer applies it; the ratio to the plain step
@@ -239,16 +244,39 @@ fn workload(name: &str, device: Device) -> Result<Workload> {
     })
 }
 
-/// A model's batch size, its plain step's median time (ms), and each `--exchange`
-/// method's step time.
-type Timed = (usize, f64, Vec<(String, f64)>);
+/// What `bench` measured of one model.
+struct Timed {
+    batch: usize,
+    /// The plain step's median time (ms).
+    ms: f64,
+    /// Each `--exchange` method's step time (ms).
+    exchanged: Vec<(String, f64)>,
+    /// The memory pool's high-water marks over the timed steps (MiB): held by live
+    /// buffers, and mapped by the pool (live plus cached); `None` without a pool.
+    peak_used_mib: Option<f64>,
+    peak_reserved_mib: Option<f64>,
+    /// Times one step waited for the GPU before its closing synchronisation (0 is the
+    /// goal: every wait stalls the host's queueing of kernels).
+    syncs_per_step: u64,
+}
 
 fn bench(name: &str, args: &Args, device: Device) -> Result<Timed> {
     let (model, batch, loss) = workload(name, device)?;
     let mut sgd = Sgd::new(0.01, 0.9, false, 0.0)?;
-    let ms = time_steps(args.warmup, args.repeats, || {
+    let gpu = cuda::device(0)?;
+    for _ in 0..args.warmup {
+        train_step(model.as_ref(), &mut sgd, device, loss.as_ref())?;
+    }
+    gpu.reset_memory_peaks()?;
+    let ms = time_steps(0, args.repeats, || {
         train_step(model.as_ref(), &mut sgd, device, loss.as_ref())
     })?;
+    let memory = gpu.memory_stats()?;
+    let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+    let before = gpu.host_syncs();
+    train_step(model.as_ref(), &mut sgd, device, loss.as_ref())?;
+    // train_step's own closing synchronisation is the one wait a step should have.
+    let syncs_per_step = (gpu.host_syncs() - before).saturating_sub(1);
     let mut exchanged = Vec::new();
     if !args.exchange.is_empty() {
         let mut group = nccl_group(device)?;
@@ -283,7 +311,14 @@ fn bench(name: &str, args: &Args, device: Device) -> Result<Timed> {
             )?,
         );
     }
-    Ok((batch, ms, exchanged))
+    Ok(Timed {
+        batch,
+        ms,
+        exchanged,
+        peak_used_mib: memory.map(|m| mib(m.used_peak)),
+        peak_reserved_mib: memory.map(|m| mib(m.reserved_peak)),
+        syncs_per_step,
+    })
 }
 
 fn main() {
@@ -300,8 +335,8 @@ fn run() -> Result<()> {
     let device = Device::Cuda(0);
     let mut rows = Vec::new();
     for name in &args.models {
-        let (batch, ours, exchanged) =
-            bench(name, &args, device).with_context(|| format!("timing {name}"))?;
+        let t = bench(name, &args, device).with_context(|| format!("timing {name}"))?;
+        let (batch, ours) = (t.batch, t.ms);
         let reference = if args.no_reference {
             None
         } else {
@@ -336,7 +371,11 @@ fn run() -> Result<()> {
             "torch_version": reference.as_ref().map(|r| r["torch_version"].clone()),
             "device": reference.as_ref().map(|r| r["device"].clone()),
             "torch_phases": reference.as_ref().map(|r| r["phases"].clone()),
-            "exchange_ms": exchanged.iter().map(|(m, t)| (m.clone(), json!(t))).collect::<serde_json::Map<_, _>>(),
+            "exchange_ms": t.exchanged.iter().map(|(m, t)| (m.clone(), json!(t))).collect::<serde_json::Map<_, _>>(),
+            "peak_used_mib": t.peak_used_mib, "peak_reserved_mib": t.peak_reserved_mib,
+            "torch_peak_allocated_mib": reference.as_ref().map(|r| r["peak_allocated_mib"].clone()),
+            "torch_peak_reserved_mib": reference.as_ref().map(|r| r["peak_reserved_mib"].clone()),
+            "host_syncs_per_step": t.syncs_per_step,
         });
         eprintln!("{row}");
         rows.push(row);
@@ -369,13 +408,22 @@ fn run() -> Result<()> {
         }
     }
     println!(
-        "{:<10} {:>6} {:>10} {:>10} {:>12}",
-        "model", "batch", "ours ms", "torch ms", "ours/torch"
+        "{:<10} {:>6} {:>10} {:>10} {:>12} {:>14} {:>14} {:>11}",
+        "model",
+        "batch",
+        "ours ms",
+        "torch ms",
+        "ours/torch",
+        "peak MiB ours",
+        "peak MiB torch",
+        "host waits"
     );
     for r in &rows {
         let f = |v: &serde_json::Value| v.as_f64().map(|x| format!("{x:.1}")).unwrap_or("-".into());
+        let f0 =
+            |v: &serde_json::Value| v.as_f64().map(|x| format!("{x:.0}")).unwrap_or("-".into());
         println!(
-            "{:<10} {:>6} {:>10} {:>10} {:>12}",
+            "{:<10} {:>6} {:>10} {:>10} {:>12} {:>14} {:>14} {:>11}",
             r["model"].as_str().unwrap_or("?"),
             r["batch"],
             f(&r["ours_ms"]),
@@ -383,8 +431,16 @@ fn run() -> Result<()> {
             r["ours_over_torch"]
                 .as_f64()
                 .map(|x| format!("{x:.2}x"))
-                .unwrap_or("-".into())
+                .unwrap_or("-".into()),
+            f0(&r["peak_used_mib"]),
+            f0(&r["torch_peak_allocated_mib"]),
+            r["host_syncs_per_step"]
         );
     }
+    println!(
+        "peak MiB: memory held by live buffers at the high-water mark of the timed steps (ours: \
+         the CUDA pool's used peak; PyTorch: max_memory_allocated); host waits: times one of \
+         our steps waited for the GPU before its closing synchronisation"
+    );
     Ok(())
 }

@@ -341,3 +341,67 @@ fn registry_entries_build_what_they_state() {
         assert!(help.contains(info.name), "{help}");
     }
 }
+
+/// One training step (forward, loss, backward, clipping, update), counting reads to the
+/// host: none may happen, because on a GPU each one waits for every queued kernel. The
+/// count is the tensor crate's and the same on every device, so this CPU test guards the
+/// device-independent code (layers, autograd, losses, optimizers); tensor's
+/// `training_step_does_not_synchronise` checks the CUDA backend itself on a GPU.
+fn step_reads(
+    model: &dyn Module,
+    x: &Tensor,
+    labels: &Tensor,
+    opt: &mut dyn Optimizer,
+    clip: bool,
+) -> u64 {
+    let params: Vec<Tensor> = model.named_params().into_iter().map(|p| p.tensor).collect();
+    let mut ctx = Ctx::train(0);
+    let before = tensor::host_reads();
+    let logits = model.forward(x, &mut ctx).unwrap();
+    let classes = *logits.dims().last().unwrap();
+    let loss = logits
+        .reshape(vec![logits.elem_count() / classes, classes])
+        .unwrap()
+        .cross_entropy(labels, None)
+        .unwrap();
+    let grads = loss.backward().unwrap();
+    let mut gs: Vec<Tensor> = params
+        .iter()
+        .map(|p| grads.get(p).unwrap().clone())
+        .collect();
+    if clip {
+        nn::optim::clip_grad_norm(&mut gs, 0.25).unwrap();
+    }
+    for (i, (p, g)) in params.iter().zip(&gs).enumerate() {
+        opt.update(i, p, g).unwrap();
+    }
+    tensor::host_reads() - before
+}
+
+#[test]
+fn a_training_step_reads_nothing_to_the_host() {
+    let mut rng = Rng::new(5);
+    let resnet = models::resnet_cifar(20, 3, 4, &mut rng).unwrap();
+    let (images, labels) = quadrant_task(&mut rng);
+    let x = images.narrow(0, 0, 8).unwrap();
+    let y = Tensor::from_vec(labels[..8].to_vec(), 8, Device::Cpu).unwrap();
+    let mut sgd = Sgd::new(0.05, 0.9, false, 1e-4).unwrap();
+    assert_eq!(
+        step_reads(&resnet, &x, &y, &mut sgd, false),
+        0,
+        "ResNet-20 with SGD"
+    );
+
+    // The language model: embedding, fused LSTM sequence, dropout, clipping, Adam.
+    let lm = models::lstm_lm(40, 16, 0.2, &mut rng).unwrap();
+    let ids: Vec<u32> = (0..5 * 3).map(|i| (i * 7 % 40) as u32).collect();
+    let targets: Vec<u32> = (0..5 * 3).map(|i| (i * 11 % 40) as u32).collect();
+    let ids = Tensor::from_vec(ids, vec![5, 3], Device::Cpu).unwrap();
+    let targets = Tensor::from_vec(targets, 15, Device::Cpu).unwrap();
+    let mut adam = nn::optim::Adam::new(1e-3, 0.9, 0.999, 1e-8, 0.0);
+    assert_eq!(
+        step_reads(&lm, &ids, &targets, &mut adam, true),
+        0,
+        "LSTM LM with Adam"
+    );
+}

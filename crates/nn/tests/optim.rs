@@ -78,7 +78,10 @@ fn clipping_scales_to_the_global_norm() {
         Tensor::from_vec(vec![3.0f32, 0.0], 2, Device::Cpu).unwrap(),
         Tensor::from_vec(vec![4.0f32], 1, Device::Cpu).unwrap(),
     ];
-    let norm = clip_grad_norm(&mut grads, 1.0).unwrap();
+    let norm = clip_grad_norm(&mut grads, 1.0)
+        .unwrap()
+        .to_scalar::<f64>()
+        .unwrap();
     assert!((norm - 5.0).abs() < 1e-9);
     let after: f64 = grads
         .iter()
@@ -93,16 +96,27 @@ fn clipping_scales_to_the_global_norm() {
         .sqrt();
     assert!((after - 1.0).abs() < 1e-5, "{after}");
     // Below the threshold nothing changes.
-    let norm = clip_grad_norm(&mut grads, 10.0).unwrap();
+    let norm = clip_grad_norm(&mut grads, 10.0)
+        .unwrap()
+        .to_scalar::<f64>()
+        .unwrap();
     assert!((norm - after).abs() < 1e-6);
     assert!((grads[1].to_vec::<f32>().unwrap()[0] - 0.8).abs() < 1e-5);
+    // Nothing is read to the host while clipping (on a GPU each read waits for it).
+    let reads = tensor::host_reads();
+    clip_grad_norm(&mut grads, 0.5).unwrap();
+    assert_eq!(tensor::host_reads(), reads);
     // A NaN norm makes every gradient NaN, as in PyTorch, rather than letting a finite
     // 1e6 through unclipped beside the NaN.
     let mut grads = vec![
         Tensor::from_vec(vec![f32::NAN], 1, Device::Cpu).unwrap(),
         Tensor::from_vec(vec![1e6f32], 1, Device::Cpu).unwrap(),
     ];
-    assert!(clip_grad_norm(&mut grads, 1.0).unwrap().is_nan());
+    assert!(clip_grad_norm(&mut grads, 1.0)
+        .unwrap()
+        .to_scalar::<f64>()
+        .unwrap()
+        .is_nan());
     assert!(grads[1].to_vec::<f32>().unwrap()[0].is_nan());
 }
 

@@ -52,3 +52,18 @@ __device__ __forceinline__ float nan_of(float) { return __int_as_float(0x7fc0000
 __device__ __forceinline__ double nan_of(double) { return __longlong_as_double(0x7ff8000000000000LL); }
 __device__ __forceinline__ float inf_of(float) { return __int_as_float(0x7f800000); }
 __device__ __forceinline__ double inf_of(double) { return __longlong_as_double(0x7ff0000000000000LL); }
+
+// A bad input found inside a kernel (an index or label out of range) is recorded in the
+// device's fault word instead of being checked on the host before launch, which would cost
+// a device-to-host read (a synchronisation) in every training step. The first fault wins;
+// the host reads the word at its next synchronisation and reports it as an error. Layout
+// must match crate::cuda::fault: [code, position, value, bound]; codes are fault::Code's.
+__device__ __forceinline__ void report_fault(unsigned int* fault, unsigned int code,
+                                             unsigned long long position, unsigned long long value,
+                                             unsigned long long bound) {
+    if (atomicCAS(fault, 0u, code) == 0u) {
+        fault[1] = (unsigned int)(position > 0xFFFFFFFFull ? 0xFFFFFFFFull : position);
+        fault[2] = (unsigned int)(value > 0xFFFFFFFFull ? 0xFFFFFFFFull : value);
+        fault[3] = (unsigned int)(bound > 0xFFFFFFFFull ? 0xFFFFFFFFull : bound);
+    }
+}

@@ -292,14 +292,16 @@ fn input_grads(op: &Op, node: &Tensor, g: &Tensor, needs: &[bool]) -> Result<Vec
             count,
         } => {
             let (n, c) = (logits.dims()[0], logits.dims()[1]);
-            let upstream = g.to_vec_f64()?[0];
+            // The upstream gradient stays on the device: reading it here would stall the
+            // host until the forward pass had finished, in every step.
+            let upstream = g.contiguous()?.to_dtype(logits.dtype())?;
             let s = probs.storage().cross_entropy_backward(
                 &labels.storage(),
-                upstream,
+                &upstream.storage(),
+                &count.storage(),
                 n,
                 c,
                 *ignore_index,
-                *count,
             )?;
             vec![Some(Tensor::from_storage(s, logits.shape().clone(), None))]
         }

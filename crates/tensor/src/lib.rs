@@ -53,4 +53,4 @@ pub use ops::{BatchNormOutput, Conv2dOptions, CustomBackward, LstmSequence, Pool
 pub use rng::Rng;
 pub use shape::{Layout, Shape, StridedIndex};
 pub use storage::SgdStep;
-pub use tensor::{is_grad_enabled, no_grad, Tensor, TensorId, WithDType};
+pub use tensor::{host_reads, is_grad_enabled, no_grad, Tensor, TensorId, WithDType};

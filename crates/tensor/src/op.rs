@@ -52,7 +52,9 @@ pub(crate) enum Op {
         labels: Tensor,
         probs: Tensor,
         ignore_index: Option<u32>,
-        count: usize,
+        /// How many labels were not ignored (one element, on the logits' device, so the
+        /// backward needs no read to the host).
+        count: Tensor,
     },
     IndexSelect {
         arg: Tensor,

@@ -74,6 +74,16 @@ pub struct Tensor(pub(crate) Arc<Inner>);
 
 thread_local! {
     static GRAD_ENABLED: Cell<bool> = const { Cell::new(true) };
+    static HOST_READS: Cell<u64> = const { Cell::new(0) };
+}
+
+/// How many times this thread has read a tensor's elements to the host (`to_vec` and
+/// everything built on it: `to_scalar`, `to_vec_f64`, ...) or moved one between devices.
+/// On a GPU each such read waits for every queued kernel, so a training step's forward,
+/// backward and update make none; tests check that on any device by comparing this count
+/// before and after a step.
+pub fn host_reads() -> u64 {
+    HOST_READS.with(|n| n.get())
 }
 
 /// Whether ops on this thread record the graph.
@@ -406,6 +416,7 @@ impl Tensor {
                 rhs: T::DTYPE,
             });
         }
+        HOST_READS.with(|n| n.set(n.get() + 1));
         let cpu = self.storage().copy_strided(self.layout())?.to_cpu()?;
         Ok(T::slice(&cpu).map(|s| s.to_vec()).unwrap_or_default())
     }
@@ -416,6 +427,7 @@ impl Tensor {
         if device == self.device() {
             return Ok(self.clone());
         }
+        HOST_READS.with(|n| n.set(n.get() + 1));
         let host = self.storage().copy_strided(self.layout())?.to_cpu()?;
         let s = Storage::from_cpu(host, device)?;
         Ok(Tensor::from_storage(

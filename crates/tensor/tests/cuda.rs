@@ -485,9 +485,18 @@ fn softmax_and_cross_entropy(dev: Device) -> Result<Named> {
     let ce = z.cross_entropy(&lt, Some(3))?;
     out.push(("cross_entropy ignore 3".into(), ce.clone()));
     out.extend(grads_of("cross_entropy ignore", &ce, &[("z", &z)], dev)?);
-    // A bad label is an error on every device.
+    // A bad label is an error on every device: at once on the CPU, at the next
+    // synchronisation (here, reading the loss) on the GPU, whose kernels check labels
+    // themselves rather than reading them to the host in every step.
     let bad = Tensor::from_vec(vec![11u32; 64], 64, dev)?;
-    assert!(z.cross_entropy(&bad, None).is_err());
+    let e = z.cross_entropy(&bad, None).and_then(|l| l.to_vec_f64());
+    assert!(
+        matches!(&e, Err(e) if e.to_string().contains("label 11")),
+        "{e:?}"
+    );
+    // The fault is reported once: the same op with good labels works afterwards.
+    let ce = z.cross_entropy(&lt, None)?;
+    out.push(("cross_entropy after a bad label".into(), ce));
     Ok(out)
 }
 test_device!(softmax_and_cross_entropy, 1e-5);
@@ -731,13 +740,82 @@ fn index_select_and_add(dev: Device) -> Result<Named> {
         u.index_select(&Tensor::from_vec(vec![3u32, 1], 2, dev)?, 0)?
             .to_dtype(DType::F32)?,
     ));
+    // Out of range: the CPU's error at once, the GPU's at the next synchronisation.
+    let bad = Tensor::from_vec(vec![9u32], 1, dev)?;
     assert!(matches!(
-        x.index_select(&Tensor::from_vec(vec![9u32], 1, dev)?, 1),
-        Err(Error::IndexOutOfRange { .. })
+        x.index_select(&bad, 1).and_then(|y| y.to_vec_f64()),
+        Err(Error::IndexOutOfRange {
+            index: 9,
+            size: 9,
+            ..
+        })
+    ));
+    let grad = randn(&[4, 1, 5], 72, dev)?;
+    assert!(matches!(
+        grad.index_add_into(&bad, 1, x.shape())
+            .and_then(|y| y.to_vec_f64()),
+        Err(Error::IndexOutOfRange {
+            index: 9,
+            size: 9,
+            ..
+        })
     ));
     Ok(out)
 }
 test_device!(index_select_and_add, 1e-5);
+
+/// A training step of a small language model (a staged batch upload, embedding, matrix
+/// product, cross-entropy, backward, SGD with momentum) waits for the GPU nowhere: after
+/// a first step (which compiles kernels and fills the memory pool), a second adds no host
+/// synchronisation.
+#[test]
+fn training_step_does_not_synchronise() {
+    let Some(dev) = gpu_device() else { return };
+    let Device::Cuda(ordinal) = dev else { return };
+    let gpu = cuda::device(ordinal).unwrap_or_else(|e| panic!("{e}"));
+    let run = || -> Result<()> {
+        let table = randn(&[50, 16], 90, dev)?.to_var();
+        let w = randn(&[16, 10], 91, dev)?.to_var();
+        let (mt, mw) = (table.zeros_like()?, w.zeros_like()?);
+        let ids = Tensor::from_vec((0..32u32).map(|i| i * 7 % 50).collect(), 32, dev)?;
+        let labels = Tensor::from_vec((0..32u32).map(|i| i % 10).collect(), 32, dev)?;
+        let step = |first: bool| -> Result<()> {
+            // A batch large enough to go through the pinned staging buffer (≥ 64 KiB),
+            // whose upload must not wait for the device either.
+            let batch = Tensor::from_vec(vec![0.5f32; 1 << 15], 1 << 15, dev)?;
+            let loss = table
+                .embedding(&ids)?
+                .matmul(&w)?
+                .cross_entropy(&labels, None)?
+                .add(&batch.sum_all()?.scale(0.0)?)?;
+            let g = loss.backward()?;
+            let h = tensor::SgdStep {
+                lr: 0.1,
+                momentum: 0.9,
+                weight_decay: 1e-4,
+                nesterov: false,
+                first,
+            };
+            for (p, m) in [(&table, &mt), (&w, &mw)] {
+                let gp = g.get(p).ok_or_else(|| Error::msg("no gradient"))?;
+                p.sgd_momentum_(gp, m, h)?;
+            }
+            Ok(())
+        };
+        step(true)?;
+        gpu.synchronize()?;
+        let before = gpu.host_syncs();
+        step(false)?;
+        let during = gpu.host_syncs() - before;
+        gpu.synchronize()?;
+        assert_eq!(
+            during, 0,
+            "a training step waited for the GPU {during} time(s)"
+        );
+        Ok(())
+    };
+    run().unwrap_or_else(|e| panic!("{e}"));
+}
 
 fn top_k(dev: Device) -> Result<Named> {
     let x = randn(&[7, 1000], 80, dev)?;

@@ -1,4 +1,6 @@
-//! 2-d convolution on the GPU as im2col + cuBLAS (kernels/conv.cu for the lowering):
+//! 2-d convolution on the GPU: through cuDNN where it is loaded and has a suitable
+//! algorithm for the shape (cudnn.rs), otherwise as im2col + cuBLAS, this file's path
+//! (kernels/conv.cu for the lowering):
 //! forward and both gradients, with groups, stride, padding and dilation. The column
 //! buffer is built for a chunk of images at a time so its size stays bounded.
 //!
@@ -12,6 +14,7 @@
 //! the input gradient skip the im2col/col2im passes and the column buffer.
 
 use super::blas::{gemm, BlasScalar, Operand};
+use super::cudnn;
 use super::device::CudaDevice;
 use super::dtype::GpuFloat;
 use super::kernels::Strided;
@@ -127,6 +130,9 @@ pub(crate) fn forward<T: GpuFloat>(
 where
     CudaBlas: Gemm<T>,
 {
+    if let Some(y) = cudnn::forward(dev, x, w, p)? {
+        return Ok(y);
+    }
     let d = dims(p);
     let mut out = dev.alloc_zeros::<T>(d.n * d.o * d.l)?;
     if d.n * d.o * d.l == 0 {
@@ -181,6 +187,9 @@ pub(crate) fn backward_input<T: GpuFloat>(
 where
     CudaBlas: Gemm<T>,
 {
+    if let Some(dx) = cudnn::backward_input(dev, gy, w, p)? {
+        return Ok(dx);
+    }
     let d = dims(p);
     let n_in = d.n * d.c * p.in_h * p.in_w;
     let mut dx = dev.alloc_zeros::<T>(n_in)?;
@@ -242,6 +251,9 @@ pub(crate) fn backward_weight<T: GpuFloat>(
 where
     CudaBlas: Gemm<T>,
 {
+    if let Some(dw) = cudnn::backward_weight(dev, x, gy, p)? {
+        return Ok(dw);
+    }
     let d = dims(p);
     let q = d.cg * d.kk;
     let mut dw = dev.alloc_zeros::<T>(d.o * q)?;

@@ -2,7 +2,9 @@
 //! tensor op runs on, a cuBLAS handle bound to that stream, our kernel modules compiled
 //! by NVRTC for the device's architecture on first use (cached for the process), and a
 //! pinned host staging buffer for the large host<->device copies a training step repeats
-//! (batches in, gradients out).
+//! (batches in, gradients out), the fault word kernels report bad input through
+//! ([`super::fault`]), the caching memory pool ([`super::memory`]) and a count of the
+//! host's synchronisations with the device.
 //!
 //! Devices are process-wide singletons per ordinal ([`device`]), so every tensor on
 //! `cuda:0` shares one stream and kernels are compiled once. Nothing here panics when
@@ -10,14 +12,16 @@
 //! the library first and catches unwinds as a backstop.
 
 use super::kernels::{self, CompileError};
+use super::{cudnn, fault, memory};
 use crate::{Error, Result};
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::{
-    result as cu, sys, CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr,
-    DevicePtrMut, DeviceRepr, LaunchConfig, ValidAsZeroBits,
+    result as cu, sys, CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream,
+    DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig, ValidAsZeroBits,
 };
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 /// Converts any CUDA-side error into ours, naming what we were doing.
 pub(crate) fn cuda_err<E: std::fmt::Debug>(what: &str) -> impl FnOnce(E) -> Error + '_ {
@@ -32,17 +36,36 @@ const PINNED_MIN_BYTES: usize = 64 << 10;
 struct Staging {
     ptr: *mut u8,
     bytes: usize,
+    /// Recorded after an upload's copy out of the buffer: an upload does not wait for its
+    /// copy (that would be a synchronisation per batch), so the next user of the buffer
+    /// waits for this event instead, i.e. for that one copy, long done by then as a rule.
+    pending: Option<CudaEvent>,
 }
 // SAFETY: the buffer is only touched under the device's mutex.
 unsafe impl Send for Staging {}
 
 impl Staging {
-    fn reserve(&mut self, ctx: &CudaContext, bytes: usize) -> Result<*mut u8> {
+    /// The buffer, at least `bytes` long and free: no copy out of it still in flight.
+    /// Counts a wait in `host_syncs` when the last upload's copy had not finished.
+    fn reserve(
+        &mut self,
+        ctx: &CudaContext,
+        bytes: usize,
+        host_syncs: &AtomicU64,
+    ) -> Result<*mut u8> {
+        if let Some(e) = self.pending.take() {
+            if !e.is_complete() {
+                host_syncs.fetch_add(1, Ordering::Relaxed);
+            }
+            e.synchronize()
+                .map_err(cuda_err("wait for a staged upload"))?;
+        }
         if bytes > self.bytes {
             ctx.bind_to_thread().map_err(cuda_err("bind context"))?;
             if !self.ptr.is_null() {
                 // SAFETY: allocated by malloc_host below; every copy into it has completed
-                // (each user synchronises the stream before releasing the lock).
+                // (downloads synchronise their stream before releasing the lock, uploads'
+                // copies were waited for above).
                 unsafe { cu::free_host(self.ptr.cast()) }
                     .map_err(cuda_err("free pinned memory"))?;
                 self.ptr = std::ptr::null_mut();
@@ -79,6 +102,13 @@ fn arch_name(major: i32, minor: i32) -> &'static str {
     }
 }
 
+/// The device's default memory pool handle (an opaque driver pointer, valid for the
+/// context's life and safe to use from any thread).
+struct Pool(sys::CUmemoryPool);
+// SAFETY: the driver's pool calls are thread-safe; the handle is never freed by us.
+unsafe impl Send for Pool {}
+unsafe impl Sync for Pool {}
+
 pub struct CudaDevice {
     ordinal: usize,
     name: String,
@@ -90,6 +120,13 @@ pub struct CudaDevice {
     modules: Mutex<HashMap<&'static str, Arc<CudaModule>>>,
     functions: Mutex<HashMap<&'static str, CudaFunction>>,
     staging: Mutex<Staging>,
+    /// `[code, position, value, bound]` of the first bad input a kernel found.
+    fault: Mutex<CudaSlice<u32>>,
+    pool: Option<Pool>,
+    /// Times the host waited for the device (synchronize, downloads, staged uploads).
+    host_syncs: AtomicU64,
+    /// cuDNN for convolutions, opened at the first convolution; `None` when it cannot be.
+    dnn: OnceLock<Option<Mutex<cudnn::Dnn>>>,
 }
 
 impl std::fmt::Debug for CudaDevice {
@@ -177,6 +214,17 @@ impl CudaDevice {
         let blas = std::panic::catch_unwind(|| CudaBlas::new(stream.clone()))
             .map_err(|_| unavailable("cuBLAS could not be loaded".into()))?
             .map_err(|e| unavailable(format!("cuBLAS: {e:?}")))?;
+        let fault = stream
+            .alloc_zeros::<u32>(fault::WORDS)
+            .map_err(|e| unavailable(format!("allocating the fault word failed: {e:?}")))?;
+        let pool = memory::default_pool(ctx.cu_device()).map(Pool);
+        match &pool {
+            Some(p) => memory::configure(p.0, memory::cache_bytes_from_env()?)?,
+            None => eprintln!(
+                "cuda:{ordinal}: no stream-ordered memory pool on this device; every \
+                 allocation is a plain cuMemAlloc and nothing is cached"
+            ),
+        }
         let dev = CudaDevice {
             ordinal,
             name,
@@ -189,7 +237,12 @@ impl CudaDevice {
             staging: Mutex::new(Staging {
                 ptr: std::ptr::null_mut(),
                 bytes: 0,
+                pending: None,
             }),
+            fault: Mutex::new(fault),
+            pool,
+            host_syncs: AtomicU64::new(0),
+            dnn: OnceLock::new(),
         };
         Ok(dev)
     }
@@ -205,9 +258,79 @@ impl CudaDevice {
     pub fn arch(&self) -> &'static str {
         self.arch
     }
-    /// Waits until every op queued on the compute stream has finished.
+    /// Waits until every op queued on the compute stream has finished; a bad input a
+    /// kernel found since the last synchronisation is this call's error.
     pub fn synchronize(&self) -> Result<()> {
-        self.stream.synchronize().map_err(cuda_err("synchronize"))
+        self.host_syncs.fetch_add(1, Ordering::Relaxed);
+        self.stream.synchronize().map_err(cuda_err("synchronize"))?;
+        self.take_fault()
+    }
+
+    /// cuDNN, opened on first use; the first call says which path convolutions take.
+    pub(crate) fn dnn(&self) -> Option<&Mutex<cudnn::Dnn>> {
+        self.dnn
+            .get_or_init(|| match cudnn::open(self) {
+                Ok(d) => {
+                    eprintln!(
+                        "cuda:{}: convolutions through {}",
+                        self.ordinal,
+                        d.describe()
+                    );
+                    Some(Mutex::new(d))
+                }
+                Err(why) => {
+                    eprintln!(
+                        "cuda:{}: convolutions run as im2col + cuBLAS ({why})",
+                        self.ordinal
+                    );
+                    None
+                }
+            })
+            .as_ref()
+    }
+
+    /// The fault word, for a kernel to report bad input into (kernels/common.cuh).
+    pub(crate) fn fault_word(&self) -> MutexGuard<'_, CudaSlice<u32>> {
+        self.fault.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Reads and clears the fault word (the compute stream has just been synchronised, so
+    /// the small read costs no further wait).
+    fn take_fault(&self) -> Result<()> {
+        let mut word = self.fault_word();
+        let words = self
+            .stream
+            .clone_dtoh(&*word)
+            .map_err(cuda_err("read the fault word"))?;
+        match fault::error_of(&words) {
+            None => Ok(()),
+            Some(e) => {
+                self.stream
+                    .memset_zeros(&mut *word)
+                    .map_err(cuda_err("clear the fault word"))?;
+                Err(e)
+            }
+        }
+    }
+
+    /// How many times the host has waited for this device (explicit synchronisations,
+    /// downloads, staged uploads) since it was opened: a training step that reads nothing
+    /// back adds none, which the GPU tests check.
+    pub fn host_syncs(&self) -> u64 {
+        self.host_syncs.load(Ordering::Relaxed)
+    }
+
+    /// The caching pool's current and high-water memory use; `None` where the device has
+    /// no memory pool.
+    pub fn memory_stats(&self) -> Result<Option<memory::MemoryStats>> {
+        self.pool.as_ref().map(|p| memory::stats(p.0)).transpose()
+    }
+    /// Restarts the high-water marks of [`Self::memory_stats`] from the current use.
+    pub fn reset_memory_peaks(&self) -> Result<()> {
+        match &self.pool {
+            Some(p) => memory::reset_peaks(p.0),
+            None => Ok(()),
+        }
     }
 
     /// The kernel `name`, compiling its module on first use.
@@ -282,7 +405,9 @@ impl CudaDevice {
             .map_err(cuda_err("allocate"))
     }
 
-    /// Host to device, staged through pinned memory when large.
+    /// Host to device, staged through pinned memory when large. Returns once the data is
+    /// in the staging buffer, without waiting for the copy to the device (queued on the
+    /// compute stream, so every later op sees the data).
     pub(crate) fn upload<T: DeviceRepr + Copy>(&self, src: &[T]) -> Result<CudaSlice<T>> {
         let mut dst = self.alloc::<T>(src.len())?;
         let bytes = std::mem::size_of_val(src);
@@ -295,9 +420,12 @@ impl CudaDevice {
             return Ok(dst);
         }
         let mut staging = self.staging.lock().unwrap_or_else(|e| e.into_inner());
-        let p = staging.reserve(&self.ctx, bytes)?.cast::<T>();
-        // SAFETY: `p` holds at least `bytes` bytes, page-aligned; nothing else uses it while
-        // we hold the lock, and we synchronise before releasing it.
+        let p = staging
+            .reserve(&self.ctx, bytes, &self.host_syncs)?
+            .cast::<T>();
+        // SAFETY: `p` holds at least `bytes` bytes, page-aligned and free (reserve waited for
+        // any copy out of it); nothing else uses it while we hold the lock, and the event
+        // recorded below makes the next user wait for this copy.
         unsafe {
             std::ptr::copy_nonoverlapping(src.as_ptr(), p, src.len());
             let (dptr, _sync) = dst.device_ptr_mut(&self.stream);
@@ -308,7 +436,11 @@ impl CudaDevice {
             )
             .map_err(cuda_err("copy to device"))?;
         }
-        self.synchronize()?;
+        staging.pending = Some(
+            self.stream
+                .record_event(None)
+                .map_err(cuda_err("record a staged upload"))?,
+        );
         Ok(dst)
     }
 
@@ -324,6 +456,10 @@ impl CudaDevice {
         if n == 0 {
             return Ok(Vec::new());
         }
+        self.host_syncs.fetch_add(1, Ordering::Relaxed);
+        // A bad input a kernel found is the error of the first download on the compute
+        // stream after it (downloads on a side stream do not wait for compute work).
+        let compute = Arc::ptr_eq(stream, &self.stream);
         // The raw copies below need the context current on this thread (which may be a
         // compression thread that never touched CUDA before).
         self.ctx
@@ -338,10 +474,15 @@ impl CudaDevice {
                     .map_err(cuda_err("copy to host"))?;
             }
             stream.synchronize().map_err(cuda_err("synchronize"))?;
+            if compute {
+                self.take_fault()?;
+            }
             return Ok(out);
         }
         let mut staging = self.staging.lock().unwrap_or_else(|e| e.into_inner());
-        let p = staging.reserve(&self.ctx, bytes)?.cast::<T>();
+        let p = staging
+            .reserve(&self.ctx, bytes, &self.host_syncs)?
+            .cast::<T>();
         // SAFETY: as in `upload`; we synchronise the stream before reading the buffer.
         unsafe {
             let (sptr, _sync) = src.device_ptr(stream);
@@ -353,7 +494,12 @@ impl CudaDevice {
             .map_err(cuda_err("copy to host"))?;
             drop(_sync);
             stream.synchronize().map_err(cuda_err("synchronize"))?;
-            Ok(std::slice::from_raw_parts(p, n).to_vec())
+            let out = std::slice::from_raw_parts(p, n).to_vec();
+            drop(staging);
+            if compute {
+                self.take_fault()?;
+            }
+            Ok(out)
         }
     }
     pub(crate) fn download<T: DeviceRepr + Copy + Default, S: DevicePtr<T>>(

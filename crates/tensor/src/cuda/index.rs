@@ -1,23 +1,13 @@
 //! Launch code for index_select (gather) and index_add (scatter-add) along one
-//! dimension (kernels/index.cu). Indices are checked on the host first: an index out of
-//! range is the CPU backend's error, not an out-of-bounds access.
+//! dimension (kernels/index.cu). Indices are checked by the kernels, not on the host (that
+//! would be a synchronisation per embedding lookup): an index out of range touches nothing
+//! and is the error of the next synchronisation (cuda/fault.rs), with the CPU's message.
 
 use super::device::CudaDevice;
 use super::dtype::{GpuFloat, GpuType};
 use super::launch::launch;
-use crate::{Error, Result, Shape};
+use crate::{Result, Shape};
 use cudarc::driver::CudaSlice;
-
-pub(crate) fn check_ids(ids: &[u32], size: usize, op: &'static str) -> Result<()> {
-    match ids.iter().find(|&&i| i as usize >= size) {
-        Some(&i) => Err(Error::IndexOutOfRange {
-            op,
-            index: i as usize,
-            size,
-        }),
-        None => Ok(()),
-    }
-}
 
 fn split(shape: &Shape, dim: usize) -> (usize, usize, usize) {
     let d = shape.dims();
@@ -44,8 +34,11 @@ pub(crate) fn select<T: GpuType>(
     }
     let name = format!("index_select_{}", T::SUFFIX);
     let (o, s, k, i) = (outer as i64, size as i64, n_ids as i64, inner as i64);
-    // SAFETY: ids were checked to be < size; src is contiguous of `shape`.
-    unsafe { launch!(d, &name, CudaDevice::cfg(n); src, ids, &mut out, &o, &s, &k, &i) }?;
+    let mut fault = d.fault_word();
+    // SAFETY: src is contiguous of `shape`; an id >= size is not read through.
+    unsafe {
+        launch!(d, &name, CudaDevice::cfg(n); src, ids, &mut out, &o, &s, &k, &i, &mut *fault)
+    }?;
     Ok(out)
 }
 
@@ -66,7 +59,10 @@ pub(crate) fn add<T: GpuFloat>(
     }
     let name = format!("index_add_{}", T::SUFFIX);
     let (o, s, k, i) = (outer as i64, size as i64, n_ids as i64, inner as i64);
-    // SAFETY: ids were checked to be < size; out is zeroed and of `out_shape`.
-    unsafe { launch!(d, &name, CudaDevice::cfg(n); src, ids, &mut out, &o, &s, &k, &i) }?;
+    let mut fault = d.fault_word();
+    // SAFETY: out is zeroed and of `out_shape`; an id >= size is not written through.
+    unsafe {
+        launch!(d, &name, CudaDevice::cfg(n); src, ids, &mut out, &o, &s, &k, &i, &mut *fault)
+    }?;
     Ok(out)
 }

@@ -5,10 +5,15 @@
 //! - cudarc with dynamic loading: nothing CUDA is needed to build, and on a machine
 //!   without a driver [`is_available`] is false (no panic) and `Device::cuda_if_available`
 //!   returns the CPU.
-//! - Plain device allocations (never managed memory); large host<->device copies are
-//!   staged through a reused pinned buffer ([`device`]).
-//! - cuBLAS for matrix products and convolutions (im2col), TF32 only when asked for
-//!   ([`set_allow_tf32`]).
+//! - Device allocations from the driver's stream-ordered pool, kept when freed and reused
+//!   (the caching allocator, [`memory`]; never managed memory); large host<->device copies
+//!   are staged through a reused pinned buffer ([`device`]).
+//! - No hidden synchronisations: kernels report bad labels and indices through a fault
+//!   word read at the next synchronisation ([`fault`]) instead of checking them on the
+//!   host, and [`CudaDevice::host_syncs`] counts every wait.
+//! - cuBLAS for matrix products; convolutions through cuDNN with the algorithm measured
+//!   once per shape ([`cudnn`]), else im2col + cuBLAS ([`conv`]); TF32 only when asked
+//!   for ([`set_allow_tf32`]).
 //! - Our kernels live in `kernels/*.cu`, are compiled by NVRTC for the device's
 //!   architecture at first use and cached for the process ([`kernels`]).
 //! - A second stream beside the compute stream, and events ([`SideStream`], [`Event`]).
@@ -20,13 +25,17 @@
 mod blas;
 mod conv;
 mod ctc;
+mod cudnn;
+mod cudnn_bn;
 mod device;
 mod dtype;
 mod elementwise;
+mod fault;
 mod index;
 pub mod kernels;
 mod launch;
 mod matmul;
+mod memory;
 mod norm;
 mod optim;
 mod pool;
@@ -45,6 +54,7 @@ pub use blas::{set_allow_tf32, tf32_allowed};
 pub use device::{device, device_count, driver_library_present, CudaDevice};
 pub(crate) use dtype::GpuType;
 pub use kernels::nvrtc_available;
+pub use memory::MemoryStats;
 pub use storage::CudaStorage;
 pub use stream::{record_compute_event, record_timed_event, synchronize, Event, SideStream};
 

@@ -1,6 +1,8 @@
 //! Launch code for batch normalisation (kernels/norm.cu): per-channel statistics (or
-//! the running ones), the affine normalisation, and the backward pass.
+//! the running ones), the affine normalisation, and the backward pass. In training mode
+//! cuDNN runs both passes where it is loaded (cudnn_bn.rs); these kernels run the rest.
 
+use super::cudnn_bn;
 use super::device::CudaDevice;
 use super::dtype::GpuFloat;
 use super::launch::launch;
@@ -19,6 +21,11 @@ pub(crate) fn forward<T: GpuFloat>(
     running: Option<(&CudaSlice<T>, &CudaSlice<T>)>,
     p: &BatchNormParams,
 ) -> Result<Triple<T>> {
+    if running.is_none() {
+        if let Some(r) = cudnn_bn::forward_training(d, x, w, b, p)? {
+            return Ok(r);
+        }
+    }
     let total = p.n * p.c * p.spatial;
     let (n, c, sp) = (p.n as i64, p.c as i64, p.spatial.max(1) as i64);
     let mut st = d.alloc_zeros::<f64>(2 * p.c)?;
@@ -67,6 +74,11 @@ pub(crate) fn backward<T: GpuFloat>(
     training: bool,
     p: &BatchNormParams,
 ) -> Result<Triple<T>> {
+    if training {
+        if let Some(r) = cudnn_bn::backward_training(d, x, gy, w, mean, invstd, p)? {
+            return Ok(r);
+        }
+    }
     let total = p.n * p.c * p.spatial;
     let (n, c, sp) = (p.n as i64, p.c as i64, p.spatial.max(1) as i64);
     let mut sums = d.alloc_zeros::<f64>(2 * p.c)?;

@@ -132,17 +132,6 @@ impl CudaStorage {
         })
     }
 
-    /// U32 indices as a host vector (for range checks that must be errors, not UB).
-    fn u32_to_host(&self, op: &'static str) -> Result<Vec<u32>> {
-        match &self.data {
-            CudaData::U32(s) => self.dev.download(s, self.len),
-            _ => Err(Error::UnsupportedDType {
-                op,
-                dtype: self.dtype(),
-                expected: "u32 indices",
-            }),
-        }
-    }
     fn u32_slice(&self, op: &'static str) -> Result<&CudaSlice<u32>> {
         match &self.data {
             CudaData::U32(s) => Ok(s),
@@ -455,58 +444,48 @@ impl BackendStorage for CudaStorage {
         n: usize,
         c: usize,
         ignore: Option<u32>,
-    ) -> Result<(Self, Self, usize)> {
+    ) -> Result<(Self, Self, Self)> {
         self.same_device(labels, "cross_entropy")?;
-        // Labels are few (one per row): checking them on the host keeps a bad label an
-        // error rather than an out-of-bounds read, and gives the count the mean needs.
-        let host = labels.u32_to_host("cross_entropy labels")?;
-        let count = softmax::check_labels(&host, c, ignore)?;
         let l = labels.u32_slice("cross_entropy labels")?;
         let d = &self.dev;
-        Ok(match &self.data {
-            CudaData::F32(x) => {
-                let (loss, probs) = softmax::cross_entropy(d, x, l, n, c, ignore, count)?;
-                (
-                    CudaStorage::new(loss, 1, d),
-                    CudaStorage::new(probs, n * c, d),
-                    count,
-                )
-            }
-            CudaData::F64(x) => {
-                let (loss, probs) = softmax::cross_entropy(d, x, l, n, c, ignore, count)?;
-                (
-                    CudaStorage::new(loss, 1, d),
-                    CudaStorage::new(probs, n * c, d),
-                    count,
-                )
-            }
-            CudaData::U32(_) => return Err(unsupported("cross_entropy logits", DType::U32)),
-        })
+        Ok(map_float!(self, "cross_entropy logits", |x| {
+            let (loss, probs, count) = softmax::cross_entropy(d, x, l, n, c, ignore)?;
+            (
+                CudaStorage::new(loss, 1, d),
+                CudaStorage::new(probs, n * c, d),
+                CudaStorage::new(count, 1, d),
+            )
+        }))
     }
     fn cross_entropy_backward(
         &self,
         labels: &Self,
-        grad: f64,
+        grad: &Self,
+        count: &Self,
         n: usize,
         c: usize,
         ignore: Option<u32>,
-        count: usize,
     ) -> Result<Self> {
-        self.same_device(labels, "cross_entropy backward")?;
+        let what = "cross_entropy backward";
+        self.same_device(labels, what)?;
+        self.same_device(grad, what)?;
+        self.same_device(count, what)?;
         let l = labels.u32_slice("cross_entropy labels")?;
         let d = &self.dev;
-        Ok(match &self.data {
-            CudaData::F32(p) => CudaStorage::new(
-                softmax::cross_entropy_backward(d, p, l, grad, n, c, ignore, count)?,
+        let (g, k) = (grad, count);
+        Ok(match (&self.data, &g.data, &k.data) {
+            (CudaData::F32(p), CudaData::F32(g), CudaData::F32(k)) => CudaStorage::new(
+                softmax::cross_entropy_backward(d, p, l, g, k, n, c, ignore)?,
                 n * c,
                 d,
             ),
-            CudaData::F64(p) => CudaStorage::new(
-                softmax::cross_entropy_backward(d, p, l, grad, n, c, ignore, count)?,
+            (CudaData::F64(p), CudaData::F64(g), CudaData::F64(k)) => CudaStorage::new(
+                softmax::cross_entropy_backward(d, p, l, g, k, n, c, ignore)?,
                 n * c,
                 d,
             ),
-            CudaData::U32(_) => return Err(unsupported("cross_entropy backward", DType::U32)),
+            (CudaData::U32(_), _, _) => return Err(unsupported(what, DType::U32)),
+            _ => return Err(mismatch(what, self, grad)),
         })
     }
 
@@ -602,21 +581,14 @@ impl BackendStorage for CudaStorage {
     }
     fn index_select(&self, shape: &Shape, ids: &Self, dim: usize) -> Result<Self> {
         self.same_device(ids, "index_select")?;
-        let host = ids.u32_to_host("index_select indices")?;
-        index::check_ids(&host, shape.dims()[dim], "index_select")?;
         let i = ids.u32_slice("index_select indices")?;
+        let n_ids = ids.len;
         let d = &self.dev;
-        let n = shape.elem_count() / shape.dims()[dim].max(1) * host.len();
+        let n = shape.elem_count() / shape.dims()[dim].max(1) * n_ids;
         Ok(match &self.data {
-            CudaData::F32(x) => {
-                CudaStorage::new(index::select(d, x, shape, i, host.len(), dim)?, n, d)
-            }
-            CudaData::F64(x) => {
-                CudaStorage::new(index::select(d, x, shape, i, host.len(), dim)?, n, d)
-            }
-            CudaData::U32(x) => {
-                CudaStorage::new(index::select(d, x, shape, i, host.len(), dim)?, n, d)
-            }
+            CudaData::F32(x) => CudaStorage::new(index::select(d, x, shape, i, n_ids, dim)?, n, d),
+            CudaData::F64(x) => CudaStorage::new(index::select(d, x, shape, i, n_ids, dim)?, n, d),
+            CudaData::U32(x) => CudaStorage::new(index::select(d, x, shape, i, n_ids, dim)?, n, d),
         })
     }
     fn index_add(
@@ -627,8 +599,6 @@ impl BackendStorage for CudaStorage {
         out_shape: &Shape,
     ) -> Result<Self> {
         self.same_device(ids, "index_add")?;
-        let host = ids.u32_to_host("index_add indices")?;
-        index::check_ids(&host, out_shape.dims()[dim], "index_add")?;
         let i = ids.u32_slice("index_add indices")?;
         let d = &self.dev;
         let n = out_shape.elem_count();

@@ -53,6 +53,7 @@ impl Tensor {
             x.storage()
                 .cross_entropy(&l.storage(), d[0], d[1], ignore_index)?;
         let probs = Tensor::from_storage(probs, self.shape().clone(), None);
+        let count = Tensor::from_storage(count, (), None);
         let op = Op::CrossEntropy {
             logits: self.clone(),
             labels: l.clone(),

@@ -83,24 +83,27 @@ pub trait BackendStorage: Sized {
         cols: usize,
         log: bool,
     ) -> Result<Self>;
-    /// Mean cross-entropy of `[n, c]` logits against U32 labels; returns `(loss [1], probs [n, c], count)`
-    /// where count is the number of labels that were not `ignore_index`.
+    /// Mean cross-entropy of `[n, c]` logits against U32 labels; returns `(loss [1], probs
+    /// [n, c], count [1])` where count is the number of labels that were not
+    /// `ignore_index`, in the logits' dtype. A backend may report a label out of range
+    /// late (the CUDA backend's next synchronisation), never by reading out of bounds.
     fn cross_entropy(
         &self,
         labels: &Self,
         n: usize,
         c: usize,
         ignore_index: Option<u32>,
-    ) -> Result<(Self, Self, usize)>;
-    /// From `self` = probabilities; `grad` is the loss's upstream gradient (a scalar).
+    ) -> Result<(Self, Self, Self)>;
+    /// From `self` = probabilities; `grad` is the loss's upstream gradient and `count` the
+    /// forward's, both one element, both left where they are (no read to the host).
     fn cross_entropy_backward(
         &self,
         labels: &Self,
-        grad: f64,
+        grad: &Self,
+        count: &Self,
         n: usize,
         c: usize,
         ignore_index: Option<u32>,
-        count: usize,
     ) -> Result<Self>;
 
     /// CTC forward-backward of contiguous log-probabilities `dims = (T, N, C)` (blank 0)

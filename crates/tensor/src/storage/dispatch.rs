@@ -325,34 +325,44 @@ impl BackendStorage for Storage {
         n: usize,
         c: usize,
         ignore: Option<u32>,
-    ) -> Result<(Self, Self, usize)> {
+    ) -> Result<(Self, Self, Self)> {
         match pair("cross_entropy", self, labels)? {
             Pair::Cpu(x, l) => {
                 let (loss, probs, count) = x.cross_entropy(l, n, c, ignore)?;
-                Ok((Storage::Cpu(loss), Storage::Cpu(probs), count))
+                Ok((Storage::Cpu(loss), Storage::Cpu(probs), Storage::Cpu(count)))
             }
             Pair::Cuda(x, l) => {
                 let (loss, probs, count) = x.cross_entropy(l, n, c, ignore)?;
-                Ok((Storage::Cuda(loss), Storage::Cuda(probs), count))
+                Ok((
+                    Storage::Cuda(loss),
+                    Storage::Cuda(probs),
+                    Storage::Cuda(count),
+                ))
             }
         }
     }
     fn cross_entropy_backward(
         &self,
         labels: &Self,
-        grad: f64,
+        grad: &Self,
+        count: &Self,
         n: usize,
         c: usize,
         ignore: Option<u32>,
-        count: usize,
     ) -> Result<Self> {
-        match pair("cross_entropy backward", self, labels)? {
-            Pair::Cpu(p, l) => p
-                .cross_entropy_backward(l, grad, n, c, ignore, count)
+        let what = "cross_entropy backward";
+        match (pair(what, self, labels)?, pair(what, grad, count)?) {
+            (Pair::Cpu(p, l), Pair::Cpu(g, k)) => p
+                .cross_entropy_backward(l, g, k, n, c, ignore)
                 .map(Storage::Cpu),
-            Pair::Cuda(p, l) => p
-                .cross_entropy_backward(l, grad, n, c, ignore, count)
+            (Pair::Cuda(p, l), Pair::Cuda(g, k)) => p
+                .cross_entropy_backward(l, g, k, n, c, ignore)
                 .map(Storage::Cuda),
+            _ => Err(crate::Error::DeviceMismatch {
+                op: what,
+                lhs: self.device(),
+                rhs: grad.device(),
+            }),
         }
     }
     fn ctc(

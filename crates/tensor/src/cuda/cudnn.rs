@@ -1,0 +1,623 @@
+//! Convolutions through cuDNN: forward, input gradient and weight gradient, each with
+//! the algorithm chosen once per shape by measuring (cuDNN's `Find`, as
+//! `torch.backends.cudnn.benchmark` does) and cached, and one workspace kept per device
+//! and grown on demand. Where cuDNN cannot be loaded, is switched off, or offers no
+//! suitable algorithm for a shape, `conv.rs`'s im2col + cuBLAS path runs instead, and the
+//! first convolution says once which path runs.
+//!
+//! Suitable means: status success, a workspace of at most [`WORKSPACE_CAP`], no
+//! Tensor-Core math unless TF32 is allowed (`set_allow_tf32`, as for products), and, by
+//! default, a deterministic algorithm (the same bits on every run, which the byte-for-byte
+//! comparisons of methods rely on; cuDNN's atomics-based weight-gradient algorithms are
+//! not). `GRADEX_CUDNN`: unset or `on` as just said, `fastest` also admits the
+//! non-deterministic algorithms (PyTorch's default), `off` never uses cuDNN.
+//!
+//! Our own descriptor wrappers over cudarc's `cudnn::result` calls, rather than its safe
+//! layer, because measuring needs the raw descriptors (the safe layer keeps them private
+//! and offers only the heuristic pick).
+
+use super::blas::tf32_allowed;
+use super::device::{cuda_err, CudaDevice};
+use super::dtype::GpuFloat;
+use crate::storage::Conv2dParams;
+use crate::{Error, Result};
+use cudarc::cudnn::{result as dnn, sys};
+use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, SyncOnDrop};
+use std::collections::HashMap;
+use std::ffi::c_void;
+
+/// Algorithms needing a larger workspace are passed over (PyTorch caps by free memory;
+/// a fixed bound keeps the choice the same from run to run).
+const WORKSPACE_CAP: usize = 1 << 30;
+
+/// Which algorithms `GRADEX_CUDNN` admits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mode {
+    Off,
+    Deterministic,
+    Fastest,
+}
+
+pub(crate) fn mode_from_env() -> Result<Mode> {
+    match std::env::var("GRADEX_CUDNN") {
+        Err(std::env::VarError::NotPresent) => Ok(Mode::Deterministic),
+        Ok(v) => parse_mode(&v),
+        Err(e) => Err(Error::msg(format!("GRADEX_CUDNN: {e}"))),
+    }
+}
+
+pub(crate) fn parse_mode(v: &str) -> Result<Mode> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "" | "on" | "1" => Ok(Mode::Deterministic),
+        "fastest" => Ok(Mode::Fastest),
+        "off" | "0" => Ok(Mode::Off),
+        _ => Err(Error::msg(format!(
+            "GRADEX_CUDNN={v:?}: expected on (deterministic algorithms), fastest or off"
+        ))),
+    }
+}
+
+pub(crate) fn dnn_err(what: &'static str) -> impl FnOnce(dnn::CudnnError) -> Error {
+    cuda_err(what)
+}
+
+pub(crate) struct TensorDesc(pub(crate) sys::cudnnTensorDescriptor_t);
+impl Drop for TensorDesc {
+    fn drop(&mut self) {
+        // SAFETY: created by create_tensor_descriptor, destroyed once.
+        let _ = unsafe { dnn::destroy_tensor_descriptor(self.0) };
+    }
+}
+struct FilterDesc(sys::cudnnFilterDescriptor_t);
+impl Drop for FilterDesc {
+    fn drop(&mut self) {
+        // SAFETY: created by create_filter_descriptor, destroyed once.
+        let _ = unsafe { dnn::destroy_filter_descriptor(self.0) };
+    }
+}
+struct ConvDesc(sys::cudnnConvolutionDescriptor_t);
+impl Drop for ConvDesc {
+    fn drop(&mut self) {
+        // SAFETY: created by create_convolution_descriptor, destroyed once.
+        let _ = unsafe { dnn::destroy_convolution_descriptor(self.0) };
+    }
+}
+
+/// The descriptors of one convolution: input x, weights w, output y, and the convolution.
+struct Descs {
+    x: TensorDesc,
+    w: FilterDesc,
+    y: TensorDesc,
+    conv: ConvDesc,
+}
+
+fn int(v: usize, what: &str) -> Result<i32> {
+    i32::try_from(v).map_err(|_| Error::msg(format!("cuDNN convolution: {what} {v} exceeds i32")))
+}
+
+fn descs(
+    p: &Conv2dParams,
+    dtype: sys::cudnnDataType_t,
+    math: sys::cudnnMathType_t,
+) -> Result<Descs> {
+    let nchw = sys::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW;
+    let (n, c, h, w) = (
+        int(p.batch, "batch")?,
+        int(p.in_channels, "channels")?,
+        int(p.in_h, "height")?,
+        int(p.in_w, "width")?,
+    );
+    let o = int(p.out_channels, "output channels")?;
+    let (oh, ow) = (
+        int(p.out_h(), "output height")?,
+        int(p.out_w(), "output width")?,
+    );
+    let groups = int(p.groups.max(1), "groups")?;
+    let x =
+        TensorDesc(dnn::create_tensor_descriptor().map_err(dnn_err("create tensor descriptor"))?);
+    let y =
+        TensorDesc(dnn::create_tensor_descriptor().map_err(dnn_err("create tensor descriptor"))?);
+    let wd =
+        FilterDesc(dnn::create_filter_descriptor().map_err(dnn_err("create filter descriptor"))?);
+    let conv = ConvDesc(
+        dnn::create_convolution_descriptor().map_err(dnn_err("create convolution descriptor"))?,
+    );
+    // SAFETY: each descriptor was just created and is set once before use.
+    unsafe {
+        dnn::set_tensor4d_descriptor(x.0, nchw, dtype, [n, c, h, w])
+            .map_err(dnn_err("set input descriptor"))?;
+        dnn::set_tensor4d_descriptor(y.0, nchw, dtype, [n, o, oh, ow])
+            .map_err(dnn_err("set output descriptor"))?;
+        dnn::set_filter4d_descriptor(
+            wd.0,
+            dtype,
+            nchw,
+            [
+                o,
+                c / groups,
+                int(p.k_h, "kernel height")?,
+                int(p.k_w, "kernel width")?,
+            ],
+        )
+        .map_err(dnn_err("set filter descriptor"))?;
+        dnn::set_convolution2d_descriptor(
+            conv.0,
+            int(p.padding.0, "padding")?,
+            int(p.padding.1, "padding")?,
+            int(p.stride.0, "stride")?,
+            int(p.stride.1, "stride")?,
+            int(p.dilation.0, "dilation")?,
+            int(p.dilation.1, "dilation")?,
+            // Cross-correlation, as every framework's "convolution".
+            sys::cudnnConvolutionMode_t::CUDNN_CROSS_CORRELATION,
+            dtype,
+        )
+        .map_err(dnn_err("set convolution descriptor"))?;
+        dnn::set_convolution_group_count(conv.0, groups).map_err(dnn_err("set group count"))?;
+        dnn::set_convolution_math_type(conv.0, math).map_err(dnn_err("set math type"))?;
+    }
+    Ok(Descs { x, w: wd, y, conv })
+}
+
+/// The three passes of a convolution, each with its own algorithm family.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+enum Pass {
+    Forward,
+    Data,
+    Filter,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Algo {
+    Forward(sys::cudnnConvolutionFwdAlgo_t),
+    Data(sys::cudnnConvolutionBwdDataAlgo_t),
+    Filter(sys::cudnnConvolutionBwdFilterAlgo_t),
+}
+
+/// The measured choice for one shape and pass.
+#[derive(Clone, Copy, Debug)]
+struct Choice {
+    algo: Algo,
+    workspace: usize,
+    math: sys::cudnnMathType_t,
+}
+
+/// A convolution's shape, dtype, TF32 switch and pass: what a choice depends on.
+type Key = ([usize; 14], bool, bool, Pass);
+
+fn key(p: &Conv2dParams, f64: bool, tf32: bool, pass: Pass) -> Key {
+    (
+        [
+            p.batch,
+            p.in_channels,
+            p.in_h,
+            p.in_w,
+            p.out_channels,
+            p.k_h,
+            p.k_w,
+            p.stride.0,
+            p.stride.1,
+            p.padding.0,
+            p.padding.1,
+            p.dilation.0,
+            p.dilation.1,
+            p.groups,
+        ],
+        f64,
+        tf32,
+        pass,
+    )
+}
+
+/// One device's cuDNN state: the handle (bound to the compute stream), the choices made so
+/// far (`None`: cuDNN has nothing suitable for that shape, our kernels run it) and the
+/// workspace. Used under the device's mutex only.
+pub(crate) struct Dnn {
+    handle: sys::cudnnHandle_t,
+    mode: Mode,
+    version: usize,
+    choices: HashMap<Key, Option<Choice>>,
+    workspace: Option<CudaSlice<u8>>,
+}
+// SAFETY: the handle is used by one thread at a time (behind CudaDevice's mutex), which is
+// what cuDNN requires; it is not tied to the creating thread.
+unsafe impl Send for Dnn {}
+
+impl Drop for Dnn {
+    fn drop(&mut self) {
+        // SAFETY: created by create_handle, destroyed once.
+        let _ = unsafe { dnn::destroy_handle(self.handle) };
+    }
+}
+
+/// cuDNN for `dev`, or why our kernels run instead (for the once-only message).
+pub(crate) fn open(dev: &CudaDevice) -> std::result::Result<Dnn, String> {
+    let mode = mode_from_env().map_err(|e| e.to_string())?;
+    if mode == Mode::Off {
+        return Err("GRADEX_CUDNN=off".into());
+    }
+    // SAFETY: dlopen probe only; cudarc panics on a missing library, hence the probe.
+    let present = std::panic::catch_unwind(|| unsafe { sys::is_culib_present() }).unwrap_or(false);
+    if !present {
+        return Err("cuDNN (libcudnn.so) is not on the library path".into());
+    }
+    let made = std::panic::catch_unwind(|| -> std::result::Result<Dnn, String> {
+        dev.ctx.bind_to_thread().map_err(|e| format!("{e:?}"))?;
+        let handle = dnn::create_handle().map_err(|e| format!("creating a handle: {e:?}"))?;
+        let dnn = Dnn {
+            handle,
+            mode,
+            version: dnn::get_version(),
+            choices: HashMap::new(),
+            workspace: None,
+        };
+        // SAFETY: a valid handle and the device's live compute stream.
+        unsafe { dnn::set_stream(handle, dev.stream.cu_stream() as sys::cudaStream_t) }
+            .map_err(|e| format!("binding the compute stream: {e:?}"))?;
+        Ok(dnn)
+    });
+    made.unwrap_or_else(|_| Err("cuDNN could not be loaded".into()))
+}
+
+impl Dnn {
+    /// The handle, for the other cuDNN calls (batch norm) made under the same lock.
+    pub(crate) fn handle(&self) -> sys::cudnnHandle_t {
+        self.handle
+    }
+
+    pub(crate) fn describe(&self) -> String {
+        format!(
+            "cuDNN {} ({} algorithms, chosen by measuring once per shape)",
+            self.version,
+            match self.mode {
+                Mode::Fastest => "fastest",
+                _ => "deterministic",
+            }
+        )
+    }
+
+    fn suitable(
+        &self,
+        status: sys::cudnnStatus_t,
+        memory: usize,
+        det: sys::cudnnDeterminism_t,
+        math: sys::cudnnMathType_t,
+        tf32: bool,
+    ) -> bool {
+        use sys::cudnnMathType_t::*;
+        status == sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS
+            && memory <= WORKSPACE_CAP
+            && (self.mode == Mode::Fastest || det == sys::cudnnDeterminism_t::CUDNN_DETERMINISTIC)
+            && (tf32
+                || !matches!(
+                    math,
+                    CUDNN_TENSOR_OP_MATH | CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION
+                ))
+    }
+
+    /// Measures every algorithm of `pass` for these descriptors (cuDNN runs each once, on
+    /// scratch memory of its own) and keeps the fastest suitable one.
+    fn find(&self, d: &Descs, pass: Pass, tf32: bool) -> Result<Option<Choice>> {
+        const MAX: usize = 16;
+        let mut count = 0i32;
+        // SAFETY (all three): valid handle and descriptors; the results array holds MAX
+        // entries and cuDNN writes at most `count` <= MAX of them.
+        let found: Vec<Choice> = match pass {
+            Pass::Forward => {
+                let mut r =
+                    [unsafe { std::mem::zeroed::<sys::cudnnConvolutionFwdAlgoPerf_t>() }; MAX];
+                unsafe {
+                    sys::cudnnFindConvolutionForwardAlgorithm(
+                        self.handle,
+                        d.x.0,
+                        d.w.0,
+                        d.conv.0,
+                        d.y.0,
+                        MAX as i32,
+                        &mut count,
+                        r.as_mut_ptr(),
+                    )
+                }
+                .result()
+                .map_err(dnn_err("measure forward algorithms"))?;
+                r[..count.clamp(0, MAX as i32) as usize]
+                    .iter()
+                    .filter(|p| self.suitable(p.status, p.memory, p.determinism, p.mathType, tf32))
+                    .map(|p| Choice {
+                        algo: Algo::Forward(p.algo),
+                        workspace: p.memory,
+                        math: p.mathType,
+                    })
+                    .collect()
+            }
+            Pass::Data => {
+                let mut r =
+                    [unsafe { std::mem::zeroed::<sys::cudnnConvolutionBwdDataAlgoPerf_t>() }; MAX];
+                unsafe {
+                    sys::cudnnFindConvolutionBackwardDataAlgorithm(
+                        self.handle,
+                        d.w.0,
+                        d.y.0,
+                        d.conv.0,
+                        d.x.0,
+                        MAX as i32,
+                        &mut count,
+                        r.as_mut_ptr(),
+                    )
+                }
+                .result()
+                .map_err(dnn_err("measure input-gradient algorithms"))?;
+                r[..count.clamp(0, MAX as i32) as usize]
+                    .iter()
+                    .filter(|p| self.suitable(p.status, p.memory, p.determinism, p.mathType, tf32))
+                    .map(|p| Choice {
+                        algo: Algo::Data(p.algo),
+                        workspace: p.memory,
+                        math: p.mathType,
+                    })
+                    .collect()
+            }
+            Pass::Filter => {
+                let mut r =
+                    [unsafe { std::mem::zeroed::<sys::cudnnConvolutionBwdFilterAlgoPerf_t>() };
+                        MAX];
+                unsafe {
+                    sys::cudnnFindConvolutionBackwardFilterAlgorithm(
+                        self.handle,
+                        d.x.0,
+                        d.y.0,
+                        d.conv.0,
+                        d.w.0,
+                        MAX as i32,
+                        &mut count,
+                        r.as_mut_ptr(),
+                    )
+                }
+                .result()
+                .map_err(dnn_err("measure weight-gradient algorithms"))?;
+                r[..count.clamp(0, MAX as i32) as usize]
+                    .iter()
+                    .filter(|p| self.suitable(p.status, p.memory, p.determinism, p.mathType, tf32))
+                    .map(|p| Choice {
+                        algo: Algo::Filter(p.algo),
+                        workspace: p.memory,
+                        math: p.mathType,
+                    })
+                    .collect()
+            }
+        };
+        // cuDNN returns the results fastest first.
+        Ok(found.first().copied())
+    }
+
+    /// The choice for this shape and pass, measuring on first sight; `None` when cuDNN has
+    /// nothing suitable (or refuses the shape), which is remembered too.
+    fn choice(
+        &mut self,
+        dev: &CudaDevice,
+        p: &Conv2dParams,
+        f64: bool,
+        pass: Pass,
+    ) -> Result<(Option<Choice>, Descs)> {
+        let tf32 = !f64 && tf32_allowed();
+        let dtype = if f64 {
+            sys::cudnnDataType_t::CUDNN_DATA_DOUBLE
+        } else {
+            sys::cudnnDataType_t::CUDNN_DATA_FLOAT
+        };
+        let math = if tf32 {
+            sys::cudnnMathType_t::CUDNN_DEFAULT_MATH
+        } else {
+            sys::cudnnMathType_t::CUDNN_FMA_MATH
+        };
+        let d = descs(p, dtype, math)?;
+        let k = key(p, f64, tf32, pass);
+        let c = match self.choices.get(&k) {
+            Some(c) => *c,
+            None => {
+                // Measuring synchronises (once per shape); a refusal means our kernels.
+                let c = self.find(&d, pass, tf32).unwrap_or_else(|e| {
+                    eprintln!("cuda:{}: cuDNN refused a convolution ({pass:?}, {p:?}): {e}; our kernels run it", dev.ordinal());
+                    None
+                });
+                self.choices.insert(k, c);
+                c
+            }
+        };
+        if let Some(c) = c {
+            // SAFETY: a live descriptor; the math type the measured algorithm ran with.
+            unsafe { dnn::set_convolution_math_type(d.conv.0, c.math) }
+                .map_err(dnn_err("set math type"))?;
+        }
+        Ok((c, d))
+    }
+
+    /// The workspace, at least `bytes` long (kept and reused: every use is on the compute
+    /// stream, so a later convolution cannot overwrite it while an earlier one reads it).
+    fn workspace(&mut self, dev: &CudaDevice, bytes: usize) -> Result<Option<&mut CudaSlice<u8>>> {
+        if bytes == 0 {
+            return Ok(None);
+        }
+        if self.workspace.as_ref().is_none_or(|w| w.len() < bytes) {
+            self.workspace = None;
+            self.workspace = Some(dev.alloc::<u8>(bytes)?);
+        }
+        Ok(self.workspace.as_mut())
+    }
+}
+
+impl TensorDesc {
+    /// A 4-d NCHW descriptor of `dims` in the dtype cuDNN calls `dtype`.
+    pub(crate) fn nchw(dims: [usize; 4], dtype: sys::cudnnDataType_t) -> Result<TensorDesc> {
+        let t = TensorDesc(
+            dnn::create_tensor_descriptor().map_err(dnn_err("create tensor descriptor"))?,
+        );
+        let [n, c, h, w] = dims;
+        let dims = [
+            int(n, "batch")?,
+            int(c, "channels")?,
+            int(h, "height")?,
+            int(w, "width")?,
+        ];
+        // SAFETY: a descriptor just created, set once.
+        unsafe {
+            dnn::set_tensor4d_descriptor(
+                t.0,
+                sys::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW,
+                dtype,
+                dims,
+            )
+        }
+        .map_err(dnn_err("set tensor descriptor"))?;
+        Ok(t)
+    }
+}
+
+/// cuDNN's name for T.
+pub(crate) fn data_type<T: GpuFloat>() -> sys::cudnnDataType_t {
+    if T::IS_F32 {
+        sys::cudnnDataType_t::CUDNN_DATA_FLOAT
+    } else {
+        sys::cudnnDataType_t::CUDNN_DATA_DOUBLE
+    }
+}
+
+/// Device addresses as cuDNN's untyped pointers.
+pub(crate) fn ptr<'a, T>(
+    s: &'a CudaSlice<T>,
+    dev: &'a CudaDevice,
+) -> (*const c_void, SyncOnDrop<'a>) {
+    let (p, sync) = s.device_ptr(&dev.stream);
+    (p as usize as *const c_void, sync)
+}
+pub(crate) fn ptr_mut<'a, T>(
+    s: &'a mut CudaSlice<T>,
+    dev: &'a CudaDevice,
+) -> (*mut c_void, SyncOnDrop<'a>) {
+    let (p, sync) = s.device_ptr_mut(&dev.stream);
+    (p as usize as *mut c_void, sync)
+}
+
+/// Which of a convolution's passes to run, with its operands: `a` and `b` are the pass's
+/// inputs in the order of its cuDNN call (forward: x, w; data: w, dy; filter: x, dy).
+fn run<T: GpuFloat>(
+    dev: &CudaDevice,
+    p: &Conv2dParams,
+    pass: Pass,
+    a: &CudaSlice<T>,
+    b: &CudaSlice<T>,
+    out_len: usize,
+) -> Result<Option<CudaSlice<T>>> {
+    let empty = [
+        p.batch,
+        p.in_channels,
+        p.in_h,
+        p.in_w,
+        p.out_channels,
+        p.k_h,
+        p.k_w,
+    ];
+    if out_len == 0 || empty.contains(&0) {
+        return Ok(None);
+    }
+    let Some(lock) = dev.dnn() else {
+        return Ok(None);
+    };
+    let mut g = lock.lock().unwrap_or_else(|e| e.into_inner());
+    let (choice, d) = match g.choice(dev, p, !T::IS_F32, pass) {
+        Ok(x) => x,
+        Err(e) => {
+            // A shape cuDNN's descriptors cannot state (e.g. beyond i32): our kernels.
+            eprintln!(
+                "cuda:{}: {e}; our kernels run this convolution",
+                dev.ordinal()
+            );
+            return Ok(None);
+        }
+    };
+    let Some(c) = choice else {
+        return Ok(None);
+    };
+    let handle = g.handle;
+    let mut out = dev.alloc::<T>(out_len)?;
+    let (one, zero) = (T::from_f64(1.0), T::from_f64(0.0));
+    let (alpha, beta) = (
+        (&one as *const T).cast::<c_void>(),
+        (&zero as *const T).cast::<c_void>(),
+    );
+    let ws = g.workspace(dev, c.workspace)?;
+    let ws_len = ws.as_ref().map_or(0, |w| w.len());
+    let (wsp, _ws_sync) = match ws {
+        Some(w) => {
+            let (p, s) = ptr_mut(w, dev);
+            (p, Some(s))
+        }
+        None => (std::ptr::null_mut(), None),
+    };
+    let (pa, _sa) = ptr(a, dev);
+    let (pb, _sb) = ptr(b, dev);
+    let (po, _so) = ptr_mut(&mut out, dev);
+    // SAFETY: descriptors match the buffers' shapes and dtype (built from `p` and T); the
+    // output holds out_len elements (the pass's result shape); beta is 0, so the
+    // uninitialised output is never read; the workspace holds at least what the algorithm
+    // asked for; everything is queued on the compute stream the handle is bound to.
+    let status = unsafe {
+        match c.algo {
+            Algo::Forward(algo) => sys::cudnnConvolutionForward(
+                handle, alpha, d.x.0, pa, d.w.0, pb, d.conv.0, algo, wsp, ws_len, beta, d.y.0, po,
+            ),
+            Algo::Data(algo) => sys::cudnnConvolutionBackwardData(
+                handle, alpha, d.w.0, pa, d.y.0, pb, d.conv.0, algo, wsp, ws_len, beta, d.x.0, po,
+            ),
+            Algo::Filter(algo) => sys::cudnnConvolutionBackwardFilter(
+                handle, alpha, d.x.0, pa, d.y.0, pb, d.conv.0, algo, wsp, ws_len, beta, d.w.0, po,
+            ),
+        }
+    };
+    status.result().map_err(dnn_err("convolution"))?;
+    drop((_sa, _sb, _so, _ws_sync));
+    Ok(Some(out))
+}
+
+/// `conv2d(x, w)` through cuDNN; `None` where our kernels must run it.
+pub(crate) fn forward<T: GpuFloat>(
+    dev: &CudaDevice,
+    x: &CudaSlice<T>,
+    w: &CudaSlice<T>,
+    p: &Conv2dParams,
+) -> Result<Option<CudaSlice<T>>> {
+    run(dev, p, Pass::Forward, x, w, p.out_shape().elem_count())
+}
+/// The input gradient from the output gradient `gy` and the weights.
+pub(crate) fn backward_input<T: GpuFloat>(
+    dev: &CudaDevice,
+    gy: &CudaSlice<T>,
+    w: &CudaSlice<T>,
+    p: &Conv2dParams,
+) -> Result<Option<CudaSlice<T>>> {
+    run(dev, p, Pass::Data, w, gy, p.in_shape().elem_count())
+}
+/// The weight gradient from the input `x` and the output gradient `gy`.
+pub(crate) fn backward_weight<T: GpuFloat>(
+    dev: &CudaDevice,
+    x: &CudaSlice<T>,
+    gy: &CudaSlice<T>,
+    p: &Conv2dParams,
+) -> Result<Option<CudaSlice<T>>> {
+    run(dev, p, Pass::Filter, x, gy, p.weight_shape().elem_count())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{parse_mode, Mode};
+
+    #[test]
+    fn modes_parse_and_bad_ones_are_named() {
+        assert_eq!(parse_mode("").unwrap(), Mode::Deterministic);
+        assert_eq!(parse_mode("ON").unwrap(), Mode::Deterministic);
+        assert_eq!(parse_mode("fastest").unwrap(), Mode::Fastest);
+        assert_eq!(parse_mode("off").unwrap(), Mode::Off);
+        let e = parse_mode("sometimes").unwrap_err().to_string();
+        assert!(e.contains("GRADEX_CUDNN"), "{e}");
+    }
+}
