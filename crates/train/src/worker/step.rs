@@ -50,6 +50,11 @@ impl Worker {
             ),
         };
         let loss = self.task.loss(batch, &mut ctx)?;
+        // Backward is queued before the loss is read: on a GPU the read waits for every
+        // kernel queued before it, and reading between forward and backward would leave
+        // the device idle while the host queues the backward. The check still comes
+        // before any update is collected or applied.
+        loss.backward()?;
         let loss_value = loss.to_scalar::<f32>()? as f64;
         if !loss_value.is_finite() {
             // run()'s caller adds the rank to the message.
@@ -62,7 +67,6 @@ impl Worker {
             };
             bail!("the loss is {loss_value} at step {step} ({hint})");
         }
-        loss.backward()?;
         let backward_end = Instant::now();
         self.send_unfired()?;
         let (updates, first_start) = self.collect_updates(&mut window.wire)?;
