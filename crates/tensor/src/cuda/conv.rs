@@ -130,7 +130,7 @@ pub(crate) fn forward<T: GpuFloat>(
 where
     CudaBlas: Gemm<T>,
 {
-    if let Some(y) = cudnn::forward(dev, x, w, p)? {
+    if let Some(y) = cudnn::run(dev, p, cudnn::Pass::Forward, x, w)? {
         return Ok(y);
     }
     let d = dims(p);
@@ -187,7 +187,7 @@ pub(crate) fn backward_input<T: GpuFloat>(
 where
     CudaBlas: Gemm<T>,
 {
-    if let Some(dx) = cudnn::backward_input(dev, gy, w, p)? {
+    if let Some(dx) = cudnn::run(dev, p, cudnn::Pass::Data, w, gy)? {
         return Ok(dx);
     }
     let d = dims(p);
@@ -251,7 +251,7 @@ pub(crate) fn backward_weight<T: GpuFloat>(
 where
     CudaBlas: Gemm<T>,
 {
-    if let Some(dw) = cudnn::backward_weight(dev, x, gy, p)? {
+    if let Some(dw) = cudnn::run(dev, p, cudnn::Pass::Filter, x, gy)? {
         return Ok(dw);
     }
     let d = dims(p);

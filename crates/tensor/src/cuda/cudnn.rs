@@ -161,7 +161,7 @@ fn descs(
 
 /// The three passes of a convolution, each with its own algorithm family.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
-enum Pass {
+pub(crate) enum Pass {
     Forward,
     Data,
     Filter,
@@ -296,98 +296,57 @@ impl Dnn {
     }
 
     /// Measures every algorithm of `pass` for these descriptors (cuDNN runs each once, on
-    /// scratch memory of its own) and keeps the fastest suitable one.
+    /// scratch memory of its own) and keeps the fastest suitable one (cuDNN returns its
+    /// results fastest first).
     fn find(&self, d: &Descs, pass: Pass, tf32: bool) -> Result<Option<Choice>> {
         const MAX: usize = 16;
-        let mut count = 0i32;
-        // SAFETY (all three): valid handle and descriptors; the results array holds MAX
-        // entries and cuDNN writes at most `count` <= MAX of them.
-        let found: Vec<Choice> = match pass {
-            Pass::Forward => {
-                let mut r =
-                    [unsafe { std::mem::zeroed::<sys::cudnnConvolutionFwdAlgoPerf_t>() }; MAX];
+        // One pass's Find call: its perf struct, function, descriptor order and the
+        // Algo variant its choice is.
+        macro_rules! measure {
+            ($perf:ty, $find:ident, ($($desc:expr),*), $variant:ident, $what:expr) => {{
+                let mut count = 0i32;
+                // SAFETY: plain C structs, valid when zeroed.
+                let mut r = [unsafe { std::mem::zeroed::<$perf>() }; MAX];
+                // SAFETY: valid handle and descriptors; the results array holds MAX
+                // entries and cuDNN writes at most `count` <= MAX of them.
                 unsafe {
-                    sys::cudnnFindConvolutionForwardAlgorithm(
-                        self.handle,
-                        d.x.0,
-                        d.w.0,
-                        d.conv.0,
-                        d.y.0,
-                        MAX as i32,
-                        &mut count,
-                        r.as_mut_ptr(),
-                    )
+                    sys::$find(self.handle, $($desc),*, MAX as i32, &mut count, r.as_mut_ptr())
                 }
                 .result()
-                .map_err(dnn_err("measure forward algorithms"))?;
+                .map_err(dnn_err($what))?;
                 r[..count.clamp(0, MAX as i32) as usize]
                     .iter()
-                    .filter(|p| self.suitable(p.status, p.memory, p.determinism, p.mathType, tf32))
+                    .find(|p| self.suitable(p.status, p.memory, p.determinism, p.mathType, tf32))
                     .map(|p| Choice {
-                        algo: Algo::Forward(p.algo),
+                        algo: Algo::$variant(p.algo),
                         workspace: p.memory,
                         math: p.mathType,
                     })
-                    .collect()
-            }
-            Pass::Data => {
-                let mut r =
-                    [unsafe { std::mem::zeroed::<sys::cudnnConvolutionBwdDataAlgoPerf_t>() }; MAX];
-                unsafe {
-                    sys::cudnnFindConvolutionBackwardDataAlgorithm(
-                        self.handle,
-                        d.w.0,
-                        d.y.0,
-                        d.conv.0,
-                        d.x.0,
-                        MAX as i32,
-                        &mut count,
-                        r.as_mut_ptr(),
-                    )
-                }
-                .result()
-                .map_err(dnn_err("measure input-gradient algorithms"))?;
-                r[..count.clamp(0, MAX as i32) as usize]
-                    .iter()
-                    .filter(|p| self.suitable(p.status, p.memory, p.determinism, p.mathType, tf32))
-                    .map(|p| Choice {
-                        algo: Algo::Data(p.algo),
-                        workspace: p.memory,
-                        math: p.mathType,
-                    })
-                    .collect()
-            }
-            Pass::Filter => {
-                let mut r =
-                    [unsafe { std::mem::zeroed::<sys::cudnnConvolutionBwdFilterAlgoPerf_t>() };
-                        MAX];
-                unsafe {
-                    sys::cudnnFindConvolutionBackwardFilterAlgorithm(
-                        self.handle,
-                        d.x.0,
-                        d.y.0,
-                        d.conv.0,
-                        d.w.0,
-                        MAX as i32,
-                        &mut count,
-                        r.as_mut_ptr(),
-                    )
-                }
-                .result()
-                .map_err(dnn_err("measure weight-gradient algorithms"))?;
-                r[..count.clamp(0, MAX as i32) as usize]
-                    .iter()
-                    .filter(|p| self.suitable(p.status, p.memory, p.determinism, p.mathType, tf32))
-                    .map(|p| Choice {
-                        algo: Algo::Filter(p.algo),
-                        workspace: p.memory,
-                        math: p.mathType,
-                    })
-                    .collect()
-            }
-        };
-        // cuDNN returns the results fastest first.
-        Ok(found.first().copied())
+            }};
+        }
+        Ok(match pass {
+            Pass::Forward => measure!(
+                sys::cudnnConvolutionFwdAlgoPerf_t,
+                cudnnFindConvolutionForwardAlgorithm,
+                (d.x.0, d.w.0, d.conv.0, d.y.0),
+                Forward,
+                "measure forward algorithms"
+            ),
+            Pass::Data => measure!(
+                sys::cudnnConvolutionBwdDataAlgoPerf_t,
+                cudnnFindConvolutionBackwardDataAlgorithm,
+                (d.w.0, d.y.0, d.conv.0, d.x.0),
+                Data,
+                "measure input-gradient algorithms"
+            ),
+            Pass::Filter => measure!(
+                sys::cudnnConvolutionBwdFilterAlgoPerf_t,
+                cudnnFindConvolutionBackwardFilterAlgorithm,
+                (d.x.0, d.y.0, d.conv.0, d.w.0),
+                Filter,
+                "measure weight-gradient algorithms"
+            ),
+        })
     }
 
     /// The choice for this shape and pass, measuring on first sight; `None` when cuDNN has
@@ -473,6 +432,21 @@ impl TensorDesc {
     }
 }
 
+/// cuDNN's alpha = 1 and beta = 0 (write the result, read nothing of the output), kept
+/// alive while the call that points at them runs.
+pub(crate) struct Scaling<T>(T, T);
+impl<T: GpuFloat> Scaling<T> {
+    pub(crate) fn new() -> Self {
+        Scaling(T::from_f64(1.0), T::from_f64(0.0))
+    }
+    pub(crate) fn pointers(&self) -> (*const c_void, *const c_void) {
+        (
+            (&self.0 as *const T).cast::<c_void>(),
+            (&self.1 as *const T).cast::<c_void>(),
+        )
+    }
+}
+
 /// cuDNN's name for T.
 pub(crate) fn data_type<T: GpuFloat>() -> sys::cudnnDataType_t {
     if T::IS_F32 {
@@ -498,16 +472,22 @@ pub(crate) fn ptr_mut<'a, T>(
     (p as usize as *mut c_void, sync)
 }
 
-/// Which of a convolution's passes to run, with its operands: `a` and `b` are the pass's
-/// inputs in the order of its cuDNN call (forward: x, w; data: w, dy; filter: x, dy).
-fn run<T: GpuFloat>(
+/// One pass of a convolution through cuDNN; `None` where our kernels must run it. `a` and
+/// `b` are the pass's inputs in the order of its cuDNN call (forward: x, w; data, the
+/// input gradient: w, dy; filter, the weight gradient: x, dy).
+pub(crate) fn run<T: GpuFloat>(
     dev: &CudaDevice,
     p: &Conv2dParams,
     pass: Pass,
     a: &CudaSlice<T>,
     b: &CudaSlice<T>,
-    out_len: usize,
 ) -> Result<Option<CudaSlice<T>>> {
+    let out_len = match pass {
+        Pass::Forward => p.out_shape(),
+        Pass::Data => p.in_shape(),
+        Pass::Filter => p.weight_shape(),
+    }
+    .elem_count();
     let empty = [
         p.batch,
         p.in_channels,
@@ -540,11 +520,8 @@ fn run<T: GpuFloat>(
     };
     let handle = g.handle;
     let mut out = dev.alloc::<T>(out_len)?;
-    let (one, zero) = (T::from_f64(1.0), T::from_f64(0.0));
-    let (alpha, beta) = (
-        (&one as *const T).cast::<c_void>(),
-        (&zero as *const T).cast::<c_void>(),
-    );
+    let scale = Scaling::<T>::new();
+    let (alpha, beta) = scale.pointers();
     let ws = g.workspace(dev, c.workspace)?;
     let ws_len = ws.as_ref().map_or(0, |w| w.len());
     let (wsp, _ws_sync) = match ws {
@@ -577,34 +554,6 @@ fn run<T: GpuFloat>(
     status.result().map_err(dnn_err("convolution"))?;
     drop((_sa, _sb, _so, _ws_sync));
     Ok(Some(out))
-}
-
-/// `conv2d(x, w)` through cuDNN; `None` where our kernels must run it.
-pub(crate) fn forward<T: GpuFloat>(
-    dev: &CudaDevice,
-    x: &CudaSlice<T>,
-    w: &CudaSlice<T>,
-    p: &Conv2dParams,
-) -> Result<Option<CudaSlice<T>>> {
-    run(dev, p, Pass::Forward, x, w, p.out_shape().elem_count())
-}
-/// The input gradient from the output gradient `gy` and the weights.
-pub(crate) fn backward_input<T: GpuFloat>(
-    dev: &CudaDevice,
-    gy: &CudaSlice<T>,
-    w: &CudaSlice<T>,
-    p: &Conv2dParams,
-) -> Result<Option<CudaSlice<T>>> {
-    run(dev, p, Pass::Data, w, gy, p.in_shape().elem_count())
-}
-/// The weight gradient from the input `x` and the output gradient `gy`.
-pub(crate) fn backward_weight<T: GpuFloat>(
-    dev: &CudaDevice,
-    x: &CudaSlice<T>,
-    gy: &CudaSlice<T>,
-    p: &Conv2dParams,
-) -> Result<Option<CudaSlice<T>>> {
-    run(dev, p, Pass::Filter, x, gy, p.weight_shape().elem_count())
 }
 
 #[cfg(test)]

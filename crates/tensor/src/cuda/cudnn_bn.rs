@@ -7,14 +7,14 @@
 //! cuDNN is passed none. Evaluation mode and the backward through fixed statistics keep
 //! our kernels; so does everything when cuDNN is absent or off (see cudnn.rs).
 
-use super::cudnn::{data_type, dnn_err, ptr, ptr_mut, TensorDesc};
+use super::cudnn::{data_type, dnn_err, ptr, ptr_mut, Dnn, Scaling, TensorDesc};
 use super::device::CudaDevice;
 use super::dtype::GpuFloat;
 use crate::storage::BatchNormParams;
 use crate::Result;
 use cudarc::cudnn::sys;
 use cudarc::driver::CudaSlice;
-use std::ffi::c_void;
+use std::sync::MutexGuard;
 
 type Triple<T> = (CudaSlice<T>, CudaSlice<T>, CudaSlice<T>);
 
@@ -25,14 +25,34 @@ fn usable(p: &BatchNormParams) -> bool {
     p.n * p.c * p.spatial > 0 && p.eps >= MIN_EPS && p.n * p.spatial > 1
 }
 
-/// The descriptors: the activations as `[N, C, spatial, 1]` and the per-channel
-/// parameters and statistics as `[1, C, 1, 1]`.
-fn descs<T: GpuFloat>(p: &BatchNormParams) -> Result<(TensorDesc, TensorDesc)> {
+/// What both passes start from: cuDNN (locked), the activations' descriptor as
+/// `[N, C, spatial, 1]`, the per-channel one as `[1, C, 1, 1]`, and the output buffers
+/// (one of the activations' size, two of C); `None` where our kernels must run.
+struct Call<'a, T: GpuFloat> {
+    dnn: MutexGuard<'a, Dnn>,
+    act: TensorDesc,
+    chan: TensorDesc,
+    outs: Triple<T>,
+}
+
+fn start<'a, T: GpuFloat>(dev: &'a CudaDevice, p: &BatchNormParams) -> Result<Option<Call<'a, T>>> {
+    if !usable(p) {
+        return Ok(None);
+    }
+    let Some(lock) = dev.dnn() else {
+        return Ok(None);
+    };
     let dt = data_type::<T>();
-    Ok((
-        TensorDesc::nchw([p.n, p.c, p.spatial.max(1), 1], dt)?,
-        TensorDesc::nchw([1, p.c, 1, 1], dt)?,
-    ))
+    Ok(Some(Call {
+        dnn: lock.lock().unwrap_or_else(|e| e.into_inner()),
+        act: TensorDesc::nchw([p.n, p.c, p.spatial.max(1), 1], dt)?,
+        chan: TensorDesc::nchw([1, p.c, 1, 1], dt)?,
+        outs: (
+            dev.alloc::<T>(p.n * p.c * p.spatial)?,
+            dev.alloc::<T>(p.c)?,
+            dev.alloc::<T>(p.c)?,
+        ),
+    }))
 }
 
 /// `(out, mean, invstd)` with the batch statistics; `None` where our kernels must run it.
@@ -43,22 +63,17 @@ pub(crate) fn forward_training<T: GpuFloat>(
     b: &CudaSlice<T>,
     p: &BatchNormParams,
 ) -> Result<Option<Triple<T>>> {
-    if !usable(p) {
-        return Ok(None);
-    }
-    let Some(lock) = dev.dnn() else {
+    let Some(Call {
+        dnn: g,
+        act: xd,
+        chan: cd,
+        outs: (mut out, mut mean, mut invstd),
+    }) = start::<T>(dev, p)?
+    else {
         return Ok(None);
     };
-    let g = lock.lock().unwrap_or_else(|e| e.into_inner());
-    let (xd, cd) = descs::<T>(p)?;
-    let mut out = dev.alloc::<T>(p.n * p.c * p.spatial)?;
-    let mut mean = dev.alloc::<T>(p.c)?;
-    let mut invstd = dev.alloc::<T>(p.c)?;
-    let (one, zero) = (T::from_f64(1.0), T::from_f64(0.0));
-    let (alpha, beta) = (
-        (&one as *const T).cast::<c_void>(),
-        (&zero as *const T).cast::<c_void>(),
-    );
+    let scale = Scaling::<T>::new();
+    let (alpha, beta) = scale.pointers();
     let ((px, _a), (pw, _b), (pb, _c)) = (ptr(x, dev), ptr(w, dev), ptr(b, dev));
     let ((po, _d), (pm, _e), (ps, _f)) = (
         ptr_mut(&mut out, dev),
@@ -107,22 +122,17 @@ pub(crate) fn backward_training<T: GpuFloat>(
     invstd: &CudaSlice<T>,
     p: &BatchNormParams,
 ) -> Result<Option<Triple<T>>> {
-    if !usable(p) {
-        return Ok(None);
-    }
-    let Some(lock) = dev.dnn() else {
+    let Some(Call {
+        dnn: g,
+        act: xd,
+        chan: cd,
+        outs: (mut dx, mut dw, mut db),
+    }) = start::<T>(dev, p)?
+    else {
         return Ok(None);
     };
-    let g = lock.lock().unwrap_or_else(|e| e.into_inner());
-    let (xd, cd) = descs::<T>(p)?;
-    let mut dx = dev.alloc::<T>(p.n * p.c * p.spatial)?;
-    let mut dw = dev.alloc::<T>(p.c)?;
-    let mut db = dev.alloc::<T>(p.c)?;
-    let (one, zero) = (T::from_f64(1.0), T::from_f64(0.0));
-    let (alpha, beta) = (
-        (&one as *const T).cast::<c_void>(),
-        (&zero as *const T).cast::<c_void>(),
-    );
+    let scale = Scaling::<T>::new();
+    let (alpha, beta) = scale.pointers();
     let ((px, _a), (pg, _b), (pw, _c)) = (ptr(x, dev), ptr(gy, dev), ptr(w, dev));
     let ((pm, _d), (ps, _e)) = (ptr(mean, dev), ptr(invstd, dev));
     let ((pdx, _f), (pdw, _g), (pdb, _h)) = (
