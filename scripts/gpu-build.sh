@@ -12,7 +12,7 @@
 #   .gpu/compress-dgc-device  crates/compress/tests/dgc_device.rs (DGC on GPU tensors vs on slices)
 #   .gpu/compress-exchange-tensor  crates/compress/tests/exchange_tensor.rs (exchange_tensor vs exchange)
 #   .gpu/compress_bench    benchmarks: DGC compression on the GPU against torch.topk (--device cuda)
-#   .gpu/gpu_step_bench    benchmarks: ResNet-50 and the 2x1500 LSTM against PyTorch
+#   .gpu/gpu_step_bench    benchmarks: ResNet-50, the 2x1500 LSTM and DeepSpeech against PyTorch
 #   .gpu/bin/train         the trainer (gpu-check.sh runs a short --device cuda job)
 #   .gpu/bin/comm_bench    collectives, for scripts/device-netem.sh (not run by gpu-check.sh)
 #   .gpu/bin/sparse_merge_bench  the sparse collectives' local merges, timed alone (on request)

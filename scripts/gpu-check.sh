@@ -113,6 +113,7 @@ own_limit() {
   case "$1" in
     tensor-cuda) echo 200 ;;
     nn-cuda-models) echo 150 ;;
+    gpu_step_bench) echo 240 ;;
     *bench*) echo 150 ;;
     *) echo 90 ;;
   esac

@@ -7,6 +7,10 @@ Models (the same shapes as the Rust side):
             here so torchvision is not needed; input [batch, 3, 224, 224].
   lstm:     2-layer LSTM language model, hidden = embedding = 1500, vocab 10000, tied
             decoder, no dropout; input [35, batch] token ids (truncated BPTT length 35).
+  deepspeech: deepspeech.pytorch's model (make_deepspeech_fixtures.py's copy of it) as
+            DGC's AN4 row: 5 bidirectional LSTM layers of 800, 29 classes; input
+            [batch, 1, 161, 200] spectrograms, 20-label transcripts, CTC (blank 0) averaged
+            over the batch (deepspeech.pytorch's reduction), batch 16.
 TF32 is off (torch.backends.*.allow_tf32 = False), as on our side by default.
 Prints ONE JSON object: {"model", "batch", "phases" (with --breakdown: forward_ms,
 backward_ms, update_ms, each synchronised; else null), "torch_ms", "torch_version", "device"}.
@@ -21,7 +25,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 parser = argparse.ArgumentParser(description=__doc__)
-parser.add_argument("--model", choices=["resnet50", "lstm"], required=True)
+parser.add_argument("--model", choices=["resnet50", "lstm", "deepspeech"], required=True)
 parser.add_argument("--batch", type=int, default=64)
 parser.add_argument("--repeats", type=int, default=10)
 parser.add_argument("--warmup", type=int, default=3)
@@ -93,6 +97,23 @@ if args.model == "resnet50":
     x = torch.randn(args.batch, 3, 224, 224, device=dev)
     y = torch.arange(args.batch, device=dev) % 1000
     loss_of = lambda: F.cross_entropy(model(x), y)
+elif args.model == "deepspeech":
+    import make_deepspeech_fixtures as ds
+
+    torch.set_default_dtype(torch.float32)  # the fixture module sets float64 on import
+    ds.HIDDEN, ds.LAYERS, ds.CLASSES = 800, 5, 29
+    model = ds.DeepSpeech(nn.LSTM).to(dev).train()
+    frames, label_len = 200, 20
+    x = torch.randn(args.batch, 1, 161, frames, device=dev)
+    lengths = torch.full((args.batch,), frames, dtype=torch.int32)
+    targets = torch.tensor([[1 + (b * 7 + j * 13) % 28 for j in range(label_len)] for b in range(args.batch)],
+                           device=dev)
+    target_lengths = torch.full((args.batch,), label_len, dtype=torch.long)
+
+    def loss_of():
+        logits, out_lengths = model(x, lengths)
+        return F.ctc_loss(logits.log_softmax(2), targets, out_lengths.long(), target_lengths, blank=0,
+                          reduction="sum") / args.batch
 else:
     vocab, steps = 10000, 35
     model = LstmLm(vocab).to(dev).train()

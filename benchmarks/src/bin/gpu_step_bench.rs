@@ -1,6 +1,7 @@
-//! One training step (forward, cross-entropy, backward, SGD with momentum 0.9) of
-//! ResNet-50 at batch 64 and of the 2 × 1500 LSTM language model (vocab 10000, batch 20,
-//! 35 steps) on CUDA device 0, against PyTorch eager fp32 on the same GPU measured in the
+//! One training step (forward, loss, backward, SGD with momentum 0.9) of ResNet-50 at
+//! batch 64 and of the 2 × 1500 LSTM language model (vocab 10000, batch 20, 35 steps),
+//! both with cross-entropy, and of DGC's AN4 DeepSpeech (5 bidirectional LSTM layers of
+//! 800, batch 16 of 200 frames, CTC) on CUDA device 0, against PyTorch eager fp32 on the same GPU measured in the
 //! same run by `reference/gpu_step.py` (TF32 off on both sides).
 //!
 //! Each step ends with a device synchronisation, so a step's time is the whole step's
@@ -32,10 +33,16 @@ use std::time::Instant;
 use tensor::{cuda, DType, Device, Rng, Tensor};
 
 #[derive(Parser)]
-#[command(about = "GPU training-step time of ResNet-50 and the 2x1500 LSTM LM against PyTorch")]
+#[command(
+    about = "GPU training-step time of ResNet-50, the 2x1500 LSTM LM and DeepSpeech against PyTorch"
+)]
 struct Args {
-    /// Models to time (resnet50, lstm).
-    #[arg(long, value_delimiter = ',', default_value = "resnet50,lstm")]
+    /// Models to time (resnet50, lstm, deepspeech).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "resnet50,lstm,deepspeech"
+    )]
     models: Vec<String>,
     /// Timed steps (the median is reported).
     #[arg(long, default_value_t = 10)]
@@ -240,7 +247,43 @@ fn workload(name: &str, device: Device) -> Result<Workload> {
             };
             (Box::new(model), batch, Box::new(loss))
         }
-        other => bail!("unknown model {other:?} (resnet50, lstm)"),
+        "deepspeech" => {
+            // DGC's AN4 model (5 bidirectional LSTM layers of 800, 29 classes) on 2 s
+            // utterances (200 frames), transcripts of 20 labels, CTC averaged over the batch.
+            let (batch, frames, classes, label_len) = (16usize, 200usize, 29usize, 20usize);
+            let model = init::with_default_device(device, || {
+                models::deepspeech(nn::layers::RnnKind::Lstm, 5, 800, classes, &mut rng)
+            })?;
+            let x = Tensor::randn(
+                vec![batch, 1, models::SPECTROGRAM_BINS, frames],
+                0.0,
+                1.0,
+                DType::F32,
+                Device::Cpu,
+                &mut rng,
+            )?
+            .to_device(device)?;
+            let targets: Vec<Vec<u32>> = (0..batch)
+                .map(|b| {
+                    (0..label_len)
+                        .map(|j| 1 + ((b * 7 + j * 13) % (classes - 1)) as u32)
+                        .collect()
+                })
+                .collect();
+            let loss = move |m: &dyn Module, ctx: &mut Ctx| {
+                let logits = m.forward(&x, ctx)?;
+                let lengths = vec![logits.dims()[0]; batch];
+                nn::loss::ctc_loss(
+                    &logits.log_softmax(2)?,
+                    &targets,
+                    &lengths,
+                    nn::loss::CtcReduction::BatchMean,
+                    false,
+                )
+            };
+            (Box::new(model), batch, Box::new(loss))
+        }
+        other => bail!("unknown model {other:?} (resnet50, lstm, deepspeech)"),
     })
 }
 
