@@ -405,3 +405,45 @@ fn a_training_step_reads_nothing_to_the_host() {
         "LSTM LM with Adam"
     );
 }
+
+/// DeepSpeech's step with its CTC loss reads nothing to the host either: the per-sample
+/// losses and their reduction stay where the log-probabilities are.
+#[test]
+fn a_ctc_training_step_reads_nothing_to_the_host() {
+    let mut rng = Rng::new(6);
+    let model =
+        models::DeepSpeech::with_channels(nn::layers::RnnKind::Lstm, 2, 8, 4, 5, &mut rng).unwrap();
+    let x = Tensor::randn(
+        vec![2, 1, 161, 12],
+        0.0,
+        1.0,
+        tensor::DType::F32,
+        Device::Cpu,
+        &mut rng,
+    )
+    .unwrap();
+    let params: Vec<Tensor> = model.named_params().into_iter().map(|p| p.tensor).collect();
+    let mut opt = Sgd::new(1e-3, 0.9, false, 0.0).unwrap();
+    let mut ctx = Ctx::train(0);
+    for reduction in [
+        nn::loss::CtcReduction::BatchMean,
+        nn::loss::CtcReduction::Mean,
+    ] {
+        let before = tensor::host_reads();
+        let logits = model.forward_lengths(&x, &[12, 9], &mut ctx).unwrap();
+        let lengths = [logits.dims()[0], logits.dims()[0] - 1];
+        // The second target cannot be aligned in its frames: zero_infinity's path.
+        let targets = vec![vec![1, 2, 3], vec![4; 9]];
+        let loss = nn::loss::ctc_loss(
+            &logits.log_softmax(2).unwrap(),
+            &targets,
+            &lengths,
+            reduction,
+            true,
+        )
+        .unwrap();
+        let grads = loss.backward().unwrap();
+        opt.step(&params, &grads).unwrap();
+        assert_eq!(tensor::host_reads() - before, 0, "{reduction:?}");
+    }
+}

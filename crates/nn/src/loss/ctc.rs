@@ -31,36 +31,46 @@ pub fn ctc_loss(
 ) -> Result<Tensor> {
     // Shapes, lengths and labels are checked by ctc_forward_backward (errors say "ctc").
     let n = log_probs.dims().get(1).copied().unwrap_or(0);
-    // The recursions run where the log-probabilities live (tensor's cpu/ctc.rs or
-    // kernels/ctc.cu); only the per-sample losses come to the host.
-    let (nll, grad) = log_probs.ctc_forward_backward(targets, input_lengths)?;
-    let mut total = 0.0;
-    let mut scales = Vec::with_capacity(n);
-    for (i, &l) in nll.iter().enumerate() {
-        let scale = match reduction {
-            CtcReduction::Sum => 1.0,
-            CtcReduction::BatchMean => 1.0 / n as f64,
-            CtcReduction::Mean => 1.0 / (targets[i].len().max(1) as f64 * n as f64),
-        };
-        if l.is_finite() {
-            total += l * scale;
-            scales.push(scale);
-        } else if zero_infinity && l == f64::INFINITY {
-            // Loss and gradient 0 (the gradient of an unalignable sample already is).
-            // Only +inf, as PyTorch: a NaN (diverged log-probabilities) stays NaN, so a
-            // diverged run shows instead of reporting a loss of 0.
-            scales.push(0.0);
-        } else {
-            total += l * scale;
-            scales.push(f64::NAN);
-        }
-    }
     let device = log_probs.device();
     let dtype = log_probs.dtype();
-    let value = Tensor::from_vec(vec![total], (), device)?.to_dtype(dtype)?;
-    // Each sample's gradient scaled by its share of the reduction (NaN for an unalignable
-    // sample without zero_infinity, as PyTorch).
-    let scales = Tensor::from_vec(scales, vec![1, n, 1], device)?.to_dtype(dtype)?;
+    // The recursions run where the log-probabilities live (tensor's cpu/ctc.rs or
+    // kernels/ctc.cu), and so does the reduction below: the per-sample losses never come
+    // to the host (on a GPU that read would wait for the whole forward pass).
+    let (nll, grad) = log_probs.ctc_forward_backward(targets, input_lengths)?;
+    // Each sample's share of the reduction, known on the host from the target lengths.
+    let shares: Vec<f64> = targets
+        .iter()
+        .map(|t| match reduction {
+            CtcReduction::Sum => 1.0,
+            CtcReduction::BatchMean => 1.0 / n as f64,
+            CtcReduction::Mean => 1.0 / (t.len().max(1) as f64 * n as f64),
+        })
+        .collect();
+    let (value, scales) = no_grad(|| -> Result<(Tensor, Tensor)> {
+        let shares = Tensor::from_vec(shares, vec![n], device)?;
+        let zeros = nll.zeros_like()?;
+        let nan = Tensor::full(f64::NAN, vec![n], tensor::DType::F64, device)?;
+        // Finite losses: x - x is 0 (for ±inf and NaN it is NaN).
+        let finite = nll.sub(&nll)?.eq(&zeros)?;
+        let contrib = nll.mul(&shares)?;
+        // A sample's gradient is scaled by its share, or NaN when its loss is not finite
+        // (as PyTorch), and with zero_infinity an unalignable sample (+inf only: a NaN
+        // from diverged log-probabilities stays NaN, so a diverged run shows) counts 0.
+        let mut scales = finite.where_cond(&shares, &nan)?;
+        let mut contrib = contrib;
+        if zero_infinity {
+            let unalignable = nll.eq(&Tensor::full(
+                f64::INFINITY,
+                vec![n],
+                tensor::DType::F64,
+                device,
+            )?)?;
+            scales = unalignable.where_cond(&zeros, &scales)?;
+            contrib = unalignable.where_cond(&zeros, &contrib)?;
+        }
+        let value = contrib.sum_all()?.to_dtype(dtype)?;
+        Ok((value, scales.reshape(vec![1, n, 1])?.to_dtype(dtype)?))
+    })?;
     let grad = no_grad(|| grad.mul(&scales))?;
     let backward =
         Arc::new(move |g: &Tensor| -> Result<Vec<Option<Tensor>>> { Ok(vec![Some(grad.mul(g)?)]) });

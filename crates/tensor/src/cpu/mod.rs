@@ -437,15 +437,15 @@ impl BackendStorage for CpuStorage {
         dims: (usize, usize, usize),
         targets: &[Vec<u32>],
         lengths: &[usize],
-    ) -> Result<(Vec<f64>, Self)> {
+    ) -> Result<(Self, Self)> {
         match self {
             CpuStorage::F32(x) => {
                 let (l, g) = ctc::ctc(x, dims, targets, lengths);
-                Ok((l, CpuStorage::F32(g)))
+                Ok((CpuStorage::F64(l), CpuStorage::F32(g)))
             }
             CpuStorage::F64(x) => {
                 let (l, g) = ctc::ctc(x, dims, targets, lengths);
-                Ok((l, CpuStorage::F64(g)))
+                Ok((CpuStorage::F64(l), CpuStorage::F64(g)))
             }
             CpuStorage::U32(_) => Err(unsupported("ctc", DType::U32)),
         }

@@ -1,6 +1,7 @@
 //! Launch code for CTC's forward-backward (kernels/ctc.cu). The extended label sequences
 //! (blank, l1, blank, ..., blank) are built on the host, where the targets live, and
-//! uploaded with the per-sample lengths; alpha and beta stay on the device.
+//! uploaded with the per-sample lengths; alpha, beta and the per-sample losses stay on
+//! the device (reading the losses back would synchronise every step).
 
 use super::device::CudaDevice;
 use super::dtype::GpuFloat;
@@ -8,14 +9,14 @@ use super::launch::launched;
 use crate::Result;
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 
-/// Per-sample nll (downloaded: one f64 per sample) and d nll / d lp `[T, N, C]`.
+/// Per-sample nll (`[N]`, f64, on the device) and d nll / d lp `[T, N, C]`.
 pub(crate) fn ctc<T: GpuFloat>(
     d: &CudaDevice,
     lp: &CudaSlice<T>,
     (frames, n, classes): (usize, usize, usize),
     targets: &[Vec<u32>],
     lengths: &[usize],
-) -> Result<(Vec<f64>, CudaSlice<T>)> {
+) -> Result<(CudaSlice<f64>, CudaSlice<T>)> {
     let smax = targets.iter().map(|t| 2 * t.len() + 1).max().unwrap_or(1);
     let mut ext = vec![0u32; n * smax];
     let mut slen = Vec::with_capacity(n);
@@ -33,7 +34,7 @@ pub(crate) fn ctc<T: GpuFloat>(
     let mut nll = d.alloc_zeros::<f64>(n.max(1))?;
     let mut grad = d.alloc_zeros::<T>((frames * n * classes).max(1))?;
     if n == 0 || frames * classes == 0 {
-        return Ok((vec![0.0; n], grad));
+        return Ok((nll, grad));
     }
     let dims = [n as u64, classes as u64, frames as u64, smax as u64];
     let name = format!("ctc_alpha_beta_{}", T::SUFFIX);
@@ -75,6 +76,5 @@ pub(crate) fn ctc<T: GpuFloat>(
     launched(&name, unsafe {
         b.launch(CudaDevice::cfg(frames * n * classes))
     })?;
-    let nll = d.download(&nll, n)?;
     Ok((nll, grad))
 }

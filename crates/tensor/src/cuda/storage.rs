@@ -494,20 +494,13 @@ impl BackendStorage for CudaStorage {
         dims: (usize, usize, usize),
         targets: &[Vec<u32>],
         lengths: &[usize],
-    ) -> Result<(Vec<f64>, Self)> {
+    ) -> Result<(Self, Self)> {
         let d = &self.dev;
         let len = dims.0 * dims.1 * dims.2;
-        Ok(match &self.data {
-            CudaData::F32(x) => {
-                let (l, g) = ctc::ctc(d, x, dims, targets, lengths)?;
-                (l, CudaStorage::new(g, len, d))
-            }
-            CudaData::F64(x) => {
-                let (l, g) = ctc::ctc(d, x, dims, targets, lengths)?;
-                (l, CudaStorage::new(g, len, d))
-            }
-            CudaData::U32(_) => return Err(unsupported("ctc", DType::U32)),
-        })
+        Ok(map_float!(self, "ctc", |x| {
+            let (l, g) = ctc::ctc(d, x, dims, targets, lengths)?;
+            (CudaStorage::new(l, dims.1, d), CudaStorage::new(g, len, d))
+        }))
     }
     fn sgd_momentum(&mut self, grad: &Self, buf: &mut Self, n: usize, h: SgdStep) -> Result<()> {
         let d = self.dev.clone();

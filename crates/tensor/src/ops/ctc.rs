@@ -8,14 +8,15 @@ use crate::{Error, Result, Tensor};
 impl Tensor {
     /// For log-probabilities `[T, N, C]` (blank = class 0) and per-sample `targets`
     /// (labels in 1..C) using the first `lengths[n]` frames: each sample's negative
-    /// log-likelihood (+inf when the target cannot be aligned in its frames) and
-    /// d nll_n / d log_probs as a `[T, N, C]` tensor on the same device (zero past each
-    /// sample's frames and for an unalignable sample). Not recorded by autograd.
+    /// log-likelihood as an f64 `[N]` tensor (+inf when the target cannot be aligned in its
+    /// frames) and d nll_n / d log_probs as a `[T, N, C]` tensor, both on the
+    /// log-probabilities' device (nothing is read back to the host); the gradient is zero
+    /// past each sample's frames and for an unalignable sample. Not recorded by autograd.
     pub fn ctc_forward_backward(
         &self,
         targets: &[Vec<u32>],
         lengths: &[usize],
-    ) -> Result<(Vec<f64>, Tensor)> {
+    ) -> Result<(Tensor, Tensor)> {
         self.check_float("ctc")?;
         let d = self.dims();
         if d.len() != 3 {
@@ -57,6 +58,9 @@ impl Tensor {
             let s: &Storage = &x.storage();
             s.ctc((frames, n, classes), targets, lengths)?
         };
-        Ok((nll, Tensor::from_storage(grad, d.to_vec(), None)))
+        Ok((
+            Tensor::from_storage(nll, vec![n], None),
+            Tensor::from_storage(grad, d.to_vec(), None),
+        ))
     }
 }

@@ -108,15 +108,15 @@ pub trait BackendStorage: Sized {
 
     /// CTC forward-backward of contiguous log-probabilities `dims = (T, N, C)` (blank 0)
     /// against `targets` (labels in 1..C), sample n using its first `lengths[n]` frames
-    /// (1..=T, checked by the caller): per-sample nll (+inf when the target cannot be
-    /// aligned) and d nll / d log_probs `[T, N, C]` (zero past a sample's frames and for
-    /// an unalignable sample).
+    /// (1..=T, checked by the caller): per-sample nll (`[N]`, F64, +inf when the target
+    /// cannot be aligned) and d nll / d log_probs `[T, N, C]` (zero past a sample's frames
+    /// and for an unalignable sample), both where `self` lives.
     fn ctc(
         &self,
         dims: (usize, usize, usize),
         targets: &[Vec<u32>],
         lengths: &[usize],
-    ) -> Result<(Vec<f64>, Self)>;
+    ) -> Result<(Self, Self)>;
     /// One SGD step with momentum in place on dense buffers of `n` elements: `self` is the
     /// parameter, `buf` its momentum buffer, `grad` the gradient.
     fn sgd_momentum(&mut self, grad: &Self, buf: &mut Self, n: usize, h: SgdStep) -> Result<()>;

@@ -370,14 +370,14 @@ impl BackendStorage for Storage {
         dims: (usize, usize, usize),
         targets: &[Vec<u32>],
         lengths: &[usize],
-    ) -> Result<(Vec<f64>, Self)> {
+    ) -> Result<(Self, Self)> {
         match self {
             Storage::Cpu(s) => s
                 .ctc(dims, targets, lengths)
-                .map(|(l, g)| (l, Storage::Cpu(g))),
+                .map(|(l, g)| (Storage::Cpu(l), Storage::Cpu(g))),
             Storage::Cuda(s) => s
                 .ctc(dims, targets, lengths)
-                .map(|(l, g)| (l, Storage::Cuda(g))),
+                .map(|(l, g)| (Storage::Cuda(l), Storage::Cuda(g))),
         }
     }
     fn sgd_momentum(&mut self, grad: &Self, buf: &mut Self, n: usize, h: SgdStep) -> Result<()> {
