@@ -1,20 +1,26 @@
 //! Convolutions through cuDNN: forward, input gradient and weight gradient, each with
-//! the algorithm chosen once per shape by measuring (cuDNN's `Find`, as
-//! `torch.backends.cudnn.benchmark` does) and cached, and one workspace kept per device
-//! and grown on demand. Where cuDNN cannot be loaded, is switched off, or offers no
-//! suitable algorithm for a shape, `conv.rs`'s im2col + cuBLAS path runs instead, and the
-//! first convolution says once which path runs.
+//! its algorithm chosen once per shape and cached, and one workspace kept per device and
+//! grown on demand. Where cuDNN cannot be loaded, is switched off, or offers no suitable
+//! algorithm for a shape, `conv.rs`'s im2col + cuBLAS path runs instead, and the first
+//! convolution says once which path runs.
 //!
-//! Suitable means: status success, a workspace of at most [`WORKSPACE_CAP`], no
-//! Tensor-Core math unless TF32 is allowed (`set_allow_tf32`, as for products), and, by
-//! default, a deterministic algorithm (the same bits on every run, which the byte-for-byte
-//! comparisons of methods rely on; cuDNN's atomics-based weight-gradient algorithms are
-//! not). `GRADEX_CUDNN`: unset or `on` as just said, `fastest` also admits the
-//! non-deterministic algorithms (PyTorch's default), `off` never uses cuDNN.
+//! Suitable means: status success, a workspace of at most [`WORKSPACE_CAP`], FMA math
+//! for f32 unless TF32 is allowed (`set_allow_tf32`, as for products), and a
+//! deterministic algorithm unless `fastest` is asked for. `GRADEX_CUDNN` chooses how:
+//! - unset or `on`: cuDNN's heuristic ranking (`cudnnGet*Algorithm_v7`), first suitable
+//!   entry; the same algorithm in every run and on every rank, so with deterministic
+//!   algorithms a seed gives the same bits every run (which byte-for-byte comparisons of
+//!   methods rely on), as PyTorch with `benchmark=False, deterministic=True`;
+//! - `benchmark`: measured (`cudnnFind*`, as `torch.backends.cudnn.benchmark`),
+//!   deterministic algorithms only; faster where the heuristic misjudges, but timing can
+//!   pick differently from run to run, so bits may differ between runs;
+//! - `fastest`: measured, non-deterministic algorithms admitted (PyTorch's
+//!   `benchmark=True` default);
+//! - `off`: never cuDNN.
 //!
 //! Our own descriptor wrappers over cudarc's `cudnn::result` calls, rather than its safe
-//! layer, because measuring needs the raw descriptors (the safe layer keeps them private
-//! and offers only the heuristic pick).
+//! layer, because the ranking and measuring calls need the raw descriptors (the safe
+//! layer keeps them private and returns only the heuristic's first entry).
 
 use super::blas::tf32_allowed;
 use super::device::{cuda_err, CudaDevice};
@@ -34,13 +40,17 @@ const WORKSPACE_CAP: usize = 1 << 30;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Mode {
     Off,
-    Deterministic,
+    /// Heuristic ranking, deterministic algorithms.
+    Heuristic,
+    /// Measured, deterministic algorithms.
+    Benchmark,
+    /// Measured, any algorithm.
     Fastest,
 }
 
 pub(crate) fn mode_from_env() -> Result<Mode> {
     match std::env::var("GRADEX_CUDNN") {
-        Err(std::env::VarError::NotPresent) => Ok(Mode::Deterministic),
+        Err(std::env::VarError::NotPresent) => Ok(Mode::Heuristic),
         Ok(v) => parse_mode(&v),
         Err(e) => Err(Error::msg(format!("GRADEX_CUDNN: {e}"))),
     }
@@ -48,11 +58,13 @@ pub(crate) fn mode_from_env() -> Result<Mode> {
 
 pub(crate) fn parse_mode(v: &str) -> Result<Mode> {
     match v.trim().to_ascii_lowercase().as_str() {
-        "" | "on" | "1" => Ok(Mode::Deterministic),
+        "" | "on" | "1" => Ok(Mode::Heuristic),
+        "benchmark" => Ok(Mode::Benchmark),
         "fastest" => Ok(Mode::Fastest),
         "off" | "0" => Ok(Mode::Off),
         _ => Err(Error::msg(format!(
-            "GRADEX_CUDNN={v:?}: expected on (deterministic algorithms), fastest or off"
+            "GRADEX_CUDNN={v:?}: expected on (heuristic choice, deterministic algorithms), \
+             benchmark (measured, deterministic), fastest (measured, any) or off"
         ))),
     }
 }
@@ -267,11 +279,12 @@ impl Dnn {
 
     pub(crate) fn describe(&self) -> String {
         format!(
-            "cuDNN {} ({} algorithms, chosen by measuring once per shape)",
+            "cuDNN {} ({} once per shape)",
             self.version,
             match self.mode {
-                Mode::Fastest => "fastest",
-                _ => "deterministic",
+                Mode::Fastest => "the fastest algorithm measured",
+                Mode::Benchmark => "the fastest deterministic algorithm measured",
+                _ => "the heuristic's first deterministic algorithm",
             }
         )
     }
@@ -282,41 +295,43 @@ impl Dnn {
         memory: usize,
         det: sys::cudnnDeterminism_t,
         math: sys::cudnnMathType_t,
-        tf32: bool,
+        fma_only: bool,
     ) -> bool {
-        use sys::cudnnMathType_t::*;
         status == sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS
             && memory <= WORKSPACE_CAP
             && (self.mode == Mode::Fastest || det == sys::cudnnDeterminism_t::CUDNN_DETERMINISTIC)
-            && (tf32
-                || !matches!(
-                    math,
-                    CUDNN_TENSOR_OP_MATH | CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION
-                ))
+            // DEFAULT_MATH permits TF32 on Ampere and later: for f32 without TF32 only
+            // FMA_MATH will do (PyTorch asserts the same).
+            && (!fma_only || math == sys::cudnnMathType_t::CUDNN_FMA_MATH)
     }
 
-    /// Measures every algorithm of `pass` for these descriptors (cuDNN runs each once, on
-    /// scratch memory of its own) and keeps the fastest suitable one (cuDNN returns its
-    /// results fastest first).
-    fn find(&self, d: &Descs, pass: Pass, tf32: bool) -> Result<Option<Choice>> {
+    /// The algorithms of `pass` for these descriptors, ranked by cuDNN's heuristic or
+    /// measured (each run once, on scratch memory of cuDNN's own), best first, and the
+    /// first suitable one.
+    fn find(&self, d: &Descs, pass: Pass, fma_only: bool) -> Result<Option<Choice>> {
         const MAX: usize = 16;
-        // One pass's Find call: its perf struct, function, descriptor order and the
-        // Algo variant its choice is.
+        let measure = self.mode != Mode::Heuristic;
+        // One pass's call: its perf struct, its ranking and measuring functions (same
+        // signature), descriptor order, and the Algo variant its choice is.
         macro_rules! measure {
-            ($perf:ty, $find:ident, ($($desc:expr),*), $variant:ident, $what:expr) => {{
+            ($perf:ty, $rank:ident, $find:ident, ($($desc:expr),*), $variant:ident, $what:expr) => {{
                 let mut count = 0i32;
                 // SAFETY: plain C structs, valid when zeroed.
                 let mut r = [unsafe { std::mem::zeroed::<$perf>() }; MAX];
                 // SAFETY: valid handle and descriptors; the results array holds MAX
                 // entries and cuDNN writes at most `count` <= MAX of them.
                 unsafe {
-                    sys::$find(self.handle, $($desc),*, MAX as i32, &mut count, r.as_mut_ptr())
+                    if measure {
+                        sys::$find(self.handle, $($desc),*, MAX as i32, &mut count, r.as_mut_ptr())
+                    } else {
+                        sys::$rank(self.handle, $($desc),*, MAX as i32, &mut count, r.as_mut_ptr())
+                    }
                 }
                 .result()
                 .map_err(dnn_err($what))?;
                 r[..count.clamp(0, MAX as i32) as usize]
                     .iter()
-                    .find(|p| self.suitable(p.status, p.memory, p.determinism, p.mathType, tf32))
+                    .find(|p| self.suitable(p.status, p.memory, p.determinism, p.mathType, fma_only))
                     .map(|p| Choice {
                         algo: Algo::$variant(p.algo),
                         workspace: p.memory,
@@ -327,24 +342,27 @@ impl Dnn {
         Ok(match pass {
             Pass::Forward => measure!(
                 sys::cudnnConvolutionFwdAlgoPerf_t,
+                cudnnGetConvolutionForwardAlgorithm_v7,
                 cudnnFindConvolutionForwardAlgorithm,
                 (d.x.0, d.w.0, d.conv.0, d.y.0),
                 Forward,
-                "measure forward algorithms"
+                "rank forward algorithms"
             ),
             Pass::Data => measure!(
                 sys::cudnnConvolutionBwdDataAlgoPerf_t,
+                cudnnGetConvolutionBackwardDataAlgorithm_v7,
                 cudnnFindConvolutionBackwardDataAlgorithm,
                 (d.w.0, d.y.0, d.conv.0, d.x.0),
                 Data,
-                "measure input-gradient algorithms"
+                "rank input-gradient algorithms"
             ),
             Pass::Filter => measure!(
                 sys::cudnnConvolutionBwdFilterAlgoPerf_t,
+                cudnnGetConvolutionBackwardFilterAlgorithm_v7,
                 cudnnFindConvolutionBackwardFilterAlgorithm,
                 (d.x.0, d.y.0, d.conv.0, d.w.0),
                 Filter,
-                "measure weight-gradient algorithms"
+                "rank weight-gradient algorithms"
             ),
         })
     }
@@ -374,8 +392,14 @@ impl Dnn {
         let c = match self.choices.get(&k) {
             Some(c) => *c,
             None => {
-                // Measuring synchronises (once per shape); a refusal means our kernels.
-                let c = self.find(&d, pass, tf32).unwrap_or_else(|e| {
+                if self.mode != Mode::Heuristic {
+                    // cudnnFind* allocates its scratch with cudaMalloc, which cannot use
+                    // what our pool keeps cached: hand the cache back first. Measuring
+                    // synchronises, once per shape.
+                    dev.trim_memory()?;
+                }
+                // A refusal means our kernels, for this shape from now on.
+                let c = self.find(&d, pass, !f64 && !tf32).unwrap_or_else(|e| {
                     eprintln!("cuda:{}: cuDNN refused a convolution ({pass:?}, {p:?}): {e}; our kernels run it", dev.ordinal());
                     None
                 });
@@ -503,6 +527,8 @@ pub(crate) fn run<T: GpuFloat>(
     let Some(lock) = dev.dnn() else {
         return Ok(None);
     };
+    // cuDNN's calls use the context current on this thread (e.g. a compression thread's).
+    dev.ctx.bind_to_thread().map_err(cuda_err("bind context"))?;
     let mut g = lock.lock().unwrap_or_else(|e| e.into_inner());
     let (choice, d) = match g.choice(dev, p, !T::IS_F32, pass) {
         Ok(x) => x,
@@ -562,8 +588,9 @@ mod tests {
 
     #[test]
     fn modes_parse_and_bad_ones_are_named() {
-        assert_eq!(parse_mode("").unwrap(), Mode::Deterministic);
-        assert_eq!(parse_mode("ON").unwrap(), Mode::Deterministic);
+        assert_eq!(parse_mode("").unwrap(), Mode::Heuristic);
+        assert_eq!(parse_mode("ON").unwrap(), Mode::Heuristic);
+        assert_eq!(parse_mode("benchmark").unwrap(), Mode::Benchmark);
         assert_eq!(parse_mode("fastest").unwrap(), Mode::Fastest);
         assert_eq!(parse_mode("off").unwrap(), Mode::Off);
         let e = parse_mode("sometimes").unwrap_err().to_string();

@@ -8,7 +8,7 @@
 //! our kernels; so does everything when cuDNN is absent or off (see cudnn.rs).
 
 use super::cudnn::{data_type, dnn_err, ptr, ptr_mut, Dnn, Scaling, TensorDesc};
-use super::device::CudaDevice;
+use super::device::{cuda_err, CudaDevice};
 use super::dtype::GpuFloat;
 use crate::storage::BatchNormParams;
 use crate::Result;
@@ -43,10 +43,19 @@ fn start<'a, T: GpuFloat>(dev: &'a CudaDevice, p: &BatchNormParams) -> Result<Op
         return Ok(None);
     };
     let dt = data_type::<T>();
+    // A shape the descriptors cannot state (beyond i32) runs on our kernels.
+    let (Ok(act), Ok(chan)) = (
+        TensorDesc::nchw([p.n, p.c, p.spatial.max(1), 1], dt),
+        TensorDesc::nchw([1, p.c, 1, 1], dt),
+    ) else {
+        return Ok(None);
+    };
+    // cuDNN's calls use the context current on this thread.
+    dev.ctx.bind_to_thread().map_err(cuda_err("bind context"))?;
     Ok(Some(Call {
         dnn: lock.lock().unwrap_or_else(|e| e.into_inner()),
-        act: TensorDesc::nchw([p.n, p.c, p.spatial.max(1), 1], dt)?,
-        chan: TensorDesc::nchw([1, p.c, 1, 1], dt)?,
+        act,
+        chan,
         outs: (
             dev.alloc::<T>(p.n * p.c * p.spatial)?,
             dev.alloc::<T>(p.c)?,

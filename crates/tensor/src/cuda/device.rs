@@ -325,6 +325,17 @@ impl CudaDevice {
     pub fn memory_stats(&self) -> Result<Option<memory::MemoryStats>> {
         self.pool.as_ref().map(|p| memory::stats(p.0)).transpose()
     }
+    /// Hands the pool's cached memory back to the driver, after the compute stream's
+    /// queued frees have happened (for allocations outside the pool).
+    pub(crate) fn trim_memory(&self) -> Result<()> {
+        match &self.pool {
+            Some(p) => {
+                self.synchronize()?;
+                memory::trim(p.0)
+            }
+            None => Ok(()),
+        }
+    }
     /// Restarts the high-water marks of [`Self::memory_stats`] from the current use.
     pub fn reset_memory_peaks(&self) -> Result<()> {
         match &self.pool {
@@ -436,11 +447,14 @@ impl CudaDevice {
             )
             .map_err(cuda_err("copy to device"))?;
         }
-        staging.pending = Some(
-            self.stream
-                .record_event(None)
-                .map_err(cuda_err("record a staged upload"))?,
-        );
+        match self.stream.record_event(None) {
+            Ok(e) => staging.pending = Some(e),
+            Err(e) => {
+                // Without the event the next user could not wait for this copy: wait now.
+                self.stream.synchronize().map_err(cuda_err("synchronize"))?;
+                return Err(cuda_err("record a staged upload")(e));
+            }
+        }
         Ok(dst)
     }
 

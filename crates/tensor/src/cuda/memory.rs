@@ -126,6 +126,15 @@ pub(crate) fn stats(pool: sys::CUmemoryPool) -> Result<MemoryStats> {
     })
 }
 
+/// Releases every cached (unused) byte of `pool` to the driver, for allocators outside
+/// the pool (cudaMalloc inside cuDNN's measuring calls).
+pub(crate) fn trim(pool: sys::CUmemoryPool) -> Result<()> {
+    // SAFETY: a valid pool; trimming frees only memory no allocation holds.
+    unsafe { sys::cuMemPoolTrimTo(pool, 0) }
+        .result()
+        .map_err(cuda_err("trim the memory pool"))
+}
+
 /// Restarts both high-water marks from the current use (the driver's rule for a 0 write).
 pub(crate) fn reset_peaks(pool: sys::CUmemoryPool) -> Result<()> {
     use sys::CUmemPool_attribute::*;

@@ -65,7 +65,9 @@ pub(crate) fn cross_entropy<T: GpuFloat>(
     let mut row_valid = d.alloc_zeros::<f64>(n)?;
     let mut loss = d.alloc_zeros::<T>(1)?;
     let mut count = d.alloc_zeros::<T>(1)?;
-    if n * c > 0 {
+    // Launched for c = 0 too: every label not ignored is then out of range (a fault, as
+    // the CPU's error), and no element is read.
+    if n > 0 {
         let name = format!("ce_fwd_{}", T::SUFFIX);
         let (cols, ig) = (c as u64, ignore_code(ignore));
         let mut fault = d.fault_word();
