@@ -3,7 +3,7 @@
 # jobs it already finished (--reuse): gTop-k's convergence (about 35 min on 2 cores),
 # paper 001's Table 1 with the paper's Adam (about 40 min), DGC Table 4's speech row
 # (about an hour; needs `datasets prepare speech --out data/speech`), and the
-# language-model gap against epochs at the long preset's full 10 epochs (about 55 min).
+# language-model gap against epochs at the long preset's full 10 epochs (about 65 min).
 # Each writes its table, claim columns and curves under runs/<name>/, the printed table
 # to runs/<name>.out and the workers' logs to runs/<name>.log.
 # Usage: bash scripts/claims-runs.sh [gtopk_convergence] [localgrad_adam]
