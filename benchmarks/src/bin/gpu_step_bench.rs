@@ -207,21 +207,19 @@ type Workload = (
     Box<dyn Fn(&dyn Module, &mut Ctx) -> tensor::Result<Tensor>>,
 );
 
+/// A standard-normal f32 input drawn on the host (the same values whatever the device)
+/// and moved to `device`.
+fn normal_input(shape: Vec<usize>, device: Device, rng: &mut Rng) -> Result<Tensor> {
+    Ok(Tensor::randn(shape, 0.0, 1.0, DType::F32, Device::Cpu, rng)?.to_device(device)?)
+}
+
 fn workload(name: &str, device: Device) -> Result<Workload> {
     let mut rng = Rng::new(0);
     Ok(match name {
         "resnet50" => {
             let batch = 64;
             let model = init::with_default_device(device, || models::resnet50(1000, &mut rng))?;
-            let x = Tensor::randn(
-                vec![batch, 3, 224, 224],
-                0.0,
-                1.0,
-                DType::F32,
-                Device::Cpu,
-                &mut rng,
-            )?
-            .to_device(device)?;
+            let x = normal_input(vec![batch, 3, 224, 224], device, &mut rng)?;
             let labels: Vec<u32> = (0..batch as u32).map(|i| i % 1000).collect();
             let y = Tensor::from_vec(labels, vec![batch], device)?;
             let loss =
@@ -254,15 +252,11 @@ fn workload(name: &str, device: Device) -> Result<Workload> {
             let model = init::with_default_device(device, || {
                 models::deepspeech(nn::layers::RnnKind::Lstm, 5, 800, classes, &mut rng)
             })?;
-            let x = Tensor::randn(
+            let x = normal_input(
                 vec![batch, 1, models::SPECTROGRAM_BINS, frames],
-                0.0,
-                1.0,
-                DType::F32,
-                Device::Cpu,
+                device,
                 &mut rng,
-            )?
-            .to_device(device)?;
+            )?;
             let targets: Vec<Vec<u32>> = (0..batch)
                 .map(|b| {
                     (0..label_len)
