@@ -32,4 +32,6 @@ echo "=== variants (ours only) ==="
 grep -v '^{' "$final/variants.txt"
 echo "=== gpu-check.sh (rc $check_rc) ==="
 tail -60 "$final/gpu-check.txt"
-grep -h "convolutions \(through\|run as\)" "$final"/*.txt | sort -u
+# Which convolution path ran (the first convolution of each gpu_step_bench says so).
+grep -h "convolutions \(through\|run as\)" "$final"/variants.txt | sort -u
+exit $check_rc

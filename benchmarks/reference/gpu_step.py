@@ -140,6 +140,7 @@ for _ in range(args.repeats):
     t = time.perf_counter()
     step()
     times.append(time.perf_counter() - t)
+peak_allocated, peak_reserved = torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()
 phases = None
 if args.breakdown:
     f, b, u = [], [], []
@@ -170,8 +171,8 @@ print(json.dumps({
     "batch": args.batch,
     "phases": phases,
     "torch_ms": statistics.median(times) * 1e3,
-    "peak_allocated_mib": torch.cuda.max_memory_allocated() / 2**20,
-    "peak_reserved_mib": torch.cuda.max_memory_reserved() / 2**20,
+    "peak_allocated_mib": peak_allocated / 2**20,
+    "peak_reserved_mib": peak_reserved / 2**20,
     "torch_version": torch.__version__,
     "device": torch.cuda.get_device_name(0),
 }))

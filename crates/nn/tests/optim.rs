@@ -106,6 +106,10 @@ fn clipping_scales_to_the_global_norm() {
     let reads = tensor::host_reads();
     clip_grad_norm(&mut grads, 0.5).unwrap();
     assert_eq!(tensor::host_reads(), reads);
+    // A norm at the limit is left alone, bit for bit.
+    let mut at_limit = vec![Tensor::from_vec(vec![3.0f32, 4.0], 2, Device::Cpu).unwrap()];
+    clip_grad_norm(&mut at_limit, 5.0).unwrap();
+    assert_eq!(at_limit[0].to_vec::<f32>().unwrap(), [3.0, 4.0]);
     // A NaN norm makes every gradient NaN, as in PyTorch, rather than letting a finite
     // 1e6 through unclipped beside the NaN.
     let mut grads = vec![

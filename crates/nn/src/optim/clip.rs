@@ -8,10 +8,13 @@ use tensor::{no_grad, DType, Result, Tensor};
 /// instead of the finite gradients passing unclipped. Returns the norm before clipping as a
 /// one-element f64 tensor on the gradients' device.
 ///
-/// Nothing is read to the host, as in PyTorch: the scale is `min(max_norm / (total +
-/// 1e-6), 1)` computed on the device and applied to every gradient (a multiply by exactly
-/// 1 when no clipping is due, which leaves the values as they were). Reading the norm
-/// per tensor, as a host-side loop would, waits for the GPU once per parameter tensor.
+/// Nothing is read to the host, as in PyTorch: the scale is computed on the device and
+/// applied to every gradient, 1 when `total <= max_norm` (a multiply by exactly 1, which
+/// leaves every value as it was) and `max_norm / (total + 1e-6)` otherwise (NaN fails the
+/// comparison, so a NaN norm scales too). Reading the norm per tensor, as a host-side
+/// loop would, waits for the GPU once per parameter tensor. (Unlike PyTorch, which
+/// scales by `min(max_norm / (total + 1e-6), 1)`, a norm within 1e-6 below `max_norm` is
+/// left alone, as this function always has.)
 pub fn clip_grad_norm(grads: &mut [Tensor], max_norm: f64) -> Result<Tensor> {
     no_grad(|| {
         let device = grads.first().map_or(tensor::Device::Cpu, |g| g.device());
@@ -20,9 +23,11 @@ pub fn clip_grad_norm(grads: &mut [Tensor], max_norm: f64) -> Result<Tensor> {
             sq = sq.add(&g.to_dtype(DType::F64)?.sqr()?.sum_all()?)?;
         }
         let total = sq.sqrt()?;
-        let coef = Tensor::full(max_norm, (), DType::F64, device)?
-            .div(&total.add_scalar(1e-6)?)?
-            .clamp(f64::NEG_INFINITY, 1.0)?;
+        let limit = Tensor::full(max_norm, (), DType::F64, device)?;
+        let coef = total.le(&limit)?.where_cond(
+            &Tensor::ones((), DType::F64, device)?,
+            &limit.div(&total.add_scalar(1e-6)?)?,
+        )?;
         for g in grads.iter_mut() {
             *g = g.mul(&coef.to_dtype(g.dtype())?)?;
         }
