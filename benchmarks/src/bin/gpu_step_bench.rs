@@ -1,8 +1,8 @@
 //! One training step (forward, loss, backward, SGD with momentum 0.9) of ResNet-50 at
 //! batch 64 and of the 2 × 1500 LSTM language model (vocab 10000, batch 20, 35 steps),
 //! both with cross-entropy, and of DGC's AN4 DeepSpeech (5 bidirectional LSTM layers of
-//! 800, batch 16 of 200 frames, CTC) on CUDA device 0, against PyTorch eager fp32 on the same GPU measured in the
-//! same run by `reference/gpu_step.py` (TF32 off on both sides).
+//! 800, batch 16 of 200 frames, CTC) on CUDA device 0, against PyTorch eager fp32 on the
+//! same GPU measured in the same run by `reference/gpu_step.py` (TF32 off on both sides).
 //!
 //! Each step ends with a device synchronisation, so a step's time is the whole step's
 //! GPU work. The median of `--repeats` steps after `--warmup` is reported, with the ratio

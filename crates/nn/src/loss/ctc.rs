@@ -48,23 +48,16 @@ pub fn ctc_loss(
         .collect();
     let (value, scales) = no_grad(|| -> Result<(Tensor, Tensor)> {
         let shares = Tensor::from_vec(shares, vec![n], device)?;
-        let zeros = nll.zeros_like()?;
-        let nan = Tensor::full(f64::NAN, vec![n], tensor::DType::F64, device)?;
-        // Finite losses: x - x is 0 (for ±inf and NaN it is NaN).
-        let finite = nll.sub(&nll)?.eq(&zeros)?;
-        let contrib = nll.mul(&shares)?;
         // A sample's gradient is scaled by its share, or NaN when its loss is not finite
-        // (as PyTorch), and with zero_infinity an unalignable sample (+inf only: a NaN
-        // from diverged log-probabilities stays NaN, so a diverged run shows) counts 0.
-        let mut scales = finite.where_cond(&shares, &nan)?;
-        let mut contrib = contrib;
+        // (as PyTorch): l - l is 0 for a finite loss and NaN for ±inf and NaN.
+        let mut scales = shares.add(&nll.sub(&nll)?)?;
+        let mut contrib = nll.mul(&shares)?;
         if zero_infinity {
-            let unalignable = nll.eq(&Tensor::full(
-                f64::INFINITY,
-                vec![n],
-                tensor::DType::F64,
-                device,
-            )?)?;
+            // An unalignable sample (+inf only: a NaN from diverged log-probabilities
+            // stays NaN, so a diverged run shows) counts 0 in loss and gradient.
+            let inf = Tensor::full(f64::INFINITY, vec![n], tensor::DType::F64, device)?;
+            let unalignable = nll.eq(&inf)?;
+            let zeros = nll.zeros_like()?;
             scales = unalignable.where_cond(&zeros, &scales)?;
             contrib = unalignable.where_cond(&zeros, &contrib)?;
         }

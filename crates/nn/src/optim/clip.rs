@@ -12,9 +12,9 @@ use tensor::{no_grad, DType, Result, Tensor};
 /// applied to every gradient, 1 when `total <= max_norm` (a multiply by exactly 1, which
 /// leaves every value as it was) and `max_norm / (total + 1e-6)` otherwise (NaN fails the
 /// comparison, so a NaN norm scales too). Reading the norm per tensor, as a host-side
-/// loop would, waits for the GPU once per parameter tensor. (Unlike PyTorch, which
-/// scales by `min(max_norm / (total + 1e-6), 1)`, a norm within 1e-6 below `max_norm` is
-/// left alone, as this function always has.)
+/// loop would, waits for the GPU once per parameter tensor. (PyTorch scales by
+/// `min(max_norm / (total + 1e-6), 1)`, which also shrinks a norm within 1e-6 below
+/// `max_norm`; here a norm at or below the limit leaves the gradients untouched.)
 pub fn clip_grad_norm(grads: &mut [Tensor], max_norm: f64) -> Result<Tensor> {
     no_grad(|| {
         let device = grads.first().map_or(tensor::Device::Cpu, |g| g.device());
@@ -28,8 +28,15 @@ pub fn clip_grad_norm(grads: &mut [Tensor], max_norm: f64) -> Result<Tensor> {
             &Tensor::ones((), DType::F64, device)?,
             &limit.div(&total.add_scalar(1e-6)?)?,
         )?;
+        // The coefficient in the gradients' dtype, converted once per dtype (one, as a
+        // rule), not once per gradient.
+        let mut cast: Option<Tensor> = None;
         for g in grads.iter_mut() {
-            *g = g.mul(&coef.to_dtype(g.dtype())?)?;
+            let c = match &cast {
+                Some(c) if c.dtype() == g.dtype() => c.clone(),
+                _ => cast.insert(coef.to_dtype(g.dtype())?).clone(),
+            };
+            *g = g.mul(&c)?;
         }
         Ok(total)
     })

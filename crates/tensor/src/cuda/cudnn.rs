@@ -31,6 +31,7 @@ use cudarc::cudnn::{result as dnn, sys};
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, SyncOnDrop};
 use std::collections::HashMap;
 use std::ffi::c_void;
+use std::sync::MutexGuard;
 
 /// Algorithms needing a larger workspace are passed over (PyTorch caps by free memory;
 /// a fixed bound keeps the choice the same from run to run).
@@ -67,10 +68,6 @@ pub(crate) fn parse_mode(v: &str) -> Result<Mode> {
              benchmark (measured, deterministic), fastest (measured, any) or off"
         ))),
     }
-}
-
-pub(crate) fn dnn_err(what: &'static str) -> impl FnOnce(dnn::CudnnError) -> Error {
-    cuda_err(what)
 }
 
 pub(crate) struct TensorDesc(pub(crate) sys::cudnnTensorDescriptor_t);
@@ -112,46 +109,28 @@ fn descs(
     dtype: sys::cudnnDataType_t,
     math: sys::cudnnMathType_t,
 ) -> Result<Descs> {
-    let nchw = sys::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW;
-    let (n, c, h, w) = (
-        int(p.batch, "batch")?,
-        int(p.in_channels, "channels")?,
-        int(p.in_h, "height")?,
-        int(p.in_w, "width")?,
-    );
-    let o = int(p.out_channels, "output channels")?;
-    let (oh, ow) = (
-        int(p.out_h(), "output height")?,
-        int(p.out_w(), "output width")?,
-    );
+    let x = TensorDesc::nchw([p.batch, p.in_channels, p.in_h, p.in_w], dtype)?;
+    let y = TensorDesc::nchw([p.batch, p.out_channels, p.out_h(), p.out_w()], dtype)?;
     let groups = int(p.groups.max(1), "groups")?;
-    let x =
-        TensorDesc(dnn::create_tensor_descriptor().map_err(dnn_err("create tensor descriptor"))?);
-    let y =
-        TensorDesc(dnn::create_tensor_descriptor().map_err(dnn_err("create tensor descriptor"))?);
     let wd =
-        FilterDesc(dnn::create_filter_descriptor().map_err(dnn_err("create filter descriptor"))?);
+        FilterDesc(dnn::create_filter_descriptor().map_err(cuda_err("create filter descriptor"))?);
     let conv = ConvDesc(
-        dnn::create_convolution_descriptor().map_err(dnn_err("create convolution descriptor"))?,
+        dnn::create_convolution_descriptor().map_err(cuda_err("create convolution descriptor"))?,
     );
     // SAFETY: each descriptor was just created and is set once before use.
     unsafe {
-        dnn::set_tensor4d_descriptor(x.0, nchw, dtype, [n, c, h, w])
-            .map_err(dnn_err("set input descriptor"))?;
-        dnn::set_tensor4d_descriptor(y.0, nchw, dtype, [n, o, oh, ow])
-            .map_err(dnn_err("set output descriptor"))?;
         dnn::set_filter4d_descriptor(
             wd.0,
             dtype,
-            nchw,
+            sys::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW,
             [
-                o,
-                c / groups,
+                int(p.out_channels, "output channels")?,
+                int(p.in_channels, "channels")? / groups,
                 int(p.k_h, "kernel height")?,
                 int(p.k_w, "kernel width")?,
             ],
         )
-        .map_err(dnn_err("set filter descriptor"))?;
+        .map_err(cuda_err("set filter descriptor"))?;
         dnn::set_convolution2d_descriptor(
             conv.0,
             int(p.padding.0, "padding")?,
@@ -164,9 +143,9 @@ fn descs(
             sys::cudnnConvolutionMode_t::CUDNN_CROSS_CORRELATION,
             dtype,
         )
-        .map_err(dnn_err("set convolution descriptor"))?;
-        dnn::set_convolution_group_count(conv.0, groups).map_err(dnn_err("set group count"))?;
-        dnn::set_convolution_math_type(conv.0, math).map_err(dnn_err("set math type"))?;
+        .map_err(cuda_err("set convolution descriptor"))?;
+        dnn::set_convolution_group_count(conv.0, groups).map_err(cuda_err("set group count"))?;
+        dnn::set_convolution_math_type(conv.0, math).map_err(cuda_err("set math type"))?;
     }
     Ok(Descs { x, w: wd, y, conv })
 }
@@ -194,32 +173,9 @@ struct Choice {
     math: sys::cudnnMathType_t,
 }
 
-/// A convolution's shape, dtype, TF32 switch and pass: what a choice depends on.
-type Key = ([usize; 14], bool, bool, Pass);
-
-fn key(p: &Conv2dParams, f64: bool, tf32: bool, pass: Pass) -> Key {
-    (
-        [
-            p.batch,
-            p.in_channels,
-            p.in_h,
-            p.in_w,
-            p.out_channels,
-            p.k_h,
-            p.k_w,
-            p.stride.0,
-            p.stride.1,
-            p.padding.0,
-            p.padding.1,
-            p.dilation.0,
-            p.dilation.1,
-            p.groups,
-        ],
-        f64,
-        tf32,
-        pass,
-    )
-}
+/// A convolution's shape, dtype (f64 or not), TF32 switch and pass: what a choice
+/// depends on.
+type Key = (Conv2dParams, bool, bool, Pass);
 
 /// One device's cuDNN state: the handle (bound to the compute stream), the choices made so
 /// far (`None`: cuDNN has nothing suitable for that shape, our kernels run it) and the
@@ -328,7 +284,7 @@ impl Dnn {
                     }
                 }
                 .result()
-                .map_err(dnn_err($what))?;
+                .map_err(cuda_err($what))?;
                 r[..count.clamp(0, MAX as i32) as usize]
                     .iter()
                     .find(|p| self.suitable(p.status, p.memory, p.determinism, p.mathType, fma_only))
@@ -367,28 +323,23 @@ impl Dnn {
         })
     }
 
-    /// The choice for this shape and pass, measuring on first sight; `None` when cuDNN has
-    /// nothing suitable (or refuses the shape), which is remembered too.
-    fn choice(
+    /// The choice for this shape and pass, ranked or measured on first sight; `None` when
+    /// cuDNN has nothing suitable (or refuses the shape), which is remembered too.
+    fn choice<T: GpuFloat>(
         &mut self,
         dev: &CudaDevice,
         p: &Conv2dParams,
-        f64: bool,
         pass: Pass,
     ) -> Result<(Option<Choice>, Descs)> {
+        let f64 = !T::IS_F32;
         let tf32 = !f64 && tf32_allowed();
-        let dtype = if f64 {
-            sys::cudnnDataType_t::CUDNN_DATA_DOUBLE
-        } else {
-            sys::cudnnDataType_t::CUDNN_DATA_FLOAT
-        };
         let math = if tf32 {
             sys::cudnnMathType_t::CUDNN_DEFAULT_MATH
         } else {
             sys::cudnnMathType_t::CUDNN_FMA_MATH
         };
-        let d = descs(p, dtype, math)?;
-        let k = key(p, f64, tf32, pass);
+        let d = descs(p, data_type::<T>(), math)?;
+        let k = (*p, f64, tf32, pass);
         let c = match self.choices.get(&k) {
             Some(c) => *c,
             None => {
@@ -410,7 +361,7 @@ impl Dnn {
         if let Some(c) = c {
             // SAFETY: a live descriptor; the math type the measured algorithm ran with.
             unsafe { dnn::set_convolution_math_type(d.conv.0, c.math) }
-                .map_err(dnn_err("set math type"))?;
+                .map_err(cuda_err("set math type"))?;
         }
         Ok((c, d))
     }
@@ -433,7 +384,7 @@ impl TensorDesc {
     /// A 4-d NCHW descriptor of `dims` in the dtype cuDNN calls `dtype`.
     pub(crate) fn nchw(dims: [usize; 4], dtype: sys::cudnnDataType_t) -> Result<TensorDesc> {
         let t = TensorDesc(
-            dnn::create_tensor_descriptor().map_err(dnn_err("create tensor descriptor"))?,
+            dnn::create_tensor_descriptor().map_err(cuda_err("create tensor descriptor"))?,
         );
         let [n, c, h, w] = dims;
         let dims = [
@@ -451,9 +402,20 @@ impl TensorDesc {
                 dims,
             )
         }
-        .map_err(dnn_err("set tensor descriptor"))?;
+        .map_err(cuda_err("set tensor descriptor"))?;
         Ok(t)
     }
+}
+
+/// `dev`'s cuDNN, locked, with the device's context current on this thread (cuDNN's
+/// calls use it, and this may be a thread's first CUDA call, e.g. a compression
+/// thread's); `None` where cuDNN is absent or off.
+pub(crate) fn lock(dev: &CudaDevice) -> Result<Option<MutexGuard<'_, Dnn>>> {
+    let Some(dnn) = dev.dnn() else {
+        return Ok(None);
+    };
+    dev.ctx.bind_to_thread().map_err(cuda_err("bind context"))?;
+    Ok(Some(dnn.lock().unwrap_or_else(|e| e.into_inner())))
 }
 
 /// cuDNN's alpha = 1 and beta = 0 (write the result, read nothing of the output), kept
@@ -524,13 +486,10 @@ pub(crate) fn run<T: GpuFloat>(
     if out_len == 0 || empty.contains(&0) {
         return Ok(None);
     }
-    let Some(lock) = dev.dnn() else {
+    let Some(mut g) = lock(dev)? else {
         return Ok(None);
     };
-    // cuDNN's calls use the context current on this thread (e.g. a compression thread's).
-    dev.ctx.bind_to_thread().map_err(cuda_err("bind context"))?;
-    let mut g = lock.lock().unwrap_or_else(|e| e.into_inner());
-    let (choice, d) = match g.choice(dev, p, !T::IS_F32, pass) {
+    let (choice, d) = match g.choice::<T>(dev, p, pass) {
         Ok(x) => x,
         Err(e) => {
             // A shape cuDNN's descriptors cannot state (e.g. beyond i32): our kernels.
@@ -577,7 +536,7 @@ pub(crate) fn run<T: GpuFloat>(
             ),
         }
     };
-    status.result().map_err(dnn_err("convolution"))?;
+    status.result().map_err(cuda_err("convolution"))?;
     drop((_sa, _sb, _so, _ws_sync));
     Ok(Some(out))
 }

@@ -7,16 +7,15 @@
 //! cuDNN is passed none. Evaluation mode and the backward through fixed statistics keep
 //! our kernels; so does everything when cuDNN is absent or off (see cudnn.rs).
 
-use super::cudnn::{data_type, dnn_err, ptr, ptr_mut, Dnn, Scaling, TensorDesc};
+use super::cudnn::{self, data_type, ptr, ptr_mut, Dnn, Scaling, TensorDesc};
 use super::device::{cuda_err, CudaDevice};
 use super::dtype::GpuFloat;
+use super::norm::Triple;
 use crate::storage::BatchNormParams;
 use crate::Result;
 use cudarc::cudnn::sys;
 use cudarc::driver::CudaSlice;
 use std::sync::MutexGuard;
-
-type Triple<T> = (CudaSlice<T>, CudaSlice<T>, CudaSlice<T>);
 
 /// cuDNN refuses a smaller epsilon (CUDNN_BN_MIN_EPSILON).
 const MIN_EPS: f64 = 1e-5;
@@ -39,7 +38,7 @@ fn start<'a, T: GpuFloat>(dev: &'a CudaDevice, p: &BatchNormParams) -> Result<Op
     if !usable(p) {
         return Ok(None);
     }
-    let Some(lock) = dev.dnn() else {
+    let Some(dnn) = cudnn::lock(dev)? else {
         return Ok(None);
     };
     let dt = data_type::<T>();
@@ -50,10 +49,8 @@ fn start<'a, T: GpuFloat>(dev: &'a CudaDevice, p: &BatchNormParams) -> Result<Op
     ) else {
         return Ok(None);
     };
-    // cuDNN's calls use the context current on this thread.
-    dev.ctx.bind_to_thread().map_err(cuda_err("bind context"))?;
     Ok(Some(Call {
-        dnn: lock.lock().unwrap_or_else(|e| e.into_inner()),
+        dnn,
         act,
         chan,
         outs: (
@@ -114,7 +111,7 @@ pub(crate) fn forward_training<T: GpuFloat>(
         )
     }
     .result()
-    .map_err(dnn_err("batch norm forward"))?;
+    .map_err(cuda_err("batch norm forward"))?;
     drop((_a, _b, _c, _d, _e, _f));
     Ok(Some((out, mean, invstd)))
 }
@@ -175,7 +172,7 @@ pub(crate) fn backward_training<T: GpuFloat>(
         )
     }
     .result()
-    .map_err(dnn_err("batch norm backward"))?;
+    .map_err(cuda_err("batch norm backward"))?;
     drop((_a, _b, _c, _d, _e, _f, _g, _h));
     Ok(Some((dx, dw, db)))
 }

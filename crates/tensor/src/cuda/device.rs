@@ -326,11 +326,14 @@ impl CudaDevice {
         self.pool.as_ref().map(|p| memory::stats(p.0)).transpose()
     }
     /// Hands the pool's cached memory back to the driver, after the compute stream's
-    /// queued frees have happened (for allocations outside the pool).
+    /// queued frees have happened (for allocations outside the pool). Waits without
+    /// reading the fault word: a bad input stays the error of the caller's next
+    /// synchronisation rather than of this internal wait.
     pub(crate) fn trim_memory(&self) -> Result<()> {
         match &self.pool {
             Some(p) => {
-                self.synchronize()?;
+                self.host_syncs.fetch_add(1, Ordering::Relaxed);
+                self.stream.synchronize().map_err(cuda_err("synchronize"))?;
                 memory::trim(p.0)
             }
             None => Ok(()),

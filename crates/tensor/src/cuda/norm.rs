@@ -10,7 +10,7 @@ use crate::storage::BatchNormParams;
 use crate::Result;
 use cudarc::driver::CudaSlice;
 
-type Triple<T> = (CudaSlice<T>, CudaSlice<T>, CudaSlice<T>);
+pub(crate) type Triple<T> = (CudaSlice<T>, CudaSlice<T>, CudaSlice<T>);
 
 /// Returns `(out, mean, invstd)`; with `running` the statistics are the running ones.
 pub(crate) fn forward<T: GpuFloat>(

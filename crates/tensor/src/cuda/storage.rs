@@ -472,8 +472,7 @@ impl BackendStorage for CudaStorage {
         self.same_device(count, what)?;
         let l = labels.u32_slice("cross_entropy labels")?;
         let d = &self.dev;
-        let (g, k) = (grad, count);
-        Ok(match (&self.data, &g.data, &k.data) {
+        Ok(match (&self.data, &grad.data, &count.data) {
             (CudaData::F32(p), CudaData::F32(g), CudaData::F32(k)) => CudaStorage::new(
                 softmax::cross_entropy_backward(d, p, l, g, k, n, c, ignore)?,
                 n * c,

@@ -92,7 +92,7 @@ pub enum ReduceOp {
 }
 
 /// Geometry of a 2-d convolution over NCHW input and OIHW weights (I = C_in / groups).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Conv2dParams {
     pub batch: usize,
     pub in_channels: usize,
