@@ -173,21 +173,19 @@ if [ -x .gpu/bin/train ]; then
     fi
   fi
 
-  # The methods on tensors with one worker three ways each: on host slices over TCP, on
-  # GPU tensors over TCP, on GPU tensors over NCCL. The GPU's selection, accumulation,
-  # binarization and quantization (the same counter-based draws) equal the CPU's bit for
-  # bit and one rank's sum is its own message, so each method's three runs must end with
-  # the same loss.
+  # Every method with one worker two ways: over TCP and over NCCL (GPU tensors both).
+  # One rank's sum is its own message, so each method's two runs must end with the same
+  # loss; the GPU's selection, accumulation, binarization and quantization against the
+  # CPU's are the compress-* tests above.
   for method in dgc gtopk topk sbc qsgd terngrad onebit fedavg signsgd randomk thresholdv; do
     losses=""
-    for way in slices tensors-tcp tensors-nccl; do
+    for way in tcp nccl; do
       name=train-resnet20-$method-$way
       wanted "$name" || continue
       lim=$(limit 90) || { skip "$name"; continue; }
       case "$way" in
-        slices) flags=(--exchange slices) ;;
-        tensors-tcp) flags=(--exchange tensors) ;;
-        tensors-nccl) flags=(--backend nccl) ;;
+        tcp) flags=() ;;
+        nccl) flags=(--backend nccl) ;;
       esac
       case "$method" in
         dgc) opts=(--method-opt warmup_epochs=0) ;;
@@ -208,20 +206,23 @@ if [ -x .gpu/bin/train ]; then
     done
     if [ -n "$losses" ] && [ "$(tr ' ' '\n' <<<"$losses" | sed '/^$/d' | sort -u | wc -l)" != 1 ]; then
       status=1
-      row "$method final losses differ between slices, tensors over TCP and over NCCL:$losses"
+      row "$method final losses differ between TCP and NCCL:$losses"
     fi
   done
 
-  # Every method on tensors in a 2-process job on one GPU over TCP (two contexts taking
-  # turns): both ranks must end with the same parameters bit for bit, and the summary's
-  # compression ratio is printed beside the method.
-  for method in dense dgc gtopk topk local sbc qsgd terngrad onebit fedavg powersgd signsgd \
+  # Every method in a 2-process job on one GPU over TCP (two contexts taking turns): both
+  # ranks must end with the same parameters bit for bit, and the summary's compression
+  # ratio is printed beside the method. dense-bf16 is dense with bfloat16 on the ring;
+  # dgc-buckets is DGC with --bucket-elems (the small tensors exchanged as one).
+  for method in dense dense-bf16 dgc dgc-buckets gtopk topk local sbc qsgd terngrad onebit fedavg powersgd signsgd \
     signum efsignsgd randomk thresholdv; do
     name=train2-resnet20-$method
     wanted "$name" || continue
     lim=$(limit 90) || { skip "$name"; continue; }
     case "$method" in
       dgc) opts=(--method-opt warmup_epochs=0) ;;
+      dense-bf16) opts=(--method-opt wire=bf16) ;;
+      dgc-buckets) opts=(--method-opt warmup_epochs=0 --bucket-elems 20000) ;;
       gtopk | topk) opts=(--method-opt density=0.01) ;;
       local) opts=(--method-opt density=0.01 --method-opt sync_every=5) ;;
       sbc) opts=(--method-opt delay=5 --method-opt density=0.01) ;;
@@ -233,7 +234,7 @@ if [ -x .gpu/bin/train ]; then
       *) opts=() ;;
     esac
     timed "$name" "$lim" .gpu/bin/train --workers 2 --model resnet20 --dataset synthetic \
-      --device cuda --exchange tensors --method "$method" "${opts[@]}" --batch-size 32 \
+      --device cuda --method "${method%-*}" "${opts[@]}" --batch-size 32 \
       --steps 12 --log-every 4 --out "$out/$name"
     same=$(python3 scripts/same-params.py "$out/$name" 2 2>&1) || status=1
     ratio=$(grep -o '"message_compression_ratio": *[-0-9.e]*' "$out/$name/summary.json" 2>/dev/null | grep -o '[-0-9.e]*$')

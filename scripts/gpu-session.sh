@@ -3,7 +3,7 @@
 # (scripts/gpu-build.sh), in at most about 7 minutes on an H100/H200:
 #   1. scripts/gpu-check.sh over GPU_CHECK_ONLY (default below: the GPU tests of the
 #      methods on tensors, quantization and selection against the CPU, ProcessGroup's
-#      compositions and NCCL; compress_bench --device cuda; each method trained on slices
+#      compositions and NCCL; compress_bench --device cuda; each method trained over TCP
 #      and over NCCL to one loss; every method in a 2-process job over TCP with identical
 #      parameters on both ranks), under GPU_CHECK_BUDGET seconds (default 400);
 #   2. with PROFILE=1 (not in the same call: it needs about 4 minutes more), kernel
@@ -18,19 +18,19 @@ final="${OUT:-gpu-logs}"
 mkdir -p "$final"
 export OUT="$final"
 # What matters most first (a budget cut falls on the rest): the GPU tests of the methods
-# on tensors and the collectives, the compression benchmark, then each method trained on
-# slices and over NCCL (one rank: the same loss), then in a 2-process job over TCP
+# on tensors and the collectives, the compression benchmark, then each method trained over
+# TCP and over NCCL (one rank: the same loss), then in a 2-process job over TCP
 # (identical parameters on both ranks). The op-by-op and model tests and gpu_step_bench
 # (unchanged since their last GPU run) run when named in GPU_CHECK_ONLY.
 default_runs="tensor-quantize compress-exchange-tensor comm-group comm-nccl tensor-sparsify compress-dgc-device \
 compress_bench \
-train-resnet20-dgc-slices train-resnet20-dgc-tensors-nccl train-resnet20-gtopk-slices train-resnet20-gtopk-tensors-nccl \
-train-resnet20-topk-slices train-resnet20-topk-tensors-nccl train-resnet20-sbc-slices train-resnet20-sbc-tensors-nccl \
-train-resnet20-qsgd-slices train-resnet20-qsgd-tensors-nccl train-resnet20-terngrad-slices train-resnet20-terngrad-tensors-nccl \
-train-resnet20-onebit-slices train-resnet20-onebit-tensors-nccl train-resnet20-fedavg-slices train-resnet20-fedavg-tensors-nccl \
-train-resnet20-signsgd-slices train-resnet20-signsgd-tensors-nccl train-resnet20-randomk-slices train-resnet20-randomk-tensors-nccl \
-train-resnet20-thresholdv-slices train-resnet20-thresholdv-tensors-nccl \
-train2-resnet20-dense train2-resnet20-dgc train2-resnet20-gtopk train2-resnet20-topk \
+train-resnet20-dgc-tcp train-resnet20-dgc-nccl train-resnet20-gtopk-tcp train-resnet20-gtopk-nccl \
+train-resnet20-topk-tcp train-resnet20-topk-nccl train-resnet20-sbc-tcp train-resnet20-sbc-nccl \
+train-resnet20-qsgd-tcp train-resnet20-qsgd-nccl train-resnet20-terngrad-tcp train-resnet20-terngrad-nccl \
+train-resnet20-onebit-tcp train-resnet20-onebit-nccl train-resnet20-fedavg-tcp train-resnet20-fedavg-nccl \
+train-resnet20-signsgd-tcp train-resnet20-signsgd-nccl train-resnet20-randomk-tcp train-resnet20-randomk-nccl \
+train-resnet20-thresholdv-tcp train-resnet20-thresholdv-nccl \
+train2-resnet20-dense train2-resnet20-dense-bf16 train2-resnet20-dgc train2-resnet20-dgc-buckets train2-resnet20-gtopk train2-resnet20-topk \
 train2-resnet20-local train2-resnet20-sbc train2-resnet20-qsgd train2-resnet20-terngrad \
 train2-resnet20-onebit train2-resnet20-fedavg train2-resnet20-powersgd train2-resnet20-signsgd \
 train2-resnet20-signum train2-resnet20-efsignsgd train2-resnet20-randomk train2-resnet20-thresholdv"

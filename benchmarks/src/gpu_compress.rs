@@ -88,10 +88,6 @@ fn method_rows(
     let mut rows = Vec::new();
     for label in methods {
         let mut m = crate::one_rank_method(label).with_context(|| format!("--methods {label}"))?;
-        if !m.on_tensors() {
-            eprintln!("{label}: does not run on tensors; no GPU row");
-            continue;
-        }
         m.init(&[ParamSpec::new("grad", &[n])])?;
         m.place(dev)?;
         // Its own weights: SBC and FedAvg overwrite them after the step.

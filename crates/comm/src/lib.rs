@@ -45,7 +45,7 @@ mod trace;
 mod window_sum;
 
 pub use arrival_sum::{ArrivalSum, ARRIVAL_MAX_PARTS};
-pub use communicator::{CommConfig, Communicator, ReduceOp, TopkSum, MAX_WORLD};
+pub use communicator::{CommConfig, Communicator, ReduceOp, TopkSum, Wire16, MAX_WORLD};
 pub use cost::{ping_pong, AlphaBeta};
 pub use counters::{ByteCounters, Collective, Traffic};
 pub use error::{CommError, Result};

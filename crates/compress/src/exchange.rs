@@ -6,7 +6,7 @@
 use crate::codec::CodecError;
 use crate::method::{TensorUpdate, Update, UpdateKind, WireStats};
 use crate::{CompressError, Result};
-use comm::{Communicator, ProcessGroup, ReduceOp};
+use comm::{Communicator, ProcessGroup, ReduceOp, Wire16};
 use std::time::Instant;
 use tensor::sparsify::Selected;
 use tensor::{DType, Tensor};
@@ -71,13 +71,25 @@ pub(crate) fn dense_average_tensor(
     group: &mut dyn ProcessGroup,
     grad: &Tensor,
 ) -> Result<TensorUpdate> {
+    dense_average_tensor_on(group, grad, None)
+}
+
+/// [`dense_average_tensor`] with `wire` on the wire: f32 (`None`) or a 16-bit format.
+pub(crate) fn dense_average_tensor_on(
+    group: &mut dyn ProcessGroup,
+    grad: &Tensor,
+    wire: Option<Wire16>,
+) -> Result<TensorUpdate> {
     let n = grad.elem_count();
     let mut m = Meter::new(n);
     // x·1 + 0 is x (−0 aside): a contiguous copy on the device.
     let out = tensor::no_grad(|| grad.scale(1.0))?;
-    m.comm(|| group.allreduce(&out, ReduceOp::Average))?;
+    m.comm(|| match wire {
+        None => group.allreduce(&out, ReduceOp::Average),
+        Some(w) => group.allreduce_16(&out, ReduceOp::Average, w),
+    })?;
     m.stats.sent_values = n;
-    m.stats.message_bytes = 4 * n;
+    m.stats.message_bytes = if wire.is_some() { 2 * n } else { 4 * n };
     Ok(TensorUpdate {
         values: out,
         kind: UpdateKind::Gradient,

@@ -27,7 +27,6 @@ pub mod select;
 pub use build::{build, Context, METHODS};
 pub use error::{CompressError, Result};
 pub use method::{
-    on_tensors_text, Method, ParamSpec, StateTensors, StepInfo, TensorUpdate, Update, UpdateKind,
-    WireStats,
+    Method, ParamSpec, StateTensors, StepInfo, TensorUpdate, Update, UpdateKind, WireStats,
 };
 pub use options::{help_text, MethodSpec};

@@ -126,25 +126,6 @@ pub struct TensorUpdate {
     pub stats: WireStats,
 }
 
-/// The methods that run on tensors ([`Method::on_tensors`]), for messages: every entry
-/// of the registry, whose only configurations off tensors are dense's 16-bit wires.
-pub fn on_tensors_text() -> String {
-    let names: Vec<&str> = crate::build::METHODS.iter().map(|m| m.name).collect();
-    format!(
-        "every method but dense with wire=f16 or bf16: {}",
-        names.join(", ")
-    )
-}
-
-/// The error of a method asked to run on tensors that does not yet.
-pub(crate) fn not_on_tensors(name: &str) -> crate::CompressError {
-    crate::CompressError::Usage(format!(
-        "{name} does not run on tensors yet: its exchange takes host slices over the TCP \
-         backend (methods on tensors: {}; see docs/compress.md)",
-        on_tensors_text()
-    ))
-}
-
 /// Per-parameter state that a checkpoint must hold for a bit-exact resume.
 pub type StateTensors = Vec<(String, Vec<f32>)>;
 
@@ -225,30 +206,28 @@ pub trait Method: Send {
     fn after_step_every(&self) -> Option<u64> {
         None
     }
-    /// Whether the method runs on tensors ([`Method::place`], [`Method::exchange_tensor`]):
-    /// the trainer then keeps gradients on their device and hands them over as tensors.
-    fn on_tensors(&self) -> bool {
-        false
+    /// Why this configuration exchanges only over the TCP communicator (`None`: over any
+    /// [`ProcessGroup`]); the trainer refuses it with NCCL or a hierarchical exchange
+    /// before any worker starts.
+    fn tcp_only(&self) -> Option<&'static str> {
+        None
     }
     /// Keeps the per-parameter state on `device` from now on (moving what it holds; after
     /// [`Method::init`], before the first [`Method::exchange_tensor`]), so that the state
-    /// lives where the gradients do. An error for a method that does not run on tensors.
-    fn place(&mut self, _device: Device) -> Result<()> {
-        Err(not_on_tensors(self.name()))
-    }
-    /// [`Method::exchange`] on tensors: parameter `index`'s gradient (and its weights,
-    /// when [`Method::reads_weights`]) on the group's device, the collectives those of
-    /// `group` (TCP or NCCL), the update returned on the same device. Same results as the
-    /// slices' exchange, bit for bit where the method's tests say so.
+    /// lives where the gradients do.
+    fn place(&mut self, device: Device) -> Result<()>;
+    /// [`Method::exchange`] on tensors, the trainer's exchange: parameter `index`'s
+    /// gradient (and its weights, when [`Method::reads_weights`]) on the group's device,
+    /// the collectives those of `group` (TCP or NCCL), the update returned on the same
+    /// device. Same results as the slices' exchange, bit for bit where the method's tests
+    /// say so.
     fn exchange_tensor(
         &mut self,
-        _group: &mut dyn ProcessGroup,
-        _index: usize,
-        _weights: Option<&Tensor>,
-        _grad: &Tensor,
-    ) -> Result<TensorUpdate> {
-        Err(not_on_tensors(self.name()))
-    }
+        group: &mut dyn ProcessGroup,
+        index: usize,
+        weights: Option<&Tensor>,
+        grad: &Tensor,
+    ) -> Result<TensorUpdate>;
     /// [`Method::after_step`] on tensors: parameter `index`'s weights on the group's device,
     /// overwritten in place where the method synchronises them (the same collectives as
     /// on slices, over `group`). Methods that never communicate after the step return
@@ -261,7 +240,10 @@ pub trait Method: Send {
     ) -> Result<Option<WireStats>> {
         match self.after_step_every() {
             None => Ok(None),
-            Some(_) => Err(not_on_tensors(self.name())),
+            Some(_) => Err(crate::CompressError::Usage(format!(
+                "{} communicates after the step but has no after_step_tensor",
+                self.name()
+            ))),
         }
     }
     /// The state a resume needs (residuals, momenta, weight copies, RNG), named, on the

@@ -145,6 +145,8 @@ fn check(name: &str, opts: &[&str], nesterov: bool) {
 #[test]
 fn dense_on_tensors_equals_dense_on_slices() {
     check("dense", &[], false);
+    check("dense", &["wire=f16"], false);
+    check("dense", &["wire=bf16"], false);
 }
 
 #[test]
@@ -239,13 +241,19 @@ fn onebit_on_tensors_equals_onebit_on_slices() {
     check("onebit", &["bucket=700"], false);
 }
 
+/// The 16-bit rings run on the TCP communicator only, and say so: the trainer reads
+/// `tcp_only` to refuse them with NCCL before any worker starts.
 #[test]
-fn half_precision_dense_does_not_run_on_tensors_and_says_so() {
+fn half_precision_dense_says_it_needs_the_tcp_communicator() {
     let cx = ctx(0, 1);
-    let mut half = built("dense", &["wire=f16"], &cx, SHAPES);
-    assert!(!half.on_tensors());
-    let e = half.place(Device::Cpu).unwrap_err().to_string();
-    assert!(e.contains("does not run on tensors yet"), "{e}");
+    for wire in ["wire=f16", "wire=bf16"] {
+        let half = built("dense", &[wire], &cx, SHAPES);
+        let why = half.tcp_only().expect("a 16-bit ring is TCP-only");
+        assert!(why.contains("TCP"), "{why}");
+    }
+    assert!(built("dense", &[] as &[&str], &cx, SHAPES)
+        .tcp_only()
+        .is_none());
 }
 
 /// A method whose tensor path runs the slices' code on CPU tensors but whose GPU kernels

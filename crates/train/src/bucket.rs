@@ -17,6 +17,7 @@ use crate::exchanger::Job;
 use compress::ParamSpec;
 use crossbeam_channel::Sender;
 use std::sync::Mutex;
+use tensor::Tensor;
 
 pub struct Buckets {
     /// Parameter indices of each bucket, in index order.
@@ -80,26 +81,39 @@ impl Buckets {
             .collect()
     }
 
-    /// Concatenates the members' vectors of bucket `b`.
-    pub fn join(&self, b: usize, part: impl Fn(usize) -> Vec<f32>) -> Vec<f32> {
+    /// Bucket `b` as one tensor: a lone parameter's tensor itself, or its members'
+    /// tensors flattened and concatenated in member order (a copy on their device).
+    pub fn join(&self, b: usize, part: impl Fn(usize) -> Tensor) -> tensor::Result<Tensor> {
         match self.members[b].as_slice() {
-            [one] => part(*one),
-            many => many.iter().flat_map(|&i| part(i)).collect(),
+            [one] => Ok(part(*one)),
+            many => {
+                let parts = many
+                    .iter()
+                    .map(|&i| part(i).flatten_all())
+                    .collect::<tensor::Result<Vec<_>>>()?;
+                Tensor::cat(&parts, 0)
+            }
         }
     }
 
-    /// Cuts bucket `b`'s vector into its members' parts: (parameter, values).
-    pub fn split(&self, b: usize, mut values: Vec<f32>) -> Vec<(usize, Vec<f32>)> {
+    /// Cuts bucket `b`'s tensor into its members' parts, each shaped `dims(member)`:
+    /// (parameter, part). A lone parameter's tensor comes back as it is.
+    pub fn split(
+        &self,
+        b: usize,
+        t: Tensor,
+        dims: impl Fn(usize) -> Vec<usize>,
+    ) -> tensor::Result<Vec<(usize, Tensor)>> {
         match self.members[b].as_slice() {
-            [one] => vec![(*one, values)],
+            [one] => Ok(vec![(*one, t)]),
             many => {
-                let mut out = Vec::with_capacity(many.len());
-                for &i in many.iter().rev() {
-                    let rest = values.split_off(values.len().saturating_sub(self.sizes[i]));
-                    out.push((i, rest));
-                }
-                out.reverse();
-                out
+                let flat = t.flatten_all()?;
+                many.iter()
+                    .map(|&i| {
+                        let part = flat.narrow(0, self.place[i].1, self.sizes[i])?;
+                        Ok((i, part.reshape(dims(i))?))
+                    })
+                    .collect()
             }
         }
     }
@@ -128,14 +142,12 @@ impl Buckets {
     }
 }
 
-/// A bucket being filled during backward.
+/// A bucket being filled during backward: its members' gradients (and weights, when the
+/// method reads them) as they arrive.
 struct Slot {
-    grad: Vec<f32>,
-    weights: Vec<f32>,
-    arrived: Vec<bool>,
+    grads: Vec<Option<Tensor>>,
+    weights: Vec<Option<Tensor>>,
     pending: usize,
-    /// A member arrived with the wrong length (a failed conversion).
-    bad: bool,
 }
 
 /// Collects gradients from the hooks and sends each bucket's exchange job when it is
@@ -144,21 +156,18 @@ pub struct Collector {
     buckets: Buckets,
     slots: Vec<Mutex<Slot>>,
     jobs: Sender<Job>,
-    reads_weights: bool,
 }
 
 impl Collector {
-    pub fn new(buckets: Buckets, jobs: Sender<Job>, reads_weights: bool) -> Collector {
+    pub fn new(buckets: Buckets, jobs: Sender<Job>) -> Collector {
         let slots = buckets
             .members
             .iter()
             .map(|m| {
                 Mutex::new(Slot {
-                    grad: Vec::new(),
-                    weights: Vec::new(),
-                    arrived: vec![false; m.len()],
+                    grads: vec![None; m.len()],
+                    weights: vec![None; m.len()],
                     pending: m.len(),
-                    bad: false,
                 })
             })
             .collect();
@@ -166,7 +175,6 @@ impl Collector {
             buckets,
             slots,
             jobs,
-            reads_weights,
         }
     }
 
@@ -176,60 +184,49 @@ impl Collector {
 
     /// Parameter `i`'s gradient (and weights, when the method reads them). A send error
     /// means the compression thread has ended; the training thread reports its reason.
-    pub fn deliver(&self, i: usize, grad: Vec<f32>, weights: Vec<f32>) {
-        let (b, offset) = self.buckets.place[i];
+    pub fn deliver(&self, i: usize, grad: Tensor, weights: Option<Tensor>) {
+        let b = self.buckets.place[i].0;
         let members = &self.buckets.members[b];
         if members.len() == 1 {
             let _ = self.jobs.send(Job::Exchange {
                 index: b,
-                weights,
                 grad,
+                weights,
             });
             return;
         }
-        let total: usize = members.iter().map(|&m| self.buckets.sizes[m]).sum();
         let mut slot = self.slots[b].lock().unwrap_or_else(|e| e.into_inner());
-        if slot.pending == members.len() {
-            slot.grad = vec![0.0; total];
-            slot.weights = if self.reads_weights {
-                vec![0.0; total]
-            } else {
-                Vec::new()
-            };
-        }
-        let n = self.buckets.sizes[i];
-        if grad.len() == n {
-            slot.grad[offset..offset + n].copy_from_slice(&grad);
-        } else {
-            slot.bad = true;
-        }
-        if self.reads_weights && weights.len() == self.buckets.sizes[i] {
-            slot.weights[offset..offset + weights.len()].copy_from_slice(&weights);
-        }
         let pos = members.iter().position(|&m| m == i).unwrap_or(0);
-        if !slot.arrived[pos] {
-            slot.arrived[pos] = true;
+        if slot.grads[pos].is_none() {
             slot.pending -= 1;
         }
-        if slot.pending == 0 {
-            // A bad member makes the whole bucket an empty vector, which the method
-            // rejects with an error naming the bucket, as it would a lone parameter.
-            let grad = if slot.bad {
-                Vec::new()
-            } else {
-                std::mem::take(&mut slot.grad)
-            };
-            slot.grad = Vec::new();
-            slot.bad = false;
-            let weights = std::mem::take(&mut slot.weights);
-            slot.arrived.iter_mut().for_each(|a| *a = false);
-            slot.pending = members.len();
-            let _ = self.jobs.send(Job::Exchange {
-                index: b,
-                weights,
-                grad,
-            });
+        slot.grads[pos] = Some(grad);
+        slot.weights[pos] = weights;
+        if slot.pending > 0 {
+            return;
         }
+        slot.pending = members.len();
+        let grads: Vec<Tensor> = slot.grads.iter_mut().filter_map(Option::take).collect();
+        let weights: Vec<Tensor> = slot.weights.iter_mut().filter_map(Option::take).collect();
+        let member = |i: usize| members.iter().position(|&m| m == i).unwrap_or(0);
+        let job = self
+            .buckets
+            .join(b, |i| grads[member(i)].clone())
+            .and_then(|grad| {
+                let weights = match weights.len() == members.len() {
+                    true => Some(self.buckets.join(b, |i| weights[member(i)].clone())?),
+                    false => None,
+                };
+                Ok(Job::Exchange {
+                    index: b,
+                    grad,
+                    weights,
+                })
+            })
+            // The concatenation allocates on the device: its failure ends the thread
+            // with an error naming the bucket.
+            .unwrap_or_else(|e| Job::Fail(format!("joining bucket {b}'s gradients: {e}")));
+        let _ = self.jobs.send(job);
     }
 }
 
@@ -266,44 +263,78 @@ mod tests {
         assert_eq!(alone.split_positions(1, &[3, 0]), vec![(1, vec![3, 0])]);
     }
 
+    fn values(t: &Tensor) -> Vec<f32> {
+        t.to_vec::<f32>().expect("host values")
+    }
+
+    fn filled(v: f32, dims: &[usize]) -> Tensor {
+        let n = dims.iter().product::<usize>();
+        Tensor::from_vec(vec![v; n], dims.to_vec(), tensor::Device::Cpu).expect("a tensor")
+    }
+
     #[test]
     fn join_and_split_are_inverse() {
         let b = Buckets::plan(&[2, 3, 1], 10);
-        let joined = b.join(0, |i| vec![i as f32; [2, 3, 1][i]]);
-        assert_eq!(joined, vec![0.0, 0.0, 1.0, 1.0, 1.0, 2.0]);
-        let parts = b.split(0, joined);
+        let dims = |i: usize| [vec![2], vec![3, 1], vec![1]][i].clone();
+        let joined = b.join(0, |i| filled(i as f32, &dims(i))).expect("joined");
+        assert_eq!(values(&joined), vec![0.0, 0.0, 1.0, 1.0, 1.0, 2.0]);
+        let parts = b.split(0, joined, dims).expect("split");
+        let got: Vec<(usize, Vec<usize>, Vec<f32>)> = parts
+            .iter()
+            .map(|(i, t)| (*i, t.dims().to_vec(), values(t)))
+            .collect();
         assert_eq!(
-            parts,
+            got,
             vec![
-                (0, vec![0.0, 0.0]),
-                (1, vec![1.0, 1.0, 1.0]),
-                (2, vec![2.0])
+                (0, vec![2], vec![0.0, 0.0]),
+                (1, vec![3, 1], vec![1.0, 1.0, 1.0]),
+                (2, vec![1], vec![2.0])
             ]
         );
+        // A lone parameter is its own tensor, both ways.
+        let alone = Buckets::plan(&[4, 4], 0);
+        let t = filled(7.0, &[2, 2]);
+        assert_eq!(alone.join(1, |_| t.clone()).expect("joined").id(), t.id());
+        let back = alone.split(1, t.clone(), |_| vec![2, 2]).expect("split");
+        assert_eq!(back[0].1.id(), t.id());
     }
 
     #[test]
     fn a_bucket_is_sent_once_its_last_member_arrives() {
         let (tx, rx) = crossbeam_channel::unbounded();
-        let c = Collector::new(Buckets::plan(&[2, 3, 100], 10), tx, false);
-        c.deliver(1, vec![3.0, 4.0, 5.0], Vec::new());
+        let c = Collector::new(Buckets::plan(&[2, 3, 100], 10), tx);
+        let t = |v: &[f32]| Tensor::from_vec(v.to_vec(), v.len(), tensor::Device::Cpu).expect("t");
+        c.deliver(1, t(&[3.0, 4.0, 5.0]), Some(t(&[-3.0, -4.0, -5.0])));
         assert!(rx.try_recv().is_err());
-        c.deliver(0, vec![1.0, 2.0], Vec::new());
+        c.deliver(0, t(&[1.0, 2.0]), Some(t(&[-1.0, -2.0])));
         match rx.try_recv() {
-            Ok(Job::Exchange { index, grad, .. }) => {
+            Ok(Job::Exchange {
+                index,
+                grad,
+                weights,
+            }) => {
                 assert_eq!(index, 0);
-                assert_eq!(grad, vec![1.0, 2.0, 3.0, 4.0, 5.0]);
+                assert_eq!(values(&grad), vec![1.0, 2.0, 3.0, 4.0, 5.0]);
+                let w = weights.expect("the bucket's weights");
+                assert_eq!(values(&w), vec![-1.0, -2.0, -3.0, -4.0, -5.0]);
             }
             _ => panic!("no exchange job for the completed bucket"),
         }
-        // A member of the wrong length empties its bucket's gradient.
-        c.deliver(1, vec![3.0], Vec::new());
-        c.deliver(0, vec![1.0, 2.0], Vec::new());
-        assert!(
-            matches!(rx.try_recv(), Ok(Job::Exchange { index: 0, grad, .. }) if grad.is_empty())
-        );
-        // Reset for the next step: a singleton goes at once.
-        c.deliver(2, vec![0.5; 100], Vec::new());
+        // Reset for the next step: a member delivered twice counts once, and the bucket
+        // goes when the other one arrives.
+        c.deliver(1, t(&[3.0, 4.0, 5.0]), None);
+        c.deliver(1, t(&[6.0, 7.0, 8.0]), None);
+        assert!(rx.try_recv().is_err());
+        c.deliver(0, t(&[1.0, 2.0]), None);
+        match rx.try_recv() {
+            Ok(Job::Exchange { grad, weights, .. }) => {
+                assert_eq!(values(&grad), vec![1.0, 2.0, 6.0, 7.0, 8.0]);
+                assert!(weights.is_none());
+            }
+            _ => panic!("no exchange job for the second step's bucket"),
+        }
+        // A singleton goes at once.
+        c.deliver(2, t(&[0.5; 100]), None);
         assert!(matches!(rx.try_recv(), Ok(Job::Exchange { index: 1, .. })));
     }
 }

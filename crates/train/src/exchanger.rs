@@ -4,16 +4,25 @@
 //! arrival order. Hooks fire in the same order on every rank (the same graph, walked the
 //! same way), so every rank issues the same collectives in the same order.
 //!
-//! Methods on tensors (`Method::on_tensors`; `compress::on_tensors_text()` lists them) get each
-//! gradient as the tensor itself (`Job::ExchangeDevice`) and exchange it with
-//! `Method::exchange_tensor` (and synchronise the weights after the step with
-//! `Method::after_step_tensor`, `Job::AfterDevice`) over a `ProcessGroup`: with `--backend nccl` the thread's
-//! NCCL communicator, started over the TCP one before any other job; with `--backend
-//! tcp` the TCP communicator, which copies to the host only what crosses the wire (DGC's
-//! chosen pairs). Either way the update comes back on the GPU, and the method's kernels
-//! are queued on the device's compute stream after those that produced the gradient.
-//! The TCP communicator also carries the trainer's own collectives (model broadcast,
-//! loss and evaluation sums), and the methods that run on host slices.
+//! Every gradient arrives as the tensor itself (`Job::Exchange`: a parameter's own, or a
+//! bucket's concatenation), and every update goes back as a tensor on the gradient's
+//! device; the weights after the step are synchronised in place (`Job::After`). Which
+//! of the method's two entry points runs depends only on where the tensors are:
+//!
+//! - on the CPU over the flat TCP communicator, its host code (`Method::exchange` and
+//!   `Method::after_step` on the tensor's values): the same results bit for bit as its
+//!   tensor code (compress's `tests/exchange_tensor.rs`), but faster there and in the
+//!   method's own wire format (DGC's zero-run records of 6 bytes an entry, where its
+//!   tensor code sends 8-byte pairs); measured in docs/train.md;
+//! - on a GPU, and in the hierarchical exchange, its tensor code (`Method::exchange_tensor`,
+//!   `Method::after_step_tensor`) over a `ProcessGroup`: the thread's NCCL communicator
+//!   (`--backend nccl`, started over the TCP one before any other job) or the TCP
+//!   communicator, which copies to the host only what crosses the wire (DGC's chosen
+//!   pairs). The method's kernels are queued on the device's compute stream after those
+//!   that produced the gradient.
+//!
+//! The TCP communicator also carries the trainer's own collectives (model broadcast, loss
+//! and evaluation sums).
 //!
 //! An error in a collective (a dead peer, a timeout, a malformed message) is sent back
 //! as a reply naming the rank and ends the thread; the training thread turns it into
@@ -22,7 +31,7 @@
 use crate::progress::say_err;
 use anyhow::Result;
 use comm::{Communicator, NcclCommunicator, ProcessGroup, ReduceOp, Traffic};
-use compress::{Method, StepInfo, Update, UpdateKind, WireStats};
+use compress::{Method, StepInfo, TensorUpdate, UpdateKind, WireStats};
 use crossbeam_channel::{bounded, unbounded, Receiver, RecvTimeoutError, Sender};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -30,28 +39,22 @@ use tensor::{Device, Tensor};
 
 pub enum Job {
     Begin(StepInfo),
+    /// A bucket's gradient (a parameter's own tensor, or several parameters'
+    /// concatenated) for `Method::exchange_tensor`, with its weights when the method
+    /// reads them.
     Exchange {
-        index: usize,
-        weights: Vec<f32>,
-        grad: Vec<f32>,
-    },
-    /// A gradient tensor for `Method::exchange_tensor` (a method on tensors on a GPU),
-    /// with the parameter's weights when the method reads them.
-    ExchangeDevice {
         index: usize,
         grad: Tensor,
         weights: Option<Tensor>,
     },
+    /// `Method::after_step_tensor` on a bucket's weights, which the method overwrites in
+    /// place where it synchronises them.
     After {
-        index: usize,
-        weights: Vec<f32>,
-    },
-    /// `Method::after_step_tensor` on a parameter itself (a method on tensors), which the
-    /// method overwrites in place where it synchronises it.
-    AfterDevice {
         index: usize,
         weights: Tensor,
     },
+    /// Ends the thread with this error (a bucket that could not be put together).
+    Fail(String),
     /// A sum over ranks (evaluation counts, the loss).
     Allreduce(Vec<f32>),
     Broadcast(Vec<u8>),
@@ -66,13 +69,8 @@ pub enum Job {
 }
 
 pub enum Reply {
+    /// The update of an `Exchange` job, on the gradient's device.
     Update {
-        index: usize,
-        update: Update,
-        started: Instant,
-    },
-    /// The update of an `ExchangeDevice` job, on the gradient's device.
-    DeviceUpdate {
         index: usize,
         update: Tensor,
         kind: UpdateKind,
@@ -81,8 +79,6 @@ pub enum Reply {
     },
     After {
         index: usize,
-        /// The synchronised weights (empty after an `AfterDevice` job: written in place).
-        weights: Vec<f32>,
         stats: Option<WireStats>,
         /// Positions (in the bucket's coordinates) whose optimizer momentum to zero.
         momentum_mask: Vec<u32>,
@@ -117,20 +113,27 @@ pub struct Exchanger {
 }
 
 impl Exchanger {
-    /// Starts the thread; with `nccl`, it first joins the ranks' NCCL communicator on that
-    /// device (a failure there is the first reply). With `tensors`, the method exchanges
-    /// tensors on that device (it was `place`d there), over NCCL when started, else over
-    /// the TCP communicator.
+    /// Starts the thread; with `nccl`, it first joins the ranks' NCCL communicator on
+    /// `device` (a failure there is the first reply). The method exchanges tensors on
+    /// `device` (it was `place`d there), over NCCL when started, else over the TCP
+    /// communicator.
     pub fn spawn(
         mut comm: Communicator,
-        method: Box<dyn Method>,
-        nccl: Option<Device>,
-        tensors: Option<Device>,
+        mut method: Box<dyn Method>,
+        device: Device,
+        nccl: bool,
         local_world_size: usize,
     ) -> Result<Exchanger> {
-        if let Some(d) = tensors {
-            comm.set_device(d);
+        comm.set_device(device);
+        // The one place that decides which of the method's entry points runs (see the
+        // module comment); a method's state is placed only for its tensor code.
+        let on_host = device == Device::Cpu && !nccl && local_world_size == 0;
+        if !on_host {
+            method.place(device).map_err(|e| {
+                anyhow::anyhow!("keeping {}'s state on {device:?}: {e}", method.name())
+            })?;
         }
+        let nccl = nccl.then_some(device);
         let (jobs, rx) = unbounded::<Job>();
         let (tx, replies) = unbounded::<Reply>();
         let after_step_every = method.after_step_every();
@@ -147,7 +150,7 @@ impl Exchanger {
                 // below, and the channel disconnects only once they are gone.
                 let _ended = ended_tx;
                 let (rx, tx) = (rx, tx);
-                match Thread::start(comm, method, nccl, local_world_size) {
+                match Thread::start(comm, method, on_host, nccl, local_world_size) {
                     Ok(mut thread) => thread.serve(&rx, &tx),
                     Err(msg) => {
                         let _ = tx.send(Reply::Failed(msg));
@@ -292,6 +295,8 @@ impl Drop for Exchanger {
 struct Thread {
     comm: Communicator,
     method: Box<dyn Method>,
+    /// Whether the method's host code runs (CPU tensors over the flat TCP communicator).
+    on_host: bool,
     nccl: Option<NcclCommunicator>,
     hierarchy: Option<crate::hierarchy::Hierarchy>,
     /// Bytes of the trainer's own collectives (initial broadcast, loss and evaluation
@@ -311,6 +316,7 @@ impl Thread {
     fn start(
         mut comm: Communicator,
         method: Box<dyn Method>,
+        on_host: bool,
         nccl: Option<Device>,
         local_world_size: usize,
     ) -> std::result::Result<Thread, String> {
@@ -328,6 +334,7 @@ impl Thread {
         Ok(Thread {
             comm,
             method,
+            on_host,
             nccl,
             hierarchy: (local_world_size > 0)
                 .then(|| crate::hierarchy::Hierarchy::new(local_world_size)),
@@ -375,34 +382,11 @@ impl Thread {
             }
             Job::Exchange {
                 index,
-                weights,
-                grad,
-            } => {
-                let started = Instant::now();
-                method
-                    .exchange(comm, index, &weights, &grad)
-                    .map(|update| Reply::Update {
-                        index,
-                        update,
-                        started,
-                    })
-                    .map_err(|e| format!("exchanging parameter {index}: {e}"))
-            }
-            Job::ExchangeDevice {
-                index,
                 grad,
                 weights,
-            } => self.exchange_device(index, &grad, weights.as_ref()),
-            Job::After { index, mut weights } => method
-                .after_step(comm, index, &mut weights)
-                .map(|stats| Reply::After {
-                    index,
-                    weights,
-                    stats,
-                    momentum_mask: method.take_momentum_mask(index),
-                })
-                .map_err(|e| format!("synchronising parameter {index}: {e}")),
-            Job::AfterDevice { index, weights } => self.after_step_device(index, &weights),
+            } => self.exchange(index, &grad, weights.as_ref()),
+            Job::After { index, weights } => self.after_step(index, &weights),
+            Job::Fail(why) => Err(why),
             Job::Allreduce(mut v) => comm
                 .allreduce(&mut v, ReduceOp::Sum)
                 .map(|_| Reply::Reduced(v))
@@ -447,51 +431,92 @@ impl Thread {
         (group, over, self.method.as_mut(), self.hierarchy.as_mut())
     }
 
-    /// A gradient tensor's exchange, over NCCL where started, else TCP (hierarchical
-    /// where the job has nodes).
-    fn exchange_device(
+    /// A gradient tensor's exchange: the method's host code on CPU tensors over TCP,
+    /// else its tensor code over NCCL where started, else TCP (hierarchical where the
+    /// job has nodes).
+    fn exchange(
         &mut self,
         index: usize,
         grad: &Tensor,
         weights: Option<&Tensor>,
     ) -> std::result::Result<Reply, String> {
         let started = Instant::now();
-        let (group, over, method, hierarchy) = self.tensor_parts();
-        match hierarchy {
-            Some(h) => h.exchange(method, group, index, weights, grad),
-            None => method.exchange_tensor(group, index, weights, grad),
-        }
-        .map(|u| Reply::DeviceUpdate {
+        let update = if self.on_host {
+            self.exchange_on_host(index, grad, weights)
+                .map_err(|e| format!("exchanging parameter {index}: {e}"))?
+        } else {
+            let (group, over, method, hierarchy) = self.tensor_parts();
+            match hierarchy {
+                Some(h) => h.exchange(method, group, index, weights, grad),
+                None => method.exchange_tensor(group, index, weights, grad),
+            }
+            .map_err(|e| format!("exchanging parameter {index} over {over}: {e}"))?
+        };
+        Ok(Reply::Update {
             index,
-            update: u.values,
-            kind: u.kind,
-            stats: u.stats,
+            update: update.values,
+            kind: update.kind,
+            stats: update.stats,
             started,
         })
-        .map_err(|e| format!("exchanging parameter {index} over {over}: {e}"))
     }
 
-    /// A method's synchronisation after the step on the weights' tensor, over NCCL
-    /// where started, else TCP (through the nodes' leaders where the job has nodes).
-    fn after_step_device(
+    /// `Method::exchange` on the host values of CPU tensors, the update made a tensor of
+    /// the gradient's shape.
+    fn exchange_on_host(
         &mut self,
         index: usize,
-        weights: &Tensor,
-    ) -> std::result::Result<Reply, String> {
-        let (group, over, method, hierarchy) = self.tensor_parts();
-        match hierarchy {
-            Some(h) => h.after_step(method, group, index, weights),
-            None => method
-                .after_step_tensor(group, index, weights)
-                .map(|stats| (stats, method.take_momentum_mask(index))),
-        }
-        .map(|(stats, momentum_mask)| Reply::After {
+        grad: &Tensor,
+        weights: Option<&Tensor>,
+    ) -> anyhow::Result<TensorUpdate> {
+        let g = grad.to_vec::<f32>()?;
+        let w = match weights {
+            Some(w) => w.to_vec::<f32>()?,
+            None => Vec::new(),
+        };
+        let u = self.method.exchange(&mut self.comm, index, &w, &g)?;
+        Ok(TensorUpdate {
+            values: Tensor::from_vec(u.values, grad.dims(), Device::Cpu)?,
+            kind: u.kind,
+            stats: u.stats,
+        })
+    }
+
+    /// A method's synchronisation after the step, of the weights' tensor in place: its
+    /// host code on CPU tensors over TCP, else its tensor code over NCCL where started,
+    /// else TCP (through the nodes' leaders where the job has nodes).
+    fn after_step(&mut self, index: usize, weights: &Tensor) -> std::result::Result<Reply, String> {
+        let (stats, momentum_mask) = if self.on_host {
+            self.after_step_on_host(index, weights)
+                .map_err(|e| format!("synchronising parameter {index}: {e}"))?
+        } else {
+            let (group, over, method, hierarchy) = self.tensor_parts();
+            match hierarchy {
+                Some(h) => h.after_step(method, group, index, weights),
+                None => method
+                    .after_step_tensor(group, index, weights)
+                    .map(|stats| (stats, method.take_momentum_mask(index))),
+            }
+            .map_err(|e| format!("synchronising parameter {index} over {over}: {e}"))?
+        };
+        Ok(Reply::After {
             index,
-            weights: Vec::new(),
             stats,
             momentum_mask,
         })
-        .map_err(|e| format!("synchronising parameter {index} over {over}: {e}"))
+    }
+
+    /// `Method::after_step` on the host values of the CPU tensor `weights`, written back.
+    fn after_step_on_host(
+        &mut self,
+        index: usize,
+        weights: &Tensor,
+    ) -> anyhow::Result<crate::hierarchy::AfterStep> {
+        let mut w = weights.to_vec::<f32>()?;
+        let stats = self.method.after_step(&mut self.comm, index, &mut w)?;
+        let synced = Tensor::from_vec(w, weights.dims(), Device::Cpu)?;
+        tensor::no_grad(|| weights.assign(&synced))?;
+        Ok((stats, self.method.take_momentum_mask(index)))
     }
 
     /// The method's traffic so far: TCP's and NCCL's, less the trainer's own collectives.
@@ -523,8 +548,7 @@ mod tests {
             ..comm::CommConfig::loopback(0, 1, 0, b"t")
         })
         .expect("a one-rank communicator");
-        Exchanger::spawn(comm, dense(1), Some(Device::Cpu), None, 0)
-            .expect("the compression thread")
+        Exchanger::spawn(comm, dense(1), Device::Cpu, true, 0).expect("the compression thread")
     }
 
     /// The dense method for rank 0 of `world`.
@@ -575,7 +599,7 @@ mod tests {
             drop(c);
         });
         let comm = Communicator::connect(&cfg(0)).expect("rank 0");
-        let mut ex = Exchanger::spawn(comm, dense(2), None, None, 0).expect("the thread");
+        let mut ex = Exchanger::spawn(comm, dense(2), Device::Cpu, false, 0).expect("the thread");
         assert_eq!(ex.stop_within, Duration::from_secs(40));
         ex.stop_within = Duration::from_millis(300);
         ex.jobs.send(Job::Allreduce(vec![1.0; 4])).expect("queued");
@@ -593,7 +617,7 @@ mod tests {
         // An idle thread stops and is joined well within the bound.
         let one =
             Communicator::connect(&comm::CommConfig::loopback(0, 1, 0, b"t")).expect("rank 0");
-        let ex = Exchanger::spawn(one, dense(1), None, None, 0).expect("the thread");
+        let ex = Exchanger::spawn(one, dense(1), Device::Cpu, false, 0).expect("the thread");
         let t = Instant::now();
         drop(ex);
         assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());

@@ -152,6 +152,10 @@ impl Communicator {
     pub fn allreduce_bf16(&mut self, data: &mut [f32], op: ReduceOp) -> Result<()> {
         self.guarded(|c| c.allreduce_16_unguarded(data, op, Wire16::Bf16))
     }
+    /// [`Self::allreduce_f16`] or [`Self::allreduce_bf16`], by `wire`.
+    pub fn allreduce_16(&mut self, data: &mut [f32], op: ReduceOp, wire: Wire16) -> Result<()> {
+        self.guarded(|c| c.allreduce_16_unguarded(data, op, wire))
+    }
     fn allreduce_16_unguarded(
         &mut self,
         data: &mut [f32],
@@ -211,8 +215,10 @@ impl Communicator {
 
 /// A 16-bit float format on the wire of the dense 16-bit ring.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Wire16 {
+pub enum Wire16 {
+    /// IEEE half precision.
     F16,
+    /// bfloat16.
     Bf16,
 }
 

@@ -28,7 +28,7 @@ mod topk;
 mod wire;
 
 pub use config::CommConfig;
-pub use dense::ReduceOp;
+pub use dense::{ReduceOp, Wire16};
 pub use topk::TopkSum;
 
 use crate::arrival_sum::ArrivalSum;

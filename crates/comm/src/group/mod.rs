@@ -27,7 +27,7 @@ mod tcp;
 pub use sub::Subgroup;
 
 use crate::counters::{ByteCounters, Collective};
-use crate::{CommError, ReduceOp, Result};
+use crate::{CommError, ReduceOp, Result, Wire16};
 use tensor::sparsify::Selected;
 use tensor::{DType, Device, Tensor};
 
@@ -50,6 +50,17 @@ pub trait ProcessGroup {
     fn broadcast(&mut self, t: &Tensor, root: usize) -> Result<()>;
     /// Sums (or averages) the F32 `t` over the ranks, in place (same length everywhere).
     fn allreduce(&mut self, t: &Tensor, op: ReduceOp) -> Result<()>;
+    /// [`ProcessGroup::allreduce`] with 16-bit floats on the wire (the dense f16 and bf16
+    /// baselines; the partial sums stay f32 where they are added). Only the TCP
+    /// communicator carries it: NCCL would need 16-bit buffers on the GPU, which the
+    /// tensor crate does not have, and a subgroup's leaders would need it over both.
+    fn allreduce_16(&mut self, t: &Tensor, op: ReduceOp, wire: Wire16) -> Result<()> {
+        let _ = (t, op);
+        Err(CommError::Argument(format!(
+            "a dense ring with {wire:?} on the wire runs only over the TCP communicator \
+             (not NCCL, not a hierarchical exchange)"
+        )))
+    }
     /// Every rank's `t` (same shape everywhere), stacked: shape `[world, ..t's shape]`.
     fn allgather(&mut self, t: &Tensor) -> Result<Tensor>;
     /// Sends `send` to its rank and receives that rank's message into `recv` (whose length

@@ -6,7 +6,7 @@
 
 use super::{check_tensor, tensor_err, ProcessGroup};
 use crate::counters::ByteCounters;
-use crate::{CommError, Communicator, ReduceOp, Result, SparseVec};
+use crate::{CommError, Communicator, ReduceOp, Result, SparseVec, Wire16};
 use tensor::sparsify::Selected;
 use tensor::{DType, Device, Tensor};
 
@@ -115,12 +115,14 @@ impl ProcessGroup for Communicator {
         Ok(())
     }
     fn allreduce(&mut self, t: &Tensor, op: ReduceOp) -> Result<()> {
-        const OP: &str = "allreduce";
-        check_tensor(OP, self.device(), t, true)?;
-        let mut v = t.to_vec::<f32>().map_err(tensor_err(OP))?;
-        Communicator::allreduce(self, &mut v, op)?;
-        let src = Tensor::from_vec(v, t.dims(), t.device()).map_err(tensor_err(OP))?;
-        t.assign(&src).map_err(tensor_err(OP))
+        on_host_values(self, "allreduce", t, |c, v| {
+            Communicator::allreduce(c, v, op)
+        })
+    }
+    fn allreduce_16(&mut self, t: &Tensor, op: ReduceOp, wire: Wire16) -> Result<()> {
+        on_host_values(self, "16-bit allreduce", t, |c, v| {
+            Communicator::allreduce_16(c, v, op, wire)
+        })
     }
     fn allgather(&mut self, t: &Tensor) -> Result<Tensor> {
         const OP: &str = "allgather";
@@ -203,4 +205,19 @@ impl ProcessGroup for Communicator {
         let v = Communicator::gtopk_allreduce(self, &to_sparse(OP, local)?, k)?;
         from_sparse(OP, v, local.source_len, self.device())
     }
+}
+
+/// Runs `f` on a host copy of the F32 tensor `t`'s values and writes them back into `t`:
+/// the TCP communicator's in-place collectives on tensors.
+fn on_host_values(
+    comm: &mut Communicator,
+    op: &'static str,
+    t: &Tensor,
+    f: impl FnOnce(&mut Communicator, &mut [f32]) -> Result<()>,
+) -> Result<()> {
+    check_tensor(op, comm.device(), t, true)?;
+    let mut v = t.to_vec::<f32>().map_err(tensor_err(op))?;
+    f(comm, &mut v)?;
+    let src = Tensor::from_vec(v, t.dims(), t.device()).map_err(tensor_err(op))?;
+    t.assign(&src).map_err(tensor_err(op))
 }

@@ -1,10 +1,10 @@
 //! `dense`: the baseline. The full gradient goes through a ring allreduce, as f32, IEEE
 //! half precision or bfloat16 on the wire (the reduction itself stays in f32).
 
-use crate::exchange::{check_len, check_numel, dense_average, dense_average_tensor, Meter};
-use crate::method::{not_on_tensors, Method, ParamSpec, TensorUpdate, Update, UpdateKind};
+use crate::exchange::{check_len, check_numel, dense_average, dense_average_tensor_on, Meter};
+use crate::method::{Method, ParamSpec, TensorUpdate, Update, UpdateKind};
 use crate::Result;
-use comm::{Communicator, ProcessGroup, ReduceOp};
+use comm::{Communicator, ProcessGroup, ReduceOp, Wire16};
 use tensor::{Device, Tensor};
 
 /// The dense ring's wire format.
@@ -66,17 +66,13 @@ impl Method for Dense {
         m.stats.message_bytes = 2 * grad.len();
         Ok(m.update(out, UpdateKind::Gradient))
     }
-    /// f32 on the wire only: the 16-bit rings have no tensor version yet.
-    fn on_tensors(&self) -> bool {
-        self.wire == Wire::F32
+    fn tcp_only(&self) -> Option<&'static str> {
+        (self.wire != Wire::F32).then_some(
+            "its 16-bit ring runs on the TCP communicator (NCCL would need 16-bit buffers on \
+             the GPU, which the tensor crate does not have yet)",
+        )
     }
     fn place(&mut self, _device: Device) -> Result<()> {
-        if self.wire != Wire::F32 {
-            return Err(not_on_tensors(&format!(
-                "dense with wire={}",
-                self.wire_name()
-            )));
-        }
         Ok(())
     }
     fn exchange_tensor(
@@ -86,13 +82,12 @@ impl Method for Dense {
         _weights: Option<&Tensor>,
         grad: &Tensor,
     ) -> Result<TensorUpdate> {
-        if self.wire != Wire::F32 {
-            return Err(not_on_tensors(&format!(
-                "dense with wire={}",
-                self.wire_name()
-            )));
-        }
         check_numel("dense", index, self.sizes.get(index).copied(), grad)?;
-        dense_average_tensor(group, grad)
+        let wire = match self.wire {
+            Wire::F32 => None,
+            Wire::F16 => Some(Wire16::F16),
+            Wire::Bf16 => Some(Wire16::Bf16),
+        };
+        dense_average_tensor_on(group, grad, wire)
     }
 }

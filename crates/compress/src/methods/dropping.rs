@@ -171,9 +171,6 @@ impl Method for GradientDropping {
         self.step = info.step;
         self.epoch = info.epoch;
     }
-    fn on_tensors(&self) -> bool {
-        true
-    }
     fn place(&mut self, device: Device) -> Result<()> {
         self.residual.place(device)
     }

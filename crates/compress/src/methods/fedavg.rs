@@ -59,9 +59,6 @@ impl Method for FedAvg {
         let n = check_len("fedavg", index, self.sizes.get(index).copied(), &[grad])?;
         Ok(Meter::new(n).update(grad.to_vec(), UpdateKind::Gradient))
     }
-    fn on_tensors(&self) -> bool {
-        true
-    }
     /// Nothing to move: FedAvg keeps no per-parameter state.
     fn place(&mut self, _device: Device) -> Result<()> {
         Ok(())

@@ -166,9 +166,6 @@ impl Method for GTopK {
         })?;
         Ok(m.update(out, UpdateKind::Gradient))
     }
-    fn on_tensors(&self) -> bool {
-        true
-    }
     fn place(&mut self, device: Device) -> Result<()> {
         self.residual.place(device)
     }

@@ -191,9 +191,6 @@ impl Method for OneBit {
         self.error.init(params);
         Ok(())
     }
-    fn on_tensors(&self) -> bool {
-        true
-    }
     fn place(&mut self, device: Device) -> Result<()> {
         self.error.place(device)
     }

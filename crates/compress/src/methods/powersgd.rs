@@ -248,10 +248,6 @@ impl Method for PowerSgd {
     fn begin_step(&mut self, info: StepInfo) {
         self.step = info.step;
     }
-    /// The same code on CPU tensors over the TCP communicator.
-    fn on_tensors(&self) -> bool {
-        true
-    }
     fn place(&mut self, device: Device) -> Result<()> {
         for st in self.state.iter_mut().flatten() {
             st.q = st.q.to_device(device)?;

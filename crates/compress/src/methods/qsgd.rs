@@ -361,9 +361,6 @@ impl Method for Qsgd {
     fn begin_step(&mut self, info: StepInfo) {
         self.step = info.step;
     }
-    fn on_tensors(&self) -> bool {
-        true
-    }
     /// Nothing to move: the draws are counter-based, and QSGD keeps no other state.
     fn place(&mut self, _device: Device) -> Result<()> {
         Ok(())

@@ -101,9 +101,6 @@ impl Method for RandomK {
     fn begin_step(&mut self, info: StepInfo) {
         self.step = info.step;
     }
-    fn on_tensors(&self) -> bool {
-        true
-    }
     fn place(&mut self, device: Device) -> Result<()> {
         self.residual.move_to(device)
     }

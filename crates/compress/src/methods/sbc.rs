@@ -263,9 +263,6 @@ impl Method for Sbc {
     fn reads_weights(&self) -> bool {
         true
     }
-    fn on_tensors(&self) -> bool {
-        true
-    }
     fn place(&mut self, device: Device) -> Result<()> {
         let captured: Vec<bool> = self.w_sync.iter().map(|w| !w.is_empty()).collect();
         let w_sync = std::mem::take(&mut self.w_sync)

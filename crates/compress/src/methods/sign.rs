@@ -165,9 +165,6 @@ impl Method for Sign {
         self.state = DeviceVecs::zeros(sizes, Device::Cpu)?;
         Ok(())
     }
-    fn on_tensors(&self) -> bool {
-        true
-    }
     fn place(&mut self, device: Device) -> Result<()> {
         self.state.move_to(device)
     }

@@ -213,9 +213,6 @@ impl Method for TernGrad {
         })?;
         Ok(m.update(out, UpdateKind::Gradient))
     }
-    fn on_tensors(&self) -> bool {
-        true
-    }
     /// Nothing to move: the draws are counter-based, and TernGrad keeps no other state.
     fn place(&mut self, _device: Device) -> Result<()> {
         Ok(())

@@ -72,9 +72,6 @@ impl Method for ThresholdV {
         self.residual = DeviceVecs::zeros(params.iter().map(ParamSpec::numel), Device::Cpu)?;
         Ok(())
     }
-    fn on_tensors(&self) -> bool {
-        true
-    }
     fn place(&mut self, device: Device) -> Result<()> {
         self.residual.move_to(device)
     }

@@ -49,24 +49,9 @@ pub enum DeviceChoice {
 pub enum Backend {
     /// Every method; CPU or GPU tensors, host messages.
     Tcp,
-    /// --device cuda and a method on tensors (every method but dense with a 16-bit
-    /// wire): each gradient exchanged on the GPU, one GPU per worker, as NCCL requires.
+    /// --device cuda, every method but dense with a 16-bit wire: each gradient exchanged
+    /// on the GPU, one GPU per worker, as NCCL requires.
     Nccl,
-}
-
-/// How gradients reach the method: as tensors on their device, or copied to host slices.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ValueEnum)]
-#[serde(rename_all = "lowercase")]
-#[value(rename_all = "lowercase")]
-pub enum Exchange {
-    /// Tensors with --backend nccl or --local-world-size; host slices otherwise (the
-    /// faster path over TCP where both were measured).
-    Auto,
-    /// Host slices (every method; the only way with --bucket-elems).
-    Slices,
-    /// Tensors on the training device (every method but dense with a 16-bit wire; the
-    /// same results as slices, bit for bit, on the CPU).
-    Tensors,
 }
 
 /// The optimizer that applies each exchanged gradient.
@@ -232,9 +217,12 @@ pub struct Config {
     /// Collective backend.
     #[arg(long, value_enum, default_value_t = Config::default().backend)]
     pub backend: Backend,
-    /// How gradients reach the method.
-    #[arg(long, value_enum, default_value_t = Config::default().exchange)]
-    pub exchange: Exchange,
+    /// `exchange = "auto" | "slices" | "tensors"` in the config of a run written when
+    /// the trainer had two exchange paths: read so that such a run resumes, and ignored
+    /// (the paths gave the same results bit for bit; every exchange is on tensors now).
+    #[arg(skip)]
+    #[serde(default, skip_serializing, rename = "exchange")]
+    pub legacy_exchange: Option<String>,
     /// Run directory: config, metrics.jsonl, summary.json, checkpoints. One that holds an
     /// earlier run is refused unless --resume or --overwrite.
     #[arg(long, default_value = "runs/latest")]
@@ -324,7 +312,7 @@ impl Default for Config {
             seed: 1,
             device: DeviceChoice::Cpu,
             backend: Backend::Tcp,
-            exchange: Exchange::Auto,
+            legacy_exchange: None,
             out: PathBuf::from("runs/latest"),
             log_every: 10,
             synthetic_samples: 4096,

@@ -5,7 +5,7 @@
 //! worker.
 
 use super::{check_seed, MAX_SYNTHETIC_SAMPLES};
-use super::{flag_value, Backend, Config, DeviceChoice, Exchange, OptimizerChoice, Schedule};
+use super::{flag_value, Backend, Config, DeviceChoice, OptimizerChoice, Schedule};
 use anyhow::{bail, Result};
 
 impl Config {
@@ -214,7 +214,7 @@ impl Config {
         Ok((spec, method))
     }
 
-    /// The hierarchical exchange, `--exchange` and the backend against the method.
+    /// The hierarchical exchange and the backend against the method.
     fn check_exchange(
         &self,
         spec: &compress::MethodSpec,
@@ -228,43 +228,20 @@ impl Config {
                     self.workers
                 );
             }
-            if !method.on_tensors() {
-                bail!("--local-world-size: the hierarchical exchange runs methods on tensors; --method {} {:?} does not ({} do)", spec.name, self.method_opts, compress::on_tensors_text());
-            }
-            if self.exchange == Exchange::Slices {
-                bail!("--local-world-size exchanges tensors; --exchange slices does not combine with it");
-            }
-            if self.bucket_elems > 0 {
-                bail!("--local-world-size exchanges each parameter's tensor; --bucket-elems needs the flat exchange");
+            if let Some(why) = method.tcp_only() {
+                bail!(
+                    "--local-world-size: --method {} {:?} does not run over a subgroup: {why}",
+                    spec.name,
+                    self.method_opts
+                );
             }
         }
-        if self.exchange == Exchange::Tensors {
-            if !method.on_tensors() {
-                bail!("--exchange tensors: --method {} {:?} does not run on tensors yet ({} do); use --exchange slices or auto", spec.name, self.method_opts, compress::on_tensors_text());
+        if self.backend == Backend::Nccl {
+            if self.device != DeviceChoice::Cuda {
+                bail!("--backend nccl needs --device cuda (NCCL reduces GPU buffers; got --device {})", self.device);
             }
-            if self.bucket_elems > 0 {
-                bail!("--exchange tensors exchanges each parameter's gradient tensor; --bucket-elems needs --exchange slices");
-            }
-        }
-        match self.backend {
-            Backend::Tcp => {}
-            // NCCL moves GPU tensors: the methods that run on tensors exchange over it;
-            // the others encode host byte buffers, which the TCP backend carries.
-            Backend::Nccl => {
-                if self.device != DeviceChoice::Cuda {
-                    bail!("--backend nccl needs --device cuda (NCCL reduces GPU buffers; got --device {})", self.device);
-                }
-                if !method.on_tensors() {
-                    bail!("--backend nccl runs the methods on tensors ({}); --method {} {:?} exchanges host messages: use --backend tcp", compress::on_tensors_text(), spec.name, self.method_opts);
-                }
-                if self.bucket_elems > 0 {
-                    bail!("--backend nccl exchanges each parameter's gradient tensor in place; --bucket-elems is for --backend tcp");
-                }
-                if self.exchange == Exchange::Slices {
-                    bail!(
-                        "--backend nccl exchanges tensors; --exchange slices is for --backend tcp"
-                    );
-                }
+            if let Some(why) = method.tcp_only() {
+                bail!("--backend nccl: --method {} {:?} does not run over NCCL: {why}; use --backend tcp", spec.name, self.method_opts);
             }
         }
         Ok(())

@@ -12,11 +12,10 @@
 //! 4. methods that communicate weights (delay, periodic averaging) do so after the step,
 //!    and the optimizer's momentum is zeroed where a method asks (SBC's masking).
 //!
-//! With `--backend nccl`, `--exchange tensors` or `--local-world-size` (a method that
-//! runs on tensors: every one but dense with a 16-bit wire), the hooks hand the gradient tensors themselves to the compression thread,
-//! which exchanges them over NCCL or TCP; only what crosses a TCP wire is copied to the
-//! host, and the updates come back on the gradients' device. Otherwise the method gets
-//! host slices (the same computation; slices also allow `--bucket-elems`).
+//! The hooks hand each gradient tensor itself to the compression thread (a bucket's
+//! members concatenated, with `--bucket-elems`), which exchanges it over NCCL or TCP:
+//! only what crosses a TCP wire is copied to the host, and the updates come back on the
+//! gradients' device. The same path on every device and backend.
 //!
 //! Every `log_every` steps rank 0 appends a line to `metrics.jsonl`; at the end of each
 //! epoch (and every `eval_every` steps, if set) the test set is evaluated (each rank its
@@ -40,8 +39,8 @@
 
 use crate::bucket::{Buckets, Collector};
 use crate::checkpoint::{self, Position};
-use crate::config::{Config, Exchange, OptimizerChoice};
-use crate::exchanger::{Exchanger, Job};
+use crate::config::{Config, OptimizerChoice};
+use crate::exchanger::Exchanger;
 use crate::metrics::Summary;
 use crate::progress::say_err;
 use crate::task::Task;
@@ -71,9 +70,6 @@ pub struct Worker {
     /// Groups the hooks' gradients into buckets and sends each when complete.
     collector: Arc<Collector>,
     fired: Arc<Vec<AtomicBool>>,
-    /// Gradients go to the compression thread as tensors on their device (a method on
-    /// tensors on a GPU: see the module comment), not as host slices.
-    device_exchange: bool,
     pos: Position,
     /// Bytes the run had sent and received before this process (a resumed run's
     /// checkpoint); the exchanger's counters start from zero in every process.
@@ -111,12 +107,6 @@ fn remove_results(out: &std::path::Path) -> Result<()> {
 fn host_f32(t: &Tensor, what: &str) -> Result<Vec<f32>> {
     t.to_vec::<f32>()
         .with_context(|| format!("copying {what} to the host"))
-}
-
-/// `t`'s values on the host, or nothing: the exchange paths hand an empty vector to the
-/// method, which refuses it with an error naming the parameter.
-fn tensor_f32(t: &Tensor) -> Vec<f32> {
-    t.to_vec::<f32>().unwrap_or_default()
 }
 
 impl Worker {
@@ -168,59 +158,18 @@ impl Worker {
             )),
         };
         let nccl = cfg.backend == crate::config::Backend::Nccl;
-        // Config checks that NCCL and --exchange tensors run only methods on tensors,
-        // without buckets. Auto takes tensors for NCCL only: over TCP the slices were the
-        // faster path where both were measured (docs/train.md, "--exchange").
-        let device_exchange = match cfg.exchange {
-            Exchange::Tensors => true,
-            Exchange::Slices => false,
-            // The hierarchical exchange is built on tensors.
-            Exchange::Auto => nccl || cfg.local_world_size > 0,
-        };
-        if device_exchange {
-            method
-                .place(device)
-                .with_context(|| format!("keeping {}'s state on {device:?}", method.name()))?;
-        }
-        let ex = Exchanger::spawn(
-            comm,
-            method,
-            nccl.then_some(device),
-            device_exchange.then_some(device),
-            cfg.local_world_size,
-        )?;
-        let collector = Arc::new(Collector::new(buckets, ex.jobs.clone(), ex.reads_weights));
+        let ex = Exchanger::spawn(comm, method, device, nccl, cfg.local_world_size)?;
+        let collector = Arc::new(Collector::new(buckets, ex.jobs.clone()));
         let fired: Arc<Vec<AtomicBool>> =
             Arc::new(params.iter().map(|_| AtomicBool::new(false)).collect());
         for (i, p) in params.iter().enumerate() {
             let (collector, fired, w) = (collector.clone(), fired.clone(), p.tensor.clone());
-            // Copying the weights out costs a pass over the parameter on the backward
-            // thread: only for methods that read them.
             let reads = ex.reads_weights;
-            if device_exchange {
-                let jobs = ex.jobs.clone();
-                p.tensor.register_grad_hook(move |g| {
-                    fired[i].store(true, Ordering::SeqCst);
-                    // A send fails only when the thread has stopped; its error reply
-                    // is what the training thread reports. The weights are read before
-                    // the optimizer writes them: it waits for every update.
-                    let _ = jobs.send(Job::ExchangeDevice {
-                        index: i,
-                        grad: g.clone(),
-                        weights: reads.then(|| w.clone()),
-                    });
-                })?;
-                continue;
-            }
             p.tensor.register_grad_hook(move |g| {
                 fired[i].store(true, Ordering::SeqCst);
-                // A conversion failure sends empty buffers, which the method rejects
-                // with an error naming the parameter.
-                collector.deliver(
-                    i,
-                    tensor_f32(g),
-                    if reads { tensor_f32(&w) } else { Vec::new() },
-                );
+                // The weights are read before the optimizer writes them: it waits for
+                // every update.
+                collector.deliver(i, g.clone(), reads.then(|| w.clone()));
             })?;
         }
         Ok(Worker {
@@ -234,7 +183,6 @@ impl Worker {
             ex,
             collector,
             fired,
-            device_exchange,
             pos: Position::default(),
             traffic_base: (0, 0),
             idle_fractions: Vec::new(),

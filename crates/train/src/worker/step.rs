@@ -4,7 +4,7 @@
 //! exchanged after the step by methods that do so.
 
 use super::record::Window;
-use super::{tensor_f32, Worker};
+use super::Worker;
 use crate::exchanger::{Job, Reply};
 use anyhow::{bail, Context, Result};
 use compress::{StepInfo, UpdateKind, WireStats};
@@ -12,18 +12,11 @@ use data::Batch;
 use nn::Ctx;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
-use tensor::{no_grad, Device, Rng, Tensor};
-
-/// An exchanged gradient: host values (a method on slices) or a tensor on the
-/// parameter's device (a method on tensors).
-enum Grad {
-    Host(Vec<f32>),
-    Device(Tensor),
-}
+use tensor::{no_grad, Rng, Tensor};
 
 /// Each parameter's exchanged gradient and how to apply it, by parameter index (None
 /// until its bucket's update has come).
-type Updates = Vec<Option<(Grad, UpdateKind)>>;
+type Updates = Vec<Option<(Tensor, UpdateKind)>>;
 
 impl Worker {
     /// Trains on `batch` at `step` (epoch `epoch`, fractional) with learning rate `lr`,
@@ -107,27 +100,16 @@ impl Worker {
                 continue;
             }
             let p = &self.params[i].tensor;
-            if self.device_exchange {
-                let zeros = Tensor::zeros(p.dims().to_vec(), p.dtype(), p.device())?;
-                self.ex.send(Job::ExchangeDevice {
-                    index: i,
-                    grad: zeros,
-                    weights: self.ex.reads_weights.then(|| p.clone()),
-                })?;
-                continue;
-            }
-            let n = p.elem_count();
-            self.collector.deliver(
-                i,
-                vec![0.0; n],
-                if self.ex.reads_weights {
-                    tensor_f32(p)
-                } else {
-                    Vec::new()
-                },
-            );
+            let zeros = Tensor::zeros(p.dims().to_vec(), p.dtype(), p.device())?;
+            self.collector
+                .deliver(i, zeros, self.ex.reads_weights.then(|| p.clone()));
         }
         Ok(())
+    }
+
+    /// The dims of parameter `i`.
+    fn dims(&self, i: usize) -> Vec<usize> {
+        self.params[i].tensor.dims().to_vec()
     }
 
     /// Waits for every bucket's update from the compression thread (the step's idle
@@ -135,33 +117,27 @@ impl Worker {
     fn collect_updates(&mut self, wire: &mut WireStats) -> Result<(Updates, Option<Instant>)> {
         let mut updates: Updates = (0..self.params.len()).map(|_| None).collect();
         let mut first_start: Option<Instant> = None;
-        for _ in 0..self.collector.buckets().len() {
-            let (started, stats) = match self.ex.recv()? {
-                Reply::Update {
-                    index,
-                    update,
-                    started,
-                } => {
-                    for (i, part) in self.collector.buckets().split(index, update.values) {
-                        updates[i] = Some((Grad::Host(part), update.kind));
-                    }
-                    (started, update.stats)
-                }
-                Reply::DeviceUpdate {
-                    index,
-                    update,
-                    kind,
-                    stats,
-                    started,
-                } => {
-                    let slot = updates.get_mut(index).with_context(|| {
-                        format!("compression thread: an update for parameter {index}")
-                    })?;
-                    *slot = Some((Grad::Device(update), kind));
-                    (started, stats)
-                }
-                _ => bail!("compression thread: unexpected reply during the exchange"),
+        let buckets = self.collector.buckets();
+        for _ in 0..buckets.len() {
+            let Reply::Update {
+                index,
+                update,
+                kind,
+                stats,
+                started,
+            } = self.ex.recv()?
+            else {
+                bail!("compression thread: unexpected reply during the exchange");
             };
+            if index >= buckets.len() {
+                bail!(
+                    "compression thread: an update for bucket {index} of {}",
+                    buckets.len()
+                );
+            }
+            for (i, part) in buckets.split(index, update, |i| self.dims(i))? {
+                updates[i] = Some((part, kind));
+            }
             first_start = Some(first_start.map_or(started, |f: Instant| f.min(started)));
             wire.add(&stats);
         }
@@ -171,15 +147,7 @@ impl Worker {
     fn apply(&mut self, updates: Updates, lr: f64) -> Result<()> {
         let mut grads: Vec<(usize, Tensor, UpdateKind)> = Vec::with_capacity(updates.len());
         for (i, u) in updates.into_iter().enumerate() {
-            let (grad, kind) = u.with_context(|| format!("no update arrived for parameter {i}"))?;
-            let g = match grad {
-                Grad::Host(values) => {
-                    let dims = self.params[i].tensor.dims().to_vec();
-                    let device = self.params[i].tensor.device();
-                    Tensor::from_vec(values, dims, device)?
-                }
-                Grad::Device(t) => t,
-            };
+            let (g, kind) = u.with_context(|| format!("no update arrived for parameter {i}"))?;
             grads.push((i, g, kind));
         }
         if self.cfg.clip > 0.0 {
@@ -206,79 +174,46 @@ impl Worker {
         Ok(())
     }
 
+    /// The methods that synchronise the weights after the step: each bucket's weights
+    /// (a parameter itself, or its members' concatenation) handed to the compression
+    /// thread, which overwrites them in place where the method synchronises them; a
+    /// concatenation's parts are then written back to its members.
     fn sync_weights(&mut self, wire: &mut WireStats) -> Result<()> {
-        if self.device_exchange {
-            return self.sync_weights_in_place(wire);
-        }
         let buckets = self.collector.buckets();
+        let mut joined: Vec<Tensor> = Vec::with_capacity(buckets.len());
         for b in 0..buckets.len() {
+            let w = buckets.join(b, |i| self.params[i].tensor.clone())?;
+            joined.push(w.clone());
             self.ex.send(Job::After {
                 index: b,
-                weights: buckets.join(b, |i| tensor_f32(&self.params[i].tensor)),
+                weights: w,
             })?;
         }
         for _ in 0..buckets.len() {
-            match self.ex.recv()? {
-                Reply::After {
-                    index,
-                    weights,
-                    stats,
-                    momentum_mask,
-                } => {
-                    for (i, part) in buckets.split(index, weights) {
-                        let p = &self.params[i].tensor;
-                        no_grad(|| {
-                            p.assign(&Tensor::from_vec(part, p.dims().to_vec(), Device::Cpu)?)
-                        })?;
-                    }
-                    for (i, positions) in buckets.split_positions(index, &momentum_mask) {
-                        self.opt.mask_momentum(i, &positions).with_context(|| {
-                            format!("masking the momentum of {}", self.params[i].name)
-                        })?;
-                    }
-                    if let Some(s) = stats {
-                        wire.add_sync(&s);
-                    }
-                }
-                _ => bail!("compression thread: unexpected reply during synchronisation"),
-            }
-        }
-        Ok(())
-    }
-
-    /// [`Self::sync_weights`] for a method on tensors: each parameter handed over as it is,
-    /// synchronised in place on its device by the compression thread.
-    fn sync_weights_in_place(&mut self, wire: &mut WireStats) -> Result<()> {
-        for (i, p) in self.params.iter().enumerate() {
-            self.ex.send(Job::AfterDevice {
-                index: i,
-                weights: p.tensor.clone(),
+            let Reply::After {
+                index,
+                stats,
+                momentum_mask,
+            } = self.ex.recv()?
+            else {
+                bail!("compression thread: unexpected reply during synchronisation");
+            };
+            let w = joined.get(index).with_context(|| {
+                format!("compression thread: a synchronisation of bucket {index}")
             })?;
-        }
-        for _ in 0..self.params.len() {
-            match self.ex.recv()? {
-                Reply::After {
-                    index,
-                    stats,
-                    momentum_mask,
-                    ..
-                } => {
-                    let name = &self
-                        .params
-                        .get(index)
-                        .with_context(|| {
-                            format!("compression thread: a synchronisation of parameter {index}")
-                        })?
-                        .name;
-                    let positions: Vec<usize> = momentum_mask.iter().map(|&p| p as usize).collect();
-                    self.opt
-                        .mask_momentum(index, &positions)
-                        .with_context(|| format!("masking the momentum of {name}"))?;
-                    if let Some(s) = stats {
-                        wire.add_sync(&s);
-                    }
+            if buckets.members[index].len() > 1 {
+                for (i, part) in buckets.split(index, w.clone(), |i| self.dims(i))? {
+                    let p = &self.params[i].tensor;
+                    no_grad(|| p.assign(&part))?;
                 }
-                _ => bail!("compression thread: unexpected reply during synchronisation"),
+            }
+            for (i, positions) in buckets.split_positions(index, &momentum_mask) {
+                self.opt
+                    .mask_momentum(i, &positions)
+                    .with_context(|| format!("masking the momentum of {}", self.params[i].name))?;
+            }
+            if let Some(s) = stats {
+                wire.add_sync(&s);
             }
         }
         Ok(())

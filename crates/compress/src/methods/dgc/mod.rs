@@ -278,9 +278,6 @@ impl Method for Dgc {
         self.add_decay(index, weights, &mut out)?;
         Ok(m.update(out, self.kind()))
     }
-    fn on_tensors(&self) -> bool {
-        true
-    }
     /// Moves `u`, `v` and the generator into a [`DgcOnDevice`] on `device`, the host
     /// vectors freed; a checkpoint loaded before or after resumes the same.
     fn place(&mut self, device: tensor::Device) -> Result<()> {
