@@ -42,6 +42,7 @@ mod rendezvous;
 mod sparse;
 mod stream_merge;
 mod trace;
+pub mod watchdog;
 mod window_sum;
 
 pub use arrival_sum::{ArrivalSum, ARRIVAL_MAX_PARTS};
@@ -54,7 +55,7 @@ pub use group::{ProcessGroup, Subgroup};
 pub use master::{
     bind_loopback_master, prepare_local_worker, release_master_listeners, MASTER_FD_ENV,
 };
-pub use nccl::{nccl_library_present, nccl_version, NcclCommunicator};
+pub use nccl::{exit_on_stall, nccl_library_present, nccl_version, NcclCommunicator};
 pub use sparse::{
     merge_sum_into, sum_all, sum_encoded, top_merge, top_merge_into, truncate_top, SparseVec,
     TopMergeScratch,

@@ -17,9 +17,15 @@
 //! (P−1)·n, broadcast n at the root, send n), the same convention as the TCP backend's;
 //! a one-rank job and a message to oneself count nothing.
 //!
-//! Failure detection is the TCP side's: NCCL itself waits for a dead peer indefinitely
-//! (unless NCCL's own environment variables bound it), so a job that must not hang keeps
-//! exchanging heartbeats or collectives on its TCP communicator.
+//! No hangs: NCCL waits for a dead or silent peer forever, in `ncclCommInitRank` and in
+//! its kernels alike. Every call is watched ([`crate::watchdog`]) from when it is made
+//! (set-up, or a collective whose first use connects to its peers) until the CUDA event
+//! recorded after its kernels completes; one still pending after the TCP
+//! communicator's timeout (`GRADEX_TIMEOUT_SECS`) is reported by name — with the label the
+//! owner set, the trainer's step and parameter — and by default ends the process with that
+//! message (exit status 3), as PyTorch's NCCL watchdog does: a thread inside NCCL cannot
+//! be unwound, and `ncclCommAbort` is out of reach behind cudarc's `Comm`, which keeps
+//! its handle private (the process's exit releases what an abort would).
 //!
 //! One process per GPU: NCCL refuses two ranks on one device, so on a one-GPU machine the
 //! backend runs with world size 1 (its collectives then are local copies, still through
@@ -30,9 +36,11 @@
 //! `LD_LIBRARY_PATH` (scripts/gpu-check.sh makes one).
 
 use crate::counters::{ByteCounters, Collective};
+use crate::watchdog::{OnStall, Watchdog};
 use crate::{CommError, Communicator, ReduceOp, Result};
+use cudarc::driver::CudaEvent;
 use cudarc::nccl::safe::{self as nccl, Comm, Id};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use tensor::{cuda, DType, Device, Tensor};
 
 /// Whether the NCCL library can be loaded (a plain dlopen; never panics).
@@ -101,6 +109,53 @@ pub struct NcclCommunicator {
     rank: usize,
     world: usize,
     counters: ByteCounters,
+    watchdog: Watchdog,
+    /// What the owner is doing, named in a stalled call's message.
+    label: String,
+}
+
+/// Where a watched call is: inside NCCL, queued on the stream until its event, or over.
+enum Call {
+    Inside,
+    Queued(CudaEvent),
+    Over,
+}
+
+impl Call {
+    fn done(&self) -> bool {
+        match self {
+            Call::Inside => false,
+            // The context is bound for the query; a query error (not "not ready") reads
+            // as not done, which the timeout then reports.
+            Call::Queued(e) => e.context().bind_to_thread().is_ok() && e.is_complete(),
+            Call::Over => true,
+        }
+    }
+}
+
+/// A watched call's state, shared with the watchdog's completion check.
+type Watched = Arc<Mutex<Call>>;
+
+fn watched_call(w: &Watchdog, what: String) -> Watched {
+    let call: Watched = Arc::new(Mutex::new(Call::Inside));
+    let c = call.clone();
+    w.watch(what, move || c.lock().map(|c| c.done()).unwrap_or(true));
+    call
+}
+
+fn set_call(call: &Watched, state: Call) {
+    if let Ok(mut c) = call.lock() {
+        *c = state;
+    }
+}
+
+/// The default reaction to a stalled NCCL call (see the module comment): the message on
+/// standard error, then the process ends with status 3.
+pub fn exit_on_stall(rank: usize) -> OnStall {
+    Arc::new(move |msg| {
+        eprintln!("error: rank {rank}: {msg}; ending the process (NCCL cannot be interrupted)");
+        std::process::exit(3);
+    })
 }
 
 /// What a rank can say about itself before NCCL starts: ready, with the device's compute
@@ -126,9 +181,24 @@ fn local_check(device: Device) -> std::result::Result<Arc<cudarc::driver::CudaSt
 }
 
 impl NcclCommunicator {
-    /// Starts NCCL on `device` for the ranks of `tcp`'s job (collective: every rank calls it).
+    /// Starts NCCL on `device` for the ranks of `tcp`'s job (collective: every rank calls
+    /// it). A call pending for longer than `tcp`'s timeout ends the process
+    /// ([`exit_on_stall`]).
     pub fn new(tcp: &mut Communicator, device: Device) -> Result<NcclCommunicator> {
+        let on_stall = exit_on_stall(tcp.rank());
+        Self::with_watchdog(tcp, device, on_stall)
+    }
+
+    /// [`NcclCommunicator::new`] with `on_stall` called (once, with the message naming the
+    /// call) when a call is pending for longer than `tcp`'s timeout.
+    pub fn with_watchdog(
+        tcp: &mut Communicator,
+        device: Device,
+        on_stall: OnStall,
+    ) -> Result<NcclCommunicator> {
         let (rank, world) = (tcp.rank(), tcp.world_size());
+        let watchdog = Watchdog::new(tcp.timeout(), on_stall)
+            .map_err(|e| CommError::Nccl(format!("starting NCCL's watchdog thread: {e}")))?;
         let mut mine = Vec::new();
         let mut ready = None;
         match local_check(device) {
@@ -181,15 +251,52 @@ impl NcclCommunicator {
         let stream = ready.ok_or_else(|| {
             CommError::Nccl("every rank reported ready, this one included, without a stream".into())
         })?;
-        let comm = Comm::from_rank(stream, rank, world, Id::uninit(internal))
-            .map_err(nccl_err("ncclCommInitRank"))?;
+        let setup = watched_call(
+            &watchdog,
+            format!("NCCL set-up (ncclCommInitRank, rank {rank} of {world})"),
+        );
+        let comm = Comm::from_rank(stream, rank, world, Id::uninit(internal));
+        set_call(&setup, Call::Over);
         Ok(NcclCommunicator {
-            comm,
+            comm: comm.map_err(nccl_err("ncclCommInitRank"))?,
             device,
             rank,
             world,
             counters: ByteCounters::default(),
+            watchdog,
+            label: String::new(),
         })
+    }
+
+    /// What the owner is doing from now on (the trainer: "step 12, parameter 3"), named in the
+    /// message of a call that stalls.
+    pub fn set_label(&mut self, label: impl Into<String>) {
+        self.label = label.into();
+    }
+
+    /// Runs the NCCL call `op` under the watchdog: pending from now until the event
+    /// recorded on the stream after it completes.
+    fn watched<T>(&self, op: &'static str, f: impl FnOnce(&Comm) -> Result<T>) -> Result<T> {
+        let what = match self.label.as_str() {
+            "" => op.to_string(),
+            label => format!("{op} ({label})"),
+        };
+        let call = watched_call(&self.watchdog, what);
+        let out = f(&self.comm);
+        if out.is_err() {
+            set_call(&call, Call::Over);
+            return out;
+        }
+        match self.comm.stream().record_event(None) {
+            Ok(event) => set_call(&call, Call::Queued(event)),
+            Err(e) => {
+                set_call(&call, Call::Over);
+                return Err(CommError::Nccl(format!(
+                    "{op}: recording the watchdog's event: {e:?}"
+                )));
+            }
+        }
+        out
     }
 
     pub fn rank(&self) -> usize {
@@ -228,10 +335,11 @@ impl NcclCommunicator {
             ReduceOp::Sum => nccl::ReduceOp::Sum,
             ReduceOp::Average => nccl::ReduceOp::Avg,
         };
-        let comm = &self.comm;
-        cuda::raw::with_f32_view_mut(t, |v, _| comm.all_reduce_in_place(v, &red))
-            .map_err(tensor_err(OP))?
-            .map_err(nccl_err(OP))?;
+        self.watched(OP, |comm| {
+            cuda::raw::with_f32_view_mut(t, |v, _| comm.all_reduce_in_place(v, &red))
+                .map_err(tensor_err(OP))?
+                .map_err(nccl_err(OP))
+        })?;
         let ring = 2 * (self.world - 1) * t.elem_count() * 4 / self.world;
         self.count(Collective::Allreduce, ring, ring);
         Ok(())
@@ -242,10 +350,11 @@ impl NcclCommunicator {
         const OP: &str = "nccl broadcast";
         self.check(OP, t, false)?;
         self.check_peer(OP, root)?;
-        let comm = &self.comm;
-        with_view_mut!(t, |v| comm.broadcast_in_place(v, root as i32))
-            .map_err(tensor_err(OP))?
-            .map_err(nccl_err(OP))?;
+        self.watched(OP, |comm| {
+            with_view_mut!(t, |v| comm.broadcast_in_place(v, root as i32))
+                .map_err(tensor_err(OP))?
+                .map_err(nccl_err(OP))
+        })?;
         // Nothing leaves the GPU in a one-rank job.
         let bytes = if self.world > 1 {
             t.elem_count() * 4
@@ -267,18 +376,19 @@ impl NcclCommunicator {
         let mut dims = vec![self.world];
         dims.extend_from_slice(t.dims());
         let out = Tensor::zeros(dims, t.dtype(), self.device).map_err(tensor_err(OP))?;
-        let comm = &self.comm;
-        match t.dtype() {
-            DType::U32 => cuda::raw::with_u32_view(t, |src| {
-                cuda::raw::with_u32_view_mut(&out, |dst| comm.all_gather(src, dst))
-            }),
-            _ => cuda::raw::with_f32_view(t, |src, _| {
-                cuda::raw::with_f32_view_mut(&out, |dst, _| comm.all_gather(src, dst))
-            }),
-        }
-        .map_err(tensor_err(OP))?
-        .map_err(tensor_err(OP))?
-        .map_err(nccl_err(OP))?;
+        self.watched(OP, |comm| {
+            match t.dtype() {
+                DType::U32 => cuda::raw::with_u32_view(t, |src| {
+                    cuda::raw::with_u32_view_mut(&out, |dst| comm.all_gather(src, dst))
+                }),
+                _ => cuda::raw::with_f32_view(t, |src, _| {
+                    cuda::raw::with_f32_view_mut(&out, |dst, _| comm.all_gather(src, dst))
+                }),
+            }
+            .map_err(tensor_err(OP))?
+            .map_err(tensor_err(OP))?
+            .map_err(nccl_err(OP))
+        })?;
         let bytes = t.elem_count() * 4;
         self.count(
             Collective::AllgatherV,
@@ -310,27 +420,29 @@ impl NcclCommunicator {
             self.check(OP, t, false)?;
             self.check_peer(OP, peer)?;
         }
-        let comm = &self.comm;
-        nccl::group_start().map_err(nccl_err("ncclGroupStart"))?;
-        // The group must be closed whatever happens inside it, or NCCL stays in group mode.
-        let inner = (|| -> Result<()> {
-            if let Some((t, peer)) = send {
-                let peer = peer as i32;
-                with_view!(t, |v| comm.send(v, peer))
-                    .map_err(tensor_err(OP))?
-                    .map_err(nccl_err("ncclSend"))?;
-            }
-            if let Some((t, peer)) = recv {
-                let peer = peer as i32;
-                with_view_mut!(t, |v| comm.recv(v, peer))
-                    .map_err(tensor_err(OP))?
-                    .map_err(nccl_err("ncclRecv"))?;
-            }
-            Ok(())
-        })();
-        let end = nccl::group_end().map_err(nccl_err("ncclGroupEnd"));
-        inner?;
-        end?;
+        self.watched(OP, |comm| {
+            nccl::group_start().map_err(nccl_err("ncclGroupStart"))?;
+            // The group must be closed whatever happens inside it, or NCCL stays in group
+            // mode.
+            let inner = (|| -> Result<()> {
+                if let Some((t, peer)) = send {
+                    let peer = peer as i32;
+                    with_view!(t, |v| comm.send(v, peer))
+                        .map_err(tensor_err(OP))?
+                        .map_err(nccl_err("ncclSend"))?;
+                }
+                if let Some((t, peer)) = recv {
+                    let peer = peer as i32;
+                    with_view_mut!(t, |v| comm.recv(v, peer))
+                        .map_err(tensor_err(OP))?
+                        .map_err(nccl_err("ncclRecv"))?;
+                }
+                Ok(())
+            })();
+            let end = nccl::group_end().map_err(nccl_err("ncclGroupEnd"));
+            inner?;
+            end
+        })?;
         // A message to this rank itself is a copy on the GPU, not traffic.
         let bytes = |side: Option<(&Tensor, usize)>| match side {
             Some((t, peer)) if peer != self.rank => t.elem_count() * 4,

@@ -2,10 +2,12 @@
 //! every rank fail with an error naming it, and nobody waits in NCCL's init. On a GPU
 //! machine with NCCL (scripts/gpu-check.sh): every collective on one GPU (world size 1,
 //! since NCCL refuses two ranks on one device) against the definition, and the argument
-//! checks. Without a GPU the GPU test says so and passes, unless `REQUIRE_GPU=1`.
+//! checks; and NCCL without hangs: a rank that never joins ends the others' set-up within
+//! the timeout. Without a GPU the GPU tests say so and pass, unless `REQUIRE_GPU=1`.
 
 use comm::{CommError, Communicator, NcclCommunicator, ReduceOp};
-use std::time::Duration;
+use std::process::Command;
+use std::time::{Duration, Instant};
 use tensor::{DType, Device, Rng, Tensor};
 
 mod common;
@@ -182,4 +184,58 @@ fn process_group_compositions_on_nccl_equal_the_tcp_ones() {
     ProcessGroup::send_recv(&mut nc, Some((&gpu.indices, 0)), Some((&back, 0))).unwrap();
     assert_eq!(back.to_vec::<u32>().unwrap(), idx);
     ProcessGroup::barrier(&mut nc).unwrap();
+}
+
+/// NCCL without hangs (GPU): in a world of 2 whose rank 1 takes part in the rendezvous and
+/// then never calls ncclCommInitRank, rank 0's set-up is reported by its watchdog within
+/// the timeout (3 s here), naming the call, and the default reaction ends the process
+/// with status 3. Run in a child process (this test binary's `stalled_setup_child`): the
+/// thread inside NCCL cannot be unwound.
+#[test]
+fn a_rank_that_never_joins_ends_nccl_setup_within_the_timeout() {
+    if gpu_with_nccl().is_none() {
+        return;
+    }
+    let exe = std::env::current_exe().expect("this test binary");
+    let start = Instant::now();
+    let out = Command::new(exe)
+        .args([
+            "--exact",
+            "stalled_setup_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("GRADEX_STALL_CHILD", "1")
+        .output()
+        .expect("the child process");
+    let took = start.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains(
+            "rank 0: NCCL set-up (ncclCommInitRank, rank 0 of 2) has not completed after 3 s"
+        ),
+        "{err}"
+    );
+    assert!(took < Duration::from_secs(30), "the child took {took:?}");
+}
+
+/// The child of the test above; does nothing unless `GRADEX_STALL_CHILD=1`.
+#[test]
+fn stalled_setup_child() {
+    if std::env::var("GRADEX_STALL_CHILD").as_deref() != Ok("1") {
+        return;
+    }
+    let cfgs = job_configs(2, "secret", Duration::from_secs(3));
+    let cfg1 = cfgs[1].clone();
+    std::thread::spawn(move || {
+        let mut c = Communicator::connect(&cfg1).expect("rank 1");
+        // The rendezvous' verdict exchange as NcclCommunicator::new makes it (first byte
+        // 1: ready), then silence: NCCL's own set-up is never called.
+        c.allgather_v(&[1u8]).expect("the verdicts");
+        std::thread::sleep(Duration::from_secs(3600));
+    });
+    let mut tcp = Communicator::connect(&cfgs[0]).expect("rank 0");
+    let r = NcclCommunicator::new(&mut tcp, Device::Cuda(0));
+    panic!("NCCL set-up returned without rank 1: {:?}", r.err());
 }

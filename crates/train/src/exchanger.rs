@@ -297,6 +297,8 @@ struct Thread {
     method: Box<dyn Method>,
     /// Whether the method's host code runs (CPU tensors over the flat TCP communicator).
     on_host: bool,
+    /// The step under way (named in a stalled NCCL call's message).
+    step: u64,
     nccl: Option<NcclCommunicator>,
     hierarchy: Option<crate::hierarchy::Hierarchy>,
     /// Bytes of the trainer's own collectives (initial broadcast, loss and evaluation
@@ -335,6 +337,7 @@ impl Thread {
             comm,
             method,
             on_host,
+            step: 0,
             nccl,
             hierarchy: (local_world_size > 0)
                 .then(|| crate::hierarchy::Hierarchy::new(local_world_size)),
@@ -377,6 +380,7 @@ impl Thread {
         Next::Reply(match job {
             Job::Stop => return Next::Stop,
             Job::Begin(info) => {
+                self.step = info.step;
                 method.begin_step(info);
                 return Next::Continue;
             }
@@ -431,6 +435,13 @@ impl Thread {
         (group, over, self.method.as_mut(), self.hierarchy.as_mut())
     }
 
+    /// Names what NCCL's calls are for from now on, for its watchdog's message.
+    fn label(&mut self, what: String) {
+        if let Some(n) = self.nccl.as_mut() {
+            n.set_label(what);
+        }
+    }
+
     /// A gradient tensor's exchange: the method's host code on CPU tensors over TCP,
     /// else its tensor code over NCCL where started, else TCP (hierarchical where the
     /// job has nodes).
@@ -445,6 +456,7 @@ impl Thread {
             self.exchange_on_host(index, grad, weights)
                 .map_err(|e| format!("exchanging parameter {index}: {e}"))?
         } else {
+            self.label(format!("step {}, parameter {index}", self.step));
             let (group, over, method, hierarchy) = self.tensor_parts();
             match hierarchy {
                 Some(h) => h.exchange(method, group, index, weights, grad),
@@ -490,6 +502,10 @@ impl Thread {
             self.after_step_on_host(index, weights)
                 .map_err(|e| format!("synchronising parameter {index}: {e}"))?
         } else {
+            self.label(format!(
+                "step {}, synchronising parameter {index}",
+                self.step
+            ));
             let (group, over, method, hierarchy) = self.tensor_parts();
             match hierarchy {
                 Some(h) => h.after_step(method, group, index, weights),
