@@ -150,11 +150,14 @@ fn set_call(call: &Watched, state: Call) {
 }
 
 /// The default reaction to a stalled NCCL call (see the module comment): the message on
-/// standard error, then the process ends with status 3.
+/// standard error, then the process ends at once with status 3.
 pub fn exit_on_stall(rank: usize) -> OnStall {
     Arc::new(move |msg| {
         eprintln!("error: rank {rank}: {msg}; ending the process (NCCL cannot be interrupted)");
-        std::process::exit(3);
+        // _exit, not exit: exit would run the libraries' destructors (NCCL's, CUDA's)
+        // while another thread is still inside NCCL. Standard error is unbuffered.
+        // SAFETY: ends the process at once; nothing after it runs.
+        unsafe { libc::_exit(3) }
     })
 }
 

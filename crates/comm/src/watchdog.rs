@@ -7,16 +7,20 @@
 //! decides what to do (the NCCL communicator's default ends the process with the message:
 //! a thread stuck in NCCL cannot be unwound).
 //!
-//! The thread is independent of CUDA: the completion checks are closures, so the timing
-//! and the message are tested on the CPU.
+//! The checks run with no lock held, so a thread watching a new call never waits for
+//! one; and since a check can itself hang (a CUDA driver call stuck behind a hung kernel,
+//! the failure PyTorch's NCCL watchdog met and answered with a heartbeat monitor), a
+//! second thread reports a round of checks that has not returned within the timeout.
+//!
+//! Both threads are independent of CUDA: the completion checks are closures, so the
+//! timing and the messages are tested on the CPU.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// What the owner does with a stalled call's message (called once, on the watchdog's
-/// thread).
+/// What the owner does with a stalled call's message (called once, on a watchdog thread).
 pub type OnStall = Arc<dyn Fn(String) + Send + Sync>;
 
 /// A check of whether a watched call has completed (called on the watchdog's thread).
@@ -37,95 +41,162 @@ struct State {
 struct Shared {
     state: Mutex<State>,
     wake: Condvar,
+    /// When the checker began the round of completion checks under way, and the oldest
+    /// call it checks (None between rounds): a check that never returns (a CUDA driver
+    /// stuck behind a hung kernel) is reported by the monitor from this.
+    round: Mutex<Option<(Instant, String)>>,
+    /// Set by the first report, by either thread: there is only one.
+    fired: AtomicBool,
+    timeout: Duration,
+    on_stall: OnStall,
 }
 
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Calls `on_stall` with `msg` unless a report was made already.
+    fn report(&self, msg: String) {
+        if !self.fired.swap(true, Ordering::SeqCst) {
+            (self.on_stall)(msg);
+        }
+    }
+}
+
+/// Watches calls on two threads of its own: a checker, which runs the completion checks
+/// and reports a call pending past the timeout, and a monitor, which reports a checker
+/// round that has not returned within the timeout (see the module comment).
 pub struct Watchdog {
     shared: Arc<Shared>,
-    thread: Option<JoinHandle<()>>,
 }
 
 impl Watchdog {
-    /// Starts the watchdog's thread: a call pending for `timeout` is reported to
+    /// Starts the watchdog's threads: a call pending for `timeout` is reported to
     /// `on_stall` as "`what` has not completed after N s" (with the timeout's name).
     pub fn new(timeout: Duration, on_stall: OnStall) -> std::io::Result<Watchdog> {
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
             wake: Condvar::new(),
+            round: Mutex::new(None),
+            fired: AtomicBool::new(false),
+            timeout,
+            on_stall,
         });
-        let s = shared.clone();
         // Often enough to report within a tenth of the timeout, and at most every 100 ms.
         let poll = (timeout / 10).clamp(Duration::from_millis(1), Duration::from_millis(100));
-        let thread = std::thread::Builder::new()
+        let s = shared.clone();
+        std::thread::Builder::new()
             .name("watchdog".into())
-            .spawn(move || watch(&s, timeout, poll, on_stall))?;
-        Ok(Watchdog {
-            shared,
-            thread: Some(thread),
-        })
+            .spawn(move || check(&s, poll))?;
+        let s = shared.clone();
+        std::thread::Builder::new()
+            .name("watchdog-monitor".into())
+            .spawn(move || monitor(&s, poll))?;
+        Ok(Watchdog { shared })
     }
 
     /// Watches the call `what` from now until `done` returns true.
     pub fn watch(&self, what: impl Into<String>, done: impl Fn() -> bool + Send + 'static) {
-        let mut st = self.lock();
+        let mut st = self.shared.lock();
         st.pending.push_back(Pending {
             what: what.into(),
             since: Instant::now(),
             done: Box::new(done),
         });
-        self.shared.wake.notify_one();
+        self.shared.wake.notify_all();
     }
 
-    /// How many watched calls have not completed (as of the thread's last look).
+    /// How many watched calls have not completed (as of the checker's last round).
     pub fn pending(&self) -> usize {
-        self.lock().pending.len()
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.shared.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.shared.lock().pending.len()
     }
 }
 
+/// Stops both threads within a poll; neither is joined, so that an owner is never held
+/// by a completion check stuck in the driver (the threads hold only what they share).
 impl Drop for Watchdog {
     fn drop(&mut self) {
-        self.lock().stop = true;
-        self.shared.wake.notify_one();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        self.shared.lock().stop = true;
+        self.shared.wake.notify_all();
     }
 }
 
-/// The watchdog's loop: drops completed calls, reports the oldest one past the timeout
-/// (once: whatever the owner does, the job is over), sleeps `poll`.
-fn watch(shared: &Shared, timeout: Duration, poll: Duration, on_stall: OnStall) {
-    let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+/// The checker's loop: takes the pending calls out (so that `watch` never waits for a
+/// check), drops the completed ones, reports the oldest past the timeout, puts the rest
+/// back ahead of any watched meanwhile, and sleeps a poll (or until a call is watched).
+fn check(shared: &Shared, poll: Duration) {
     loop {
+        let mut batch = {
+            let mut st = shared.lock();
+            if st.stop {
+                return;
+            }
+            std::mem::take(&mut st.pending)
+        };
+        if let Some(oldest) = batch.front() {
+            *shared.round.lock().unwrap_or_else(|e| e.into_inner()) =
+                Some((Instant::now(), oldest.what.clone()));
+            batch.retain(|p| !(p.done)());
+            *shared.round.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        }
+        if let Some(p) = batch.iter().find(|p| p.since.elapsed() >= shared.timeout) {
+            shared.report(format!(
+                "{} has not completed after {} (GRADEX_TIMEOUT_SECS): a peer died or \
+                 stopped answering",
+                p.what,
+                seconds(shared.timeout)
+            ));
+        }
+        let mut st = shared.lock();
+        let added = std::mem::replace(&mut st.pending, batch);
+        st.pending.extend(added);
         if st.stop {
             return;
         }
-        st.pending.retain(|p| !(p.done)());
-        if let Some(p) = st.pending.iter().find(|p| p.since.elapsed() >= timeout) {
-            let msg = format!(
-                "{} has not completed after {:.0} s (GRADEX_TIMEOUT_SECS): a peer died or \
-                 stopped answering",
-                p.what,
-                p.since.elapsed().as_secs_f64()
-            );
-            drop(st);
-            on_stall(msg);
-            return;
-        }
+        // Nothing to time: sleep until a call is watched or the owner stops.
         let wait = if st.pending.is_empty() {
-            // Nothing to time: sleep until a call is watched or the owner stops.
             Duration::from_secs(3600)
         } else {
             poll
         };
-        st = shared
-            .wake
-            .wait_timeout(st, wait)
+        drop(shared.wake.wait_timeout(st, wait));
+    }
+}
+
+/// A timeout as the messages print it: whole seconds where it is whole ("60 s"), else
+/// to a tenth ("0.3 s").
+fn seconds(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s.fract() == 0.0 {
+        format!("{s:.0} s")
+    } else {
+        format!("{s:.1} s")
+    }
+}
+
+/// The monitor's loop: a round of completion checks that has run for the timeout means
+/// a check is stuck (in the driver, behind a hung kernel); that is reported too.
+fn monitor(shared: &Shared, poll: Duration) {
+    loop {
+        std::thread::sleep(poll);
+        if shared.lock().stop {
+            return;
+        }
+        let stuck = shared
+            .round
+            .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .0;
+            .as_ref()
+            .filter(|(since, _)| since.elapsed() >= shared.timeout)
+            .map(|(_, what)| what.clone());
+        if let Some(what) = stuck {
+            shared.report(format!(
+                "checking whether {what} has completed has not returned after {} \
+                 (GRADEX_TIMEOUT_SECS): the GPU's driver is stuck",
+                seconds(shared.timeout)
+            ));
+        }
     }
 }
 
@@ -165,7 +236,8 @@ mod tests {
         assert!(rx.recv_timeout(timeout * 2).is_err(), "a second report");
     }
 
-    /// Calls that complete within the timeout, however many, are never reported.
+    /// Calls that complete within the timeout, however many, are never reported, and
+    /// are forgotten once they have.
     #[test]
     fn calls_that_complete_in_time_are_not_reported() {
         let (w, rx) = reporting(Duration::from_millis(200));
@@ -178,9 +250,39 @@ mod tests {
         }
         assert!(rx.recv_timeout(Duration::from_millis(600)).is_err());
         assert_eq!(w.pending(), 0);
-        // Dropping the watchdog stops its thread at once.
+    }
+
+    /// A completion check that does not return (a driver stuck behind a hung kernel) is
+    /// reported by the monitor after the timeout, and `watch` does not wait for it.
+    #[test]
+    fn a_check_that_does_not_return_is_reported_by_the_monitor() {
+        let timeout = Duration::from_millis(300);
+        let (w, rx) = reporting(timeout);
+        let start = Instant::now();
+        w.watch("nccl broadcast (step 1, parameter 0)", || {
+            std::thread::sleep(Duration::from_secs(2));
+            false
+        });
+        std::thread::sleep(Duration::from_millis(50));
         let t = Instant::now();
-        drop(w);
-        assert!(t.elapsed() < Duration::from_secs(2));
+        w.watch("nccl allreduce", || true);
+        assert!(
+            t.elapsed() < Duration::from_millis(100),
+            "watch waited {:?}",
+            t.elapsed()
+        );
+        let (msg, at) = rx.recv_timeout(Duration::from_secs(10)).expect("a report");
+        assert!(
+            at - start >= timeout && at - start < Duration::from_secs(2),
+            "{:?}",
+            at - start
+        );
+        assert!(
+            msg.starts_with(
+                "checking whether nccl broadcast (step 1, parameter 0) has completed has not \
+                 returned after 0.3 s"
+            ),
+            "{msg}"
+        );
     }
 }

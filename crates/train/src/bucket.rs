@@ -81,6 +81,22 @@ impl Buckets {
             .collect()
     }
 
+    /// Each bucket's name in messages: "parameter 7 (fc2.bias)" for a lone parameter,
+    /// "bucket 1 (conv1.weight+conv1.bias)" for a group.
+    pub fn labels(&self, params: &[ParamSpec]) -> Vec<String> {
+        self.members
+            .iter()
+            .enumerate()
+            .map(|(b, m)| match m.as_slice() {
+                [one] => format!("parameter {one} ({})", params[*one].name),
+                many => {
+                    let names: Vec<&str> = many.iter().map(|&i| params[i].name.as_str()).collect();
+                    format!("bucket {b} ({})", names.join("+"))
+                }
+            })
+            .collect()
+    }
+
     /// Bucket `b` as one tensor: a lone parameter's tensor itself, or its members'
     /// tensors flattened and concatenated in member order (a copy on their device).
     pub fn join(&self, b: usize, part: impl Fn(usize) -> Tensor) -> tensor::Result<Tensor> {
@@ -245,6 +261,16 @@ mod tests {
         assert_eq!(b.place[7], (3, 672));
         let off = Buckets::plan(&[3, 4, 5], 0);
         assert_eq!(off.members, vec![vec![0], vec![1], vec![2]]);
+        let specs: Vec<ParamSpec> = ["w", "b", "v"]
+            .iter()
+            .map(|n| ParamSpec::new(*n, &[1]))
+            .collect();
+        assert_eq!(off.labels(&specs)[2], "parameter 2 (v)");
+        let grouped = Buckets::plan(&[3, 4, 5], 10);
+        assert_eq!(
+            grouped.labels(&specs),
+            ["bucket 0 (w+b)", "parameter 2 (v)"]
+        );
         // The limit caps a bucket: 600 + 600 > 1000 starts a new one.
         let capped = Buckets::plan(&[600, 600, 300], 1000);
         assert_eq!(capped.members, vec![vec![0], vec![1, 2]]);

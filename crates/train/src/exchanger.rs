@@ -40,15 +40,15 @@ use tensor::{Device, Tensor};
 pub enum Job {
     Begin(StepInfo),
     /// A bucket's gradient (a parameter's own tensor, or several parameters'
-    /// concatenated) for `Method::exchange_tensor`, with its weights when the method
-    /// reads them.
+    /// concatenated), with its weights when the method reads them, for the method's
+    /// exchange (its host code or its tensor code: see the module comment).
     Exchange {
         index: usize,
         grad: Tensor,
         weights: Option<Tensor>,
     },
-    /// `Method::after_step_tensor` on a bucket's weights, which the method overwrites in
-    /// place where it synchronises them.
+    /// The method's synchronisation after the step of a bucket's weights, which it
+    /// overwrites in place where it synchronises them.
     After {
         index: usize,
         weights: Tensor,
@@ -114,15 +114,16 @@ pub struct Exchanger {
 
 impl Exchanger {
     /// Starts the thread; with `nccl`, it first joins the ranks' NCCL communicator on
-    /// `device` (a failure there is the first reply). The method exchanges tensors on
-    /// `device` (it was `place`d there), over NCCL when started, else over the TCP
-    /// communicator.
+    /// `device` (a failure there is the first reply). The gradients and updates are
+    /// tensors on `device`; the method's state is placed there when its tensor code runs
+    /// (see the module comment). `labels` names each job index in messages.
     pub fn spawn(
         mut comm: Communicator,
         mut method: Box<dyn Method>,
         device: Device,
         nccl: bool,
         local_world_size: usize,
+        labels: Vec<String>,
     ) -> Result<Exchanger> {
         comm.set_device(device);
         // The one place that decides which of the method's entry points runs (see the
@@ -150,7 +151,7 @@ impl Exchanger {
                 // below, and the channel disconnects only once they are gone.
                 let _ended = ended_tx;
                 let (rx, tx) = (rx, tx);
-                match Thread::start(comm, method, on_host, nccl, local_world_size) {
+                match Thread::start(comm, method, on_host, labels, nccl, local_world_size) {
                     Ok(mut thread) => thread.serve(&rx, &tx),
                     Err(msg) => {
                         let _ = tx.send(Reply::Failed(msg));
@@ -297,6 +298,8 @@ struct Thread {
     method: Box<dyn Method>,
     /// Whether the method's host code runs (CPU tensors over the flat TCP communicator).
     on_host: bool,
+    /// Each job index's name in messages (`Exchanger::spawn`'s `labels`).
+    labels: Vec<String>,
     /// The step under way (named in a stalled NCCL call's message).
     step: u64,
     nccl: Option<NcclCommunicator>,
@@ -319,6 +322,7 @@ impl Thread {
         mut comm: Communicator,
         method: Box<dyn Method>,
         on_host: bool,
+        labels: Vec<String>,
         nccl: Option<Device>,
         local_world_size: usize,
     ) -> std::result::Result<Thread, String> {
@@ -337,6 +341,7 @@ impl Thread {
             comm,
             method,
             on_host,
+            labels,
             step: 0,
             nccl,
             hierarchy: (local_world_size > 0)
@@ -435,6 +440,15 @@ impl Thread {
         (group, over, self.method.as_mut(), self.hierarchy.as_mut())
     }
 
+    /// Job index `index` in messages: "parameter 7 (fc2.bias)" or, with buckets,
+    /// "bucket 1 (conv1.weight+conv1.bias)".
+    fn what(&self, index: usize) -> String {
+        match self.labels.get(index) {
+            Some(l) => l.clone(),
+            None => format!("bucket {index}"),
+        }
+    }
+
     /// Names what NCCL's calls are for from now on, for its watchdog's message.
     fn label(&mut self, what: String) {
         if let Some(n) = self.nccl.as_mut() {
@@ -454,15 +468,16 @@ impl Thread {
         let started = Instant::now();
         let update = if self.on_host {
             self.exchange_on_host(index, grad, weights)
-                .map_err(|e| format!("exchanging parameter {index}: {e}"))?
+                .map_err(|e| format!("exchanging {}: {e}", self.what(index)))?
         } else {
-            self.label(format!("step {}, parameter {index}", self.step));
+            let what = self.what(index);
+            self.label(format!("step {}, {what}", self.step));
             let (group, over, method, hierarchy) = self.tensor_parts();
             match hierarchy {
                 Some(h) => h.exchange(method, group, index, weights, grad),
                 None => method.exchange_tensor(group, index, weights, grad),
             }
-            .map_err(|e| format!("exchanging parameter {index} over {over}: {e}"))?
+            .map_err(|e| format!("exchanging {what} over {over}: {e}"))?
         };
         Ok(Reply::Update {
             index,
@@ -500,12 +515,10 @@ impl Thread {
     fn after_step(&mut self, index: usize, weights: &Tensor) -> std::result::Result<Reply, String> {
         let (stats, momentum_mask) = if self.on_host {
             self.after_step_on_host(index, weights)
-                .map_err(|e| format!("synchronising parameter {index}: {e}"))?
+                .map_err(|e| format!("synchronising {}: {e}", self.what(index)))?
         } else {
-            self.label(format!(
-                "step {}, synchronising parameter {index}",
-                self.step
-            ));
+            let what = self.what(index);
+            self.label(format!("step {}, synchronising {what}", self.step));
             let (group, over, method, hierarchy) = self.tensor_parts();
             match hierarchy {
                 Some(h) => h.after_step(method, group, index, weights),
@@ -513,7 +526,7 @@ impl Thread {
                     .after_step_tensor(group, index, weights)
                     .map(|stats| (stats, method.take_momentum_mask(index))),
             }
-            .map_err(|e| format!("synchronising parameter {index} over {over}: {e}"))?
+            .map_err(|e| format!("synchronising {what} over {over}: {e}"))?
         };
         Ok(Reply::After {
             index,
@@ -564,7 +577,8 @@ mod tests {
             ..comm::CommConfig::loopback(0, 1, 0, b"t")
         })
         .expect("a one-rank communicator");
-        Exchanger::spawn(comm, dense(1), Device::Cpu, true, 0).expect("the compression thread")
+        Exchanger::spawn(comm, dense(1), Device::Cpu, true, 0, Vec::new())
+            .expect("the compression thread")
     }
 
     /// The dense method for rank 0 of `world`.
@@ -615,7 +629,8 @@ mod tests {
             drop(c);
         });
         let comm = Communicator::connect(&cfg(0)).expect("rank 0");
-        let mut ex = Exchanger::spawn(comm, dense(2), Device::Cpu, false, 0).expect("the thread");
+        let mut ex = Exchanger::spawn(comm, dense(2), Device::Cpu, false, 0, Vec::new())
+            .expect("the thread");
         assert_eq!(ex.stop_within, Duration::from_secs(40));
         ex.stop_within = Duration::from_millis(300);
         ex.jobs.send(Job::Allreduce(vec![1.0; 4])).expect("queued");
@@ -633,7 +648,8 @@ mod tests {
         // An idle thread stops and is joined well within the bound.
         let one =
             Communicator::connect(&comm::CommConfig::loopback(0, 1, 0, b"t")).expect("rank 0");
-        let ex = Exchanger::spawn(one, dense(1), Device::Cpu, false, 0).expect("the thread");
+        let ex =
+            Exchanger::spawn(one, dense(1), Device::Cpu, false, 0, Vec::new()).expect("the thread");
         let t = Instant::now();
         drop(ex);
         assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());

@@ -381,8 +381,9 @@ fn a_damaged_checkpoint_is_set_aside_and_the_intact_generation_resumed() {
 
 /// The hierarchical exchange: 4 workers as 2 nodes of 2. Dense through the hierarchy
 /// (each node's average, then the leaders' average) trains to the flat dense run's
-/// parameters within f32 rounding; DGC through it leaves every rank with the same
-/// parameters, as do SBC and FedAvg, which synchronise among the leaders after the step;
+/// parameters within f32 rounding, and with buckets to the same parameters bit for bit;
+/// DGC through it leaves every rank with the same parameters, as do SBC (with and
+/// without buckets) and FedAvg, which synchronise among the leaders after the step;
 /// the bytes inside and across nodes are counted apart, the latter only what the leaders
 /// exchanged. Wrong node sizes and methods are refused before any worker starts.
 #[test]
@@ -444,6 +445,21 @@ fn the_hierarchical_exchange_matches_the_flat_one_and_counts_bytes_apart() {
     assert!(inter > 0 && intra > 0, "{intra} {inter}");
     assert!(summary(&flat)["inter_node_bytes_sent"].is_null());
 
+    // Buckets on the tensor path (the hierarchy's): a bucket's gradients concatenated on
+    // the device and its update cut back into the members' shapes. The average of a
+    // concatenation is the concatenation of the averages, bit for bit.
+    let bucketed = run(
+        "hier-dense-buckets",
+        &["--method", "dense", "--bucket-elems", "1000"],
+        Some("2"),
+    );
+    for rank in 0..4 {
+        assert!(
+            params(&bucketed, rank) == params(&hier, rank),
+            "rank {rank}: buckets changed the dense result"
+        );
+    }
+
     let dgc = run(
         "hier-dgc",
         &["--method", "dgc", "--method-opt", "warmup_epochs=0"],
@@ -463,14 +479,28 @@ fn the_hierarchical_exchange_matches_the_flat_one_and_counts_bytes_apart() {
 
     // Methods that synchronise after the step: the leaders do, and pass the weights (and
     // SBC's momentum mask) to their nodes; every rank ends with the same parameters.
-    for (name, opts) in [
-        ("hier-sbc", ["--method", "sbc", "--method-opt", "delay=3"]),
+    // With buckets too: there the weights synchronised are a bucket's concatenation,
+    // written back to its members, and SBC's momentum mask is cut into theirs.
+    let after_step: [(&str, &[&str]); 3] = [
+        ("hier-sbc", &["--method", "sbc", "--method-opt", "delay=3"]),
+        (
+            "hier-sbc-buckets",
+            &[
+                "--method",
+                "sbc",
+                "--method-opt",
+                "delay=3",
+                "--bucket-elems",
+                "1000",
+            ],
+        ),
         (
             "hier-fedavg",
-            ["--method", "fedavg", "--method-opt", "delay=4"],
+            &["--method", "fedavg", "--method-opt", "delay=4"],
         ),
-    ] {
-        let dir = run(name, &opts, Some("2"));
+    ];
+    for (name, opts) in after_step {
+        let dir = run(name, opts, Some("2"));
         for rank in 1..4 {
             assert!(
                 params(&dir, rank) == params(&dir, 0),

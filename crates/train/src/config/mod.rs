@@ -280,7 +280,7 @@ pub struct Config {
     /// fast link: NCCL on GPUs, TCP on CPUs), its first rank runs the method across the
     /// nodes' first ranks only, and sends the result back to its node. Bytes inside and
     /// across nodes are counted apart (summary.json). 0: every rank runs the method (flat).
-    /// Needs a method on tensors.
+    /// Every method but dense with a 16-bit wire.
     #[arg(long, default_value_t = Config::default().local_world_size)]
     pub local_world_size: usize,
 }

@@ -388,3 +388,18 @@ fn pin_cores_reads_words_and_booleans() {
         assert_eq!(read(&text).unwrap(), p, "{text}");
     }
 }
+
+/// A run directory written when the trainer had two exchange paths holds `exchange =
+/// "auto" | "slices" | "tensors"`: it still reads (so the run resumes), means nothing, and
+/// is not written back; an unknown key is still an error.
+#[test]
+fn an_old_runs_exchange_key_is_read_and_dropped() {
+    for v in ["auto", "slices", "tensors"] {
+        let c = toml::from_str::<Config>(&format!("exchange = \"{v}\"\nlr = 0.2"))
+            .unwrap_or_else(|e| panic!("exchange = {v}: {e}"));
+        assert_eq!(c.lr, 0.2);
+        let written = toml::to_string_pretty(&c).unwrap();
+        assert!(!written.contains("exchange"), "{written}");
+    }
+    assert!(toml::from_str::<Config>("exchanges = \"auto\"").is_err());
+}

@@ -158,7 +158,8 @@ impl Worker {
             )),
         };
         let nccl = cfg.backend == crate::config::Backend::Nccl;
-        let ex = Exchanger::spawn(comm, method, device, nccl, cfg.local_world_size)?;
+        let labels = buckets.labels(&specs);
+        let ex = Exchanger::spawn(comm, method, device, nccl, cfg.local_world_size, labels)?;
         let collector = Arc::new(Collector::new(buckets, ex.jobs.clone()));
         let fired: Arc<Vec<AtomicBool>> =
             Arc::new(params.iter().map(|_| AtomicBool::new(false)).collect());
