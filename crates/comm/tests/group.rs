@@ -282,13 +282,7 @@ fn primitives_refuse_tensors_of_the_wrong_kind() {
 }
 
 fn gpu() -> Option<Device> {
-    if tensor::cuda::is_available(0) {
-        return Some(Device::Cuda(0));
-    }
-    let required = std::env::var("REQUIRE_GPU").is_ok_and(|v| v == "1");
-    assert!(!required, "REQUIRE_GPU=1 but no CUDA device is usable");
-    eprintln!("skipped: no CUDA device");
-    None
+    tensor::cuda::gpu_for_tests()
 }
 
 fn on(s: &Selected, device: Device) -> Selected {

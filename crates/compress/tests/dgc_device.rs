@@ -12,19 +12,7 @@ use compress::{ParamSpec, StepInfo};
 use tensor::{cuda, Device, Rng, Tensor};
 
 fn devices() -> Vec<Device> {
-    let mut d = vec![Device::Cpu];
-    if cuda::is_available(0) {
-        d.push(Device::Cuda(0));
-    } else {
-        assert!(
-            std::env::var("REQUIRE_GPU")
-                .map(|v| v != "1")
-                .unwrap_or(true),
-            "REQUIRE_GPU=1 but no CUDA device is usable"
-        );
-        eprintln!("GPU half skipped: no GPU");
-    }
-    d
+    cuda::devices_for_tests()
 }
 
 fn configs() -> Vec<(&'static str, DgcConfig)> {

@@ -14,15 +14,7 @@ use compress::{Method, StepInfo};
 use tensor::{cuda, Device, Tensor};
 
 fn devices() -> Vec<Device> {
-    let mut d = vec![Device::Cpu];
-    if cuda::is_available(0) {
-        d.push(Device::Cuda(0));
-    } else {
-        let required = std::env::var("REQUIRE_GPU").is_ok_and(|v| v == "1");
-        assert!(!required, "REQUIRE_GPU=1 but no CUDA device is usable");
-        eprintln!("GPU half skipped: no GPU");
-    }
-    d
+    cuda::devices_for_tests()
 }
 
 /// A weight matrix and a long vector sent sparse, a bias sent dense (dense_1d).

@@ -29,18 +29,7 @@ use tensor::{DType, Device, Result, Rng, Tensor};
 const TOLERANCE: f64 = 1e-4;
 
 fn gpu() -> Option<Device> {
-    if tensor::cuda::is_available(0) {
-        return Some(Device::Cuda(0));
-    }
-    let required = std::env::var("REQUIRE_GPU")
-        .map(|v| v == "1")
-        .unwrap_or(false);
-    assert!(
-        !required,
-        "REQUIRE_GPU=1 but no CUDA device is usable (driver, device, cuBLAS and NVRTC are all needed)"
-    );
-    eprintln!("skipped: no CUDA device");
-    None
+    tensor::cuda::gpu_for_tests()
 }
 
 fn values(t: &Tensor) -> Result<Vec<f64>> {

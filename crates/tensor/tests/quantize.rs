@@ -10,17 +10,7 @@ use tensor::quantize::{self, BucketScale};
 use tensor::{cuda, Device, Rng, Tensor};
 
 fn gpu() -> Option<Device> {
-    if cuda::is_available(0) {
-        return Some(Device::Cuda(0));
-    }
-    assert!(
-        std::env::var("REQUIRE_GPU")
-            .map(|v| v != "1")
-            .unwrap_or(true),
-        "REQUIRE_GPU=1 but no CUDA device is usable"
-    );
-    eprintln!("skipped: no GPU");
-    None
+    cuda::gpu_for_tests()
 }
 
 fn gradient(n: usize, seed: u64) -> Vec<f32> {

@@ -9,17 +9,7 @@ use tensor::sparsify::{self, Accumulate, AccumulateRule, Selected};
 use tensor::{cuda, Device, Rng, Tensor};
 
 fn gpu() -> Option<Device> {
-    if cuda::is_available(0) {
-        return Some(Device::Cuda(0));
-    }
-    assert!(
-        std::env::var("REQUIRE_GPU")
-            .map(|v| v != "1")
-            .unwrap_or(true),
-        "REQUIRE_GPU=1 but no CUDA device is usable"
-    );
-    eprintln!("skipped: no GPU");
-    None
+    cuda::gpu_for_tests()
 }
 
 /// Heavy-tailed values (normal × 2^normal) with planted ties of both signs and zeros.

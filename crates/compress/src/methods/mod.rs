@@ -58,6 +58,15 @@ pub(crate) fn named_state(name: &str, vecs: &[Vec<f32>]) -> StateTensors {
         .collect()
 }
 
+/// `load_state` of a method whose draws are counter-based (QSGD, TernGrad): it keeps no
+/// state, but a checkpoint written when it drew from a sequential generator holds an
+/// `rng` entry, which is accepted and dropped (its draws cannot be continued); anything
+/// else is an error.
+pub(crate) fn load_drawing_state(method: &str, state: &StateTensors) -> Result<()> {
+    let rest: StateTensors = state.iter().filter(|(k, _)| k != "rng").cloned().collect();
+    load_named(method, &rest, &mut [])
+}
+
 /// Fills each slot's per-parameter vectors from entries named `{slot}.{index}`, checking
 /// that every entry is used and every length matches what `init` allocated.
 pub(crate) fn load_named(

@@ -430,14 +430,8 @@ impl Method for Qsgd {
             stats: m.stats,
         })
     }
-    /// Counter-based draws: nothing to save.
-    fn state(&self) -> Result<StateTensors> {
-        Ok(Vec::new())
-    }
-    /// Nothing to load; the `rng` of a checkpoint written when QSGD drew from a sequential
-    /// generator is accepted and dropped (its draws cannot be continued).
+    // Counter-based draws: nothing to save (the default `state`).
     fn load_state(&mut self, state: &StateTensors) -> Result<()> {
-        let rest: StateTensors = state.iter().filter(|(k, _)| k != "rng").cloned().collect();
-        crate::methods::load_named("qsgd", &rest, &mut [])
+        crate::methods::load_drawing_state("qsgd", state)
     }
 }

@@ -64,3 +64,25 @@ pub use stream::{record_compute_event, record_timed_event, synchronize, Event, S
 pub fn is_available(ordinal: usize) -> bool {
     device(ordinal).is_ok()
 }
+
+/// The GPU tests' gate: CUDA device 0 when it is usable; else `None`, after saying why on
+/// standard error. With `REQUIRE_GPU=1` (scripts/gpu-check.sh sets it) a missing GPU is
+/// a failure instead, so that a GPU machine cannot skip the GPU half silently.
+pub fn gpu_for_tests() -> Option<crate::Device> {
+    if is_available(0) {
+        return Some(crate::Device::Cuda(0));
+    }
+    let why = device(0).err().map(|e| e.to_string()).unwrap_or_default();
+    let required = std::env::var("REQUIRE_GPU").is_ok_and(|v| v == "1");
+    assert!(!required, "REQUIRE_GPU=1 but no usable CUDA device: {why}");
+    eprintln!("GPU half skipped: no usable CUDA device ({why})");
+    None
+}
+
+/// The devices a test that runs on both runs on: the CPU, and GPU 0 where
+/// [`gpu_for_tests`] finds it.
+pub fn devices_for_tests() -> Vec<crate::Device> {
+    std::iter::once(crate::Device::Cpu)
+        .chain(gpu_for_tests())
+        .collect()
+}
