@@ -80,13 +80,14 @@ fn three_profiles_and_the_model_give_the_speedups() {
     }
     let csv = std::fs::read_to_string(dir.join("fig6.csv")).expect("fig6.csv");
     assert_eq!(csv.lines().count(), 43, "{csv}");
-    for file in [
-        "fig6.json",
-        "fig6_1gbps.png",
-        "fig6_10gbps.svg",
-        "lenet5-dgc/summary.json",
-    ] {
-        assert!(dir.join(file).is_file(), "{file} missing");
-    }
+    common::assert_files(
+        &dir,
+        &[
+            "fig6.json",
+            "fig6_1gbps.png",
+            "fig6_10gbps.svg",
+            "lenet5-dgc/summary.json",
+        ],
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -109,15 +109,16 @@ fn five_jobs_write_the_table_with_each_methods_compression() {
     assert!(f(2, "compression_ratio_whole_run") < f(2, "compression_ratio"));
     let csv = std::fs::read_to_string(dir.join("table3.csv")).expect("table3.csv");
     assert_eq!(csv.lines().count(), 6, "{csv}");
-    for file in [
-        "table3.json",
-        "curves.png",
-        "curves.svg",
-        "alexnet-terngrad/summary.json",
-        "resnet50-dgc/summary.json",
-    ] {
-        assert!(dir.join(file).is_file(), "{file} missing");
-    }
+    common::assert_files(
+        &dir,
+        &[
+            "table3.json",
+            "curves.png",
+            "curves.svg",
+            "alexnet-terngrad/summary.json",
+            "resnet50-dgc/summary.json",
+        ],
+    );
     // The quick preset keeps no checkpoints (AlexNet's would be gigabytes).
     for run in ["alexnet-dense", "alexnet-dgc", "resnet50-dgc"] {
         assert!(dir.join(run).is_dir(), "{run} missing");

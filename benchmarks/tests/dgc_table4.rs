@@ -96,14 +96,15 @@ fn two_jobs_write_the_table_and_dgc_compresses() {
     assert!((f(1, "delta") - (f(1, "metric") - f(0, "metric"))).abs() < 1e-9);
     let csv = std::fs::read_to_string(dir.join("table4.csv")).expect("table4.csv");
     assert_eq!(csv.lines().count(), 5, "{csv}");
-    for file in [
-        "table4.json",
-        "curves.png",
-        "curves.svg",
-        "lm-dgc/summary.json",
-        "speech-dgc/summary.json",
-        "speech_gap.csv",
-    ] {
-        assert!(dir.join(file).is_file(), "{file} missing");
-    }
+    common::assert_files(
+        &dir,
+        &[
+            "table4.json",
+            "curves.png",
+            "curves.svg",
+            "lm-dgc/summary.json",
+            "speech-dgc/summary.json",
+            "speech_gap.csv",
+        ],
+    );
 }

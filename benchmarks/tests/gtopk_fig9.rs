@@ -78,14 +78,15 @@ fn two_jobs_measure_and_the_model_follows_table_one() {
     }
     let csv = std::fs::read_to_string(dir.join("fig9.csv")).expect("fig9.csv");
     assert_eq!(csv.lines().count(), rows.len() + 1, "{csv}");
-    for f in [
-        "fig9.json",
-        "fig9_left_paper.png",
-        "fig9_left_here.svg",
-        "fig9_right_paper.svg",
-        "fig9_right_here.png",
-    ] {
-        assert!(dir.join(f).is_file(), "{f} missing");
-    }
+    common::assert_files(
+        &dir,
+        &[
+            "fig9.json",
+            "fig9_left_paper.png",
+            "fig9_left_here.svg",
+            "fig9_right_paper.svg",
+            "fig9_right_here.png",
+        ],
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

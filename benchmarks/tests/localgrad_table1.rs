@@ -114,14 +114,15 @@ fn eight_jobs_write_the_table_and_only_unsynchronised_local_modes_drift() {
     );
     let csv = std::fs::read_to_string(dir.join("table1.csv")).expect("table1.csv");
     assert_eq!(csv.lines().count(), 9, "{csv}");
-    for f in [
-        "table1.json",
-        "curves.png",
-        "curves.svg",
-        "baseline-drop-partial-sync/summary.json",
-    ] {
-        assert!(dir.join(f).is_file(), "{f} missing");
-    }
+    common::assert_files(
+        &dir,
+        &[
+            "table1.json",
+            "curves.png",
+            "curves.svg",
+            "baseline-drop-partial-sync/summary.json",
+        ],
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

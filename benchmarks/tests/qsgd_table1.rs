@@ -71,13 +71,14 @@ fn four_jobs_write_the_table_and_fewer_bits_send_fewer_bytes() {
     }
     let csv = std::fs::read_to_string(dir.join("table1.csv")).expect("table1.csv");
     assert_eq!(csv.lines().count(), 5, "{csv}");
-    for f in [
-        "table1.json",
-        "curves.png",
-        "curves.svg",
-        "qsgd-4bit/summary.json",
-    ] {
-        assert!(dir.join(f).is_file(), "{f} missing");
-    }
+    common::assert_files(
+        &dir,
+        &[
+            "table1.json",
+            "curves.png",
+            "curves.svg",
+            "qsgd-4bit/summary.json",
+        ],
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

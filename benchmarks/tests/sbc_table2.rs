@@ -85,13 +85,14 @@ fn six_jobs_write_the_table_and_ratios_follow_the_methods() {
     );
     let csv = std::fs::read_to_string(dir.join("table2.csv")).expect("table2.csv");
     assert_eq!(csv.lines().count(), 7, "{csv}");
-    for f in [
-        "table2.json",
-        "curves.png",
-        "curves.svg",
-        "sbc3/summary.json",
-    ] {
-        assert!(dir.join(f).is_file(), "{f} missing");
-    }
+    common::assert_files(
+        &dir,
+        &[
+            "table2.json",
+            "curves.png",
+            "curves.svg",
+            "sbc3/summary.json",
+        ],
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -98,3 +98,10 @@ pub fn assert_claims(rows: &[Value], judged: bool) {
         "no row states a claim"
     );
 }
+
+/// Every file of `files` (paths relative to `dir`) exists.
+pub fn assert_files(dir: &std::path::Path, files: &[&str]) {
+    for f in files {
+        assert!(dir.join(f).is_file(), "{f} missing in {}", dir.display());
+    }
+}
