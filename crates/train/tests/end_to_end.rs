@@ -547,10 +547,13 @@ fn the_hierarchical_exchange_matches_the_flat_one_and_counts_bytes_apart() {
 /// SBC resumes bit for bit: its `W_sync` and residuals go to the checkpoint and back,
 /// and a resume between two synchronisations continues them. With buckets too: the
 /// weights synchronised after the step are a bucket's concatenation, written back to its
-/// members, and the momentum mask is cut into theirs.
+/// members, and the momentum mask is cut into theirs. And on the tensor path (the
+/// hierarchical exchange, here one node of both workers, whose leader runs the method's
+/// tensor code): the state saved from tensors and loaded back into them, for SBC with
+/// buckets and for DGC.
 #[test]
-fn sbc_resumes_bit_for_bit_with_and_without_buckets() {
-    for (prefix, buckets) in [("sbc-", "0"), ("sbc-buckets-", "1000")] {
+fn sbc_and_dgc_resume_bit_for_bit_with_buckets_and_on_tensors() {
+    let sbc = |buckets: &str, extra: &[&str]| -> Vec<String> {
         let mut job: Vec<String> = BASE.iter().map(|s| s.to_string()).collect();
         job.extend(
             [
@@ -565,6 +568,18 @@ fn sbc_resumes_bit_for_bit_with_and_without_buckets() {
             ]
             .map(String::from),
         );
+        job.extend(extra.iter().map(|s| s.to_string()));
+        job
+    };
+    let mut dgc_on_tensors = dgc_job();
+    dgc_on_tensors.extend(["--local-world-size", "2"].map(String::from));
+    let cases = [
+        ("sbc-", sbc("0", &[])),
+        ("sbc-buckets-", sbc("1000", &[])),
+        ("sbc-tensors-", sbc("1000", &["--local-world-size", "2"])),
+        ("dgc-tensors-", dgc_on_tensors),
+    ];
+    for (prefix, job) in cases {
         // Between two synchronisations the ranks' weights differ by design; the resume
         // is checked against the straight run rank by rank.
         straight_and_resumed(prefix, job);
