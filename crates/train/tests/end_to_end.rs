@@ -1472,7 +1472,7 @@ fn wrong_configurations_fail_before_any_worker_starts() {
         (&["--backend", "mpi"], "[possible values: tcp, nccl]"),
         (
             &["--exchange", "tensors"],
-            "unexpected argument '--exchange'",
+            "--exchange is gone: every device and backend takes one path",
         ),
         (
             &["--model", "lstm_lm", "--dataset", "fashion-mnist"],

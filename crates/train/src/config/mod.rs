@@ -219,8 +219,9 @@ pub struct Config {
     pub backend: Backend,
     /// `exchange = "auto" | "slices" | "tensors"` in the config of a run written when
     /// the trainer had two exchange paths: read so that such a run resumes, and ignored
-    /// (the paths gave the same results bit for bit; every exchange is on tensors now).
-    #[arg(skip)]
+    /// (the paths gave the same results bit for bit). `--exchange` on the command line
+    /// is an error that says so (`resolve`).
+    #[arg(long = "exchange", hide = true)]
     #[serde(default, skip_serializing, rename = "exchange")]
     pub legacy_exchange: Option<String>,
     /// Run directory: config, metrics.jsonl, summary.json, checkpoints. One that holds an
@@ -417,6 +418,11 @@ impl Config {
         };
         // Before the overlay below, which would fail to write it.
         check_seed(args.run.seed)?;
+        if given("legacy_exchange") {
+            bail!(
+                "--exchange is gone: every device and backend takes one path now (a method's host code on CPU tensors over TCP, its tensor code on a GPU and in the hierarchical exchange; docs/train.md)"
+            );
+        }
         // The file's values, with each flag given on the command line written over its
         // key (the keys are the flags' names).
         let mut table = toml::Table::try_from(&file).context("the configuration")?;
