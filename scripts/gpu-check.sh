@@ -173,10 +173,10 @@ if [ -x .gpu/bin/train ]; then
     fi
   fi
 
-  # Every method with one worker two ways: over TCP and over NCCL (GPU tensors both).
-  # One rank's sum is its own message, so each method's two runs must end with the same
-  # loss; the GPU's selection, accumulation, binarization and quantization against the
-  # CPU's are the compress-* tests above.
+  # Every method with one worker two ways: over TCP (the method's host code on values
+  # copied from the GPU) and over NCCL (its tensor code on the GPU). The two give the
+  # same results bit for bit and one rank's sum is its own message, so each method's two
+  # runs must end with the same loss.
   for method in dgc gtopk topk sbc qsgd terngrad onebit fedavg signsgd randomk thresholdv; do
     losses=""
     for way in tcp nccl; do
@@ -210,7 +210,8 @@ if [ -x .gpu/bin/train ]; then
     fi
   done
 
-  # Every method in a 2-process job on one GPU over TCP (two contexts taking turns): both
+  # Every method in a 2-process job on one GPU over TCP (two contexts taking turns; the
+  # methods' host code, the tensor code over TCP being compress-exchange-tensor's): both
   # ranks must end with the same parameters bit for bit, and the summary's compression
   # ratio is printed beside the method. dense-bf16 is dense with bfloat16 on the ring;
   # dgc-buckets is DGC with --bucket-elems (the small tensors exchanged as one).

@@ -13,9 +13,9 @@
 #   4. nn-cuda-models, and gpu_step_bench against PyTorch with the dense and DGC exchanges
 #      (issues 36 and 37);
 #   5. the trainer's one exchange path on a GPU: DGC, gTop-k, SBC and QSGD with one worker
-#      over TCP and over NCCL (the same final loss), and 2-process jobs over TCP on the
-#      one GPU (identical parameters on both ranks), bf16 dense and DGC with buckets among
-#      them.
+#      over TCP (the methods' host code) and over NCCL (their tensor code): the same final
+#      loss; and 2-process jobs over TCP on the one GPU (identical parameters on both
+#      ranks), bf16 dense and DGC with buckets among them.
 # What the budget cuts is listed as skipped; GPU_CHECK_ONLY and GPU_CHECK_BUDGET override.
 # Everything lands in $OUT (./gpu-logs without it); the summary prints last.
 # Usage (device tool): run(command="bash scripts/gpu-pending.sh", carry=[".gpu"], timeout_s=540)

@@ -7,19 +7,23 @@
 //! Every gradient arrives as the tensor itself (`Job::Exchange`: a parameter's own, or a
 //! bucket's concatenation), and every update goes back as a tensor on the gradient's
 //! device; the weights after the step are synchronised in place (`Job::After`). Which
-//! of the method's two entry points runs depends only on where the tensors are:
+//! of the method's two entry points runs depends only on the collectives:
 //!
-//! - on the CPU over the flat TCP communicator, its host code (`Method::exchange` and
-//!   `Method::after_step` on the tensor's values): the same results bit for bit as its
-//!   tensor code (compress's `tests/exchange_tensor.rs`), but faster there and in the
-//!   method's own wire format (DGC's zero-run records of 6 bytes an entry, where its
-//!   tensor code sends 8-byte pairs); measured in docs/train.md;
-//! - on a GPU, and in the hierarchical exchange, its tensor code (`Method::exchange_tensor`,
-//!   `Method::after_step_tensor`) over a `ProcessGroup`: the thread's NCCL communicator
-//!   (`--backend nccl`, started over the TCP one before any other job) or the TCP
-//!   communicator, which copies to the host only what crosses the wire (DGC's chosen
-//!   pairs). The method's kernels are queued on the device's compute stream after those
-//!   that produced the gradient.
+//! - over the flat TCP communicator, its host code (`Method::exchange` and
+//!   `Method::after_step` on the tensor's values, copied from the GPU where the tensors
+//!   live there): the same results bit for bit as its tensor code (compress's
+//!   `tests/exchange_tensor.rs`), and the faster of the two where both were measured —
+//!   on the CPU (the README's job: compression 0.7–2.5 against 6–10 ms a step) and on a
+//!   GPU (DGC, ResNet-20 on an H200: 17.9–18.6 against 24.7–25.8 ms a step with one
+//!   worker, 52.6 against 91.7 with two), in the method's own wire format (DGC's
+//!   zero-run records of 6 bytes an entry, where its tensor code sends 8-byte pairs), so
+//!   a job's bytes are the same on every device; docs/train.md;
+//! - over NCCL (`--backend nccl`, started over the TCP communicator before any other
+//!   job) and in the hierarchical exchange, its tensor code (`Method::exchange_tensor`,
+//!   `Method::after_step_tensor`) over a `ProcessGroup`, the method's state on the
+//!   gradients' device and its kernels queued on the device's compute stream after those
+//!   that produced the gradient: the gradient leaves the GPU only as the compressed
+//!   message.
 //!
 //! The TCP communicator also carries the trainer's own collectives (model broadcast, loss
 //! and evaluation sums).
@@ -128,7 +132,7 @@ impl Exchanger {
         comm.set_device(device);
         // The one place that decides which of the method's entry points runs (see the
         // module comment); a method's state is placed only for its tensor code.
-        let on_host = device == Device::Cpu && !nccl && local_world_size == 0;
+        let on_host = !nccl && local_world_size == 0;
         if !on_host {
             method.place(device).map_err(|e| {
                 anyhow::anyhow!("keeping {}'s state on {device:?}: {e}", method.name())
@@ -296,7 +300,7 @@ impl Drop for Exchanger {
 struct Thread {
     comm: Communicator,
     method: Box<dyn Method>,
-    /// Whether the method's host code runs (CPU tensors over the flat TCP communicator).
+    /// Whether the method's host code runs (over the flat TCP communicator).
     on_host: bool,
     /// Each job index's name in messages (`Exchanger::spawn`'s `labels`).
     labels: Vec<String>,
@@ -456,9 +460,8 @@ impl Thread {
         }
     }
 
-    /// A gradient tensor's exchange: the method's host code on CPU tensors over TCP,
-    /// else its tensor code over NCCL where started, else TCP (hierarchical where the
-    /// job has nodes).
+    /// A gradient tensor's exchange: the method's host code over flat TCP, else its tensor
+    /// code over NCCL where started, else TCP through the nodes of a hierarchical job.
     fn exchange(
         &mut self,
         index: usize,
@@ -488,8 +491,8 @@ impl Thread {
         })
     }
 
-    /// `Method::exchange` on the host values of CPU tensors, the update made a tensor of
-    /// the gradient's shape.
+    /// `Method::exchange` on the gradient's values on the host, the update made a tensor
+    /// of the gradient's shape on its device.
     fn exchange_on_host(
         &mut self,
         index: usize,
@@ -503,15 +506,15 @@ impl Thread {
         };
         let u = self.method.exchange(&mut self.comm, index, &w, &g)?;
         Ok(TensorUpdate {
-            values: Tensor::from_vec(u.values, grad.dims(), Device::Cpu)?,
+            values: Tensor::from_vec(u.values, grad.dims(), grad.device())?,
             kind: u.kind,
             stats: u.stats,
         })
     }
 
     /// A method's synchronisation after the step, of the weights' tensor in place: its
-    /// host code on CPU tensors over TCP, else its tensor code over NCCL where started,
-    /// else TCP (through the nodes' leaders where the job has nodes).
+    /// host code over flat TCP, else its tensor code over NCCL where started, else TCP
+    /// through the nodes' leaders of a hierarchical job.
     fn after_step(&mut self, index: usize, weights: &Tensor) -> std::result::Result<Reply, String> {
         let (stats, momentum_mask) = if self.on_host {
             self.after_step_on_host(index, weights)
@@ -535,7 +538,7 @@ impl Thread {
         })
     }
 
-    /// `Method::after_step` on the host values of the CPU tensor `weights`, written back.
+    /// `Method::after_step` on the host values of `weights`, written back to its device.
     fn after_step_on_host(
         &mut self,
         index: usize,
@@ -543,7 +546,7 @@ impl Thread {
     ) -> anyhow::Result<crate::hierarchy::AfterStep> {
         let mut w = weights.to_vec::<f32>()?;
         let stats = self.method.after_step(&mut self.comm, index, &mut w)?;
-        let synced = Tensor::from_vec(w, weights.dims(), Device::Cpu)?;
+        let synced = Tensor::from_vec(w, weights.dims(), weights.device())?;
         tensor::no_grad(|| weights.assign(&synced))?;
         Ok((stats, self.method.take_momentum_mask(index)))
     }
