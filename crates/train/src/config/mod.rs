@@ -420,7 +420,7 @@ impl Config {
         check_seed(args.run.seed)?;
         if given("legacy_exchange") {
             bail!(
-                "--exchange is gone: every device and backend takes one path now (a method's host code on CPU tensors over TCP, its tensor code on a GPU and in the hierarchical exchange; docs/train.md)"
+                "--exchange is gone: every device and backend takes one path now (a method's host code over TCP, on the CPU or a GPU, its tensor code over NCCL and in the hierarchical exchange; docs/train.md)"
             );
         }
         // The file's values, with each flag given on the command line written over its
