@@ -271,8 +271,8 @@ impl NcclCommunicator {
         })
     }
 
-    /// What the owner is doing from now on (the trainer: "step 12, parameter 3"), named in the
-    /// message of a call that stalls.
+    /// What the owner is doing from now on, named in the message of a call that stalls
+    /// (the trainer: "step 12, exchanging parameter 3 (conv2.bias)").
     pub fn set_label(&mut self, label: impl Into<String>) {
         self.label = label.into();
     }

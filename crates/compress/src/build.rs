@@ -5,7 +5,7 @@
 //! (DGC's momentum correction takes over both). Adding a method is its file under
 //! `methods/` and one entry here (docs/compress.md, "Adding a method").
 
-use crate::methods::dense::{self, Dense};
+use crate::methods::dense::Dense;
 use crate::methods::dgc::{Decay, DenseClip, Dgc, DgcConfig};
 use crate::methods::dropping::{DroppingConfig, GradientDropping, LocalMode};
 use crate::methods::fedavg::FedAvg;
@@ -119,9 +119,9 @@ pub const METHODS: &[MethodInfo] = &[
         )],
         build: |o, _| Ok(Box::new(Dense::new(
             match o.choice("wire", &["f32", "f16", "bf16"])?.as_str() {
-                "f16" => dense::Wire::F16,
-                "bf16" => dense::Wire::Bf16,
-                _ => dense::Wire::F32,
+                "f16" => Some(comm::Wire16::F16),
+                "bf16" => Some(comm::Wire16::Bf16),
+                _ => None,
             },
         ))),
     },

@@ -102,13 +102,7 @@ impl Buckets {
     pub fn join(&self, b: usize, part: impl Fn(usize) -> Tensor) -> tensor::Result<Tensor> {
         match self.members[b].as_slice() {
             [one] => Ok(part(*one)),
-            many => {
-                let parts = many
-                    .iter()
-                    .map(|&i| part(i).flatten_all())
-                    .collect::<tensor::Result<Vec<_>>>()?;
-                Tensor::cat(&parts, 0)
-            }
+            many => concat(many.iter().map(|&i| part(i))),
         }
     }
 
@@ -158,12 +152,19 @@ impl Buckets {
     }
 }
 
+/// Tensors flattened and concatenated in order: a copy on their device.
+fn concat(parts: impl Iterator<Item = Tensor>) -> tensor::Result<Tensor> {
+    let flat = parts
+        .map(|t| t.flatten_all())
+        .collect::<tensor::Result<Vec<_>>>()?;
+    Tensor::cat(&flat, 0)
+}
+
 /// A bucket being filled during backward: its members' gradients (and weights, when the
-/// method reads them) as they arrive.
+/// method reads them) as they arrive, in member order.
 struct Slot {
     grads: Vec<Option<Tensor>>,
     weights: Vec<Option<Tensor>>,
-    pending: usize,
 }
 
 /// Collects gradients from the hooks and sends each bucket's exchange job when it is
@@ -183,7 +184,6 @@ impl Collector {
                 Mutex::new(Slot {
                     grads: vec![None; m.len()],
                     weights: vec![None; m.len()],
-                    pending: m.len(),
                 })
             })
             .collect();
@@ -213,30 +213,21 @@ impl Collector {
         }
         let mut slot = self.slots[b].lock().unwrap_or_else(|e| e.into_inner());
         let pos = members.iter().position(|&m| m == i).unwrap_or(0);
-        if slot.grads[pos].is_none() {
-            slot.pending -= 1;
-        }
         slot.grads[pos] = Some(grad);
         slot.weights[pos] = weights;
-        if slot.pending > 0 {
+        if slot.grads.iter().any(Option::is_none) {
             return;
         }
-        slot.pending = members.len();
+        // Every slot emptied for the next step, before anything can fail.
         let grads: Vec<Tensor> = slot.grads.iter_mut().filter_map(Option::take).collect();
-        let weights: Vec<Tensor> = slot.weights.iter_mut().filter_map(Option::take).collect();
-        let member = |i: usize| members.iter().position(|&m| m == i).unwrap_or(0);
-        let job = self
-            .buckets
-            .join(b, |i| grads[member(i)].clone())
+        let weights: Vec<Option<Tensor>> = slot.weights.iter_mut().map(Option::take).collect();
+        let weights: Option<Vec<Tensor>> = weights.into_iter().collect();
+        let job = concat(grads.into_iter())
             .and_then(|grad| {
-                let weights = match weights.len() == members.len() {
-                    true => Some(self.buckets.join(b, |i| weights[member(i)].clone())?),
-                    false => None,
-                };
                 Ok(Job::Exchange {
                     index: b,
                     grad,
-                    weights,
+                    weights: weights.map(|w| concat(w.into_iter())).transpose()?,
                 })
             })
             // The concatenation allocates on the device: its failure ends the thread

@@ -12,12 +12,10 @@
 //! - over the flat TCP communicator, its host code (`Method::exchange` and
 //!   `Method::after_step` on the tensor's values, copied from the GPU where the tensors
 //!   live there): the same results bit for bit as its tensor code (compress's
-//!   `tests/exchange_tensor.rs`), and the faster of the two where both were measured —
-//!   on the CPU (the README's job: compression 0.7–2.5 against 6–10 ms a step) and on a
-//!   GPU (DGC, ResNet-20 on an H200: 17.9–18.6 against 24.7–25.8 ms a step with one
-//!   worker, 52.6 against 91.7 with two), in the method's own wire format (DGC's
-//!   zero-run records of 6 bytes an entry, where its tensor code sends 8-byte pairs), so
-//!   a job's bytes are the same on every device; docs/train.md;
+//!   `tests/exchange_tensor.rs`), the faster of the two wherever both were measured, on
+//!   the CPU and on a GPU, and in the method's own wire format (DGC's zero-run records of
+//!   6 bytes an entry, where its tensor code sends 8-byte pairs), so a job's bytes are
+//!   the same on every device; the measurements are in docs/train.md;
 //! - over NCCL (`--backend nccl`, started over the TCP communicator before any other
 //!   job) and in the hierarchical exchange, its tensor code (`Method::exchange_tensor`,
 //!   `Method::after_step_tensor`) over a `ProcessGroup`, the method's state on the
@@ -130,10 +128,8 @@ impl Exchanger {
         labels: Vec<String>,
     ) -> Result<Exchanger> {
         comm.set_device(device);
-        // The one place that decides which of the method's entry points runs (see the
-        // module comment); a method's state is placed only for its tensor code.
-        let on_host = !nccl && local_world_size == 0;
-        if !on_host {
+        // A method's state is placed only for its tensor code.
+        if !runs_host_code(nccl, local_world_size > 0) {
             method.place(device).map_err(|e| {
                 anyhow::anyhow!("keeping {}'s state on {device:?}: {e}", method.name())
             })?;
@@ -155,7 +151,7 @@ impl Exchanger {
                 // below, and the channel disconnects only once they are gone.
                 let _ended = ended_tx;
                 let (rx, tx) = (rx, tx);
-                match Thread::start(comm, method, on_host, labels, nccl, local_world_size) {
+                match Thread::start(comm, method, labels, nccl, local_world_size) {
                     Ok(mut thread) => thread.serve(&rx, &tx),
                     Err(msg) => {
                         let _ = tx.send(Reply::Failed(msg));
@@ -294,14 +290,18 @@ impl Drop for Exchanger {
     }
 }
 
+/// Whether a method's host code runs (see the module comment): over the flat TCP
+/// communicator, that is without NCCL and without nodes.
+fn runs_host_code(nccl: bool, nodes: bool) -> bool {
+    !nccl && !nodes
+}
+
 /// The compression thread's own: the TCP communicator, the method, NCCL's communicator
 /// where started, the hierarchical exchange's node structure, and the bytes of the
 /// trainer's own collectives.
 struct Thread {
     comm: Communicator,
     method: Box<dyn Method>,
-    /// Whether the method's host code runs (over the flat TCP communicator).
-    on_host: bool,
     /// Each job index's name in messages (`Exchanger::spawn`'s `labels`).
     labels: Vec<String>,
     /// The step under way (named in a stalled NCCL call's message).
@@ -325,7 +325,6 @@ impl Thread {
     fn start(
         mut comm: Communicator,
         method: Box<dyn Method>,
-        on_host: bool,
         labels: Vec<String>,
         nccl: Option<Device>,
         local_world_size: usize,
@@ -344,7 +343,6 @@ impl Thread {
         Ok(Thread {
             comm,
             method,
-            on_host,
             labels,
             step: 0,
             nccl,
@@ -453,15 +451,33 @@ impl Thread {
         }
     }
 
-    /// Names what NCCL's calls are for from now on, for its watchdog's message.
-    fn label(&mut self, what: String) {
-        if let Some(n) = self.nccl.as_mut() {
-            n.set_label(what);
+    /// Runs a job on parameter or bucket `index`: `host` (the method's host code) over
+    /// flat TCP, else `tensors` (its tensor code) over NCCL where started, else TCP
+    /// through the nodes of a hierarchical job; an error names what was `doing` and on
+    /// what ("exchanging parameter 7 (fc2.bias) over NCCL: …").
+    fn run<T>(
+        &mut self,
+        index: usize,
+        doing: &str,
+        host: impl FnOnce(&mut Self) -> anyhow::Result<T>,
+        tensors: impl FnOnce(
+            &mut dyn ProcessGroup,
+            &mut dyn Method,
+            Option<&mut crate::hierarchy::Hierarchy>,
+        ) -> compress::Result<T>,
+    ) -> std::result::Result<T, String> {
+        let what = self.what(index);
+        if runs_host_code(self.nccl.is_some(), self.hierarchy.is_some()) {
+            return host(self).map_err(|e| format!("{doing} {what}: {e}"));
         }
+        if let Some(n) = self.nccl.as_mut() {
+            n.set_label(format!("step {}, {doing} {what}", self.step));
+        }
+        let (group, over, method, hierarchy) = self.tensor_parts();
+        tensors(group, method, hierarchy).map_err(|e| format!("{doing} {what} over {over}: {e}"))
     }
 
-    /// A gradient tensor's exchange: the method's host code over flat TCP, else its tensor
-    /// code over NCCL where started, else TCP through the nodes of a hierarchical job.
+    /// A gradient tensor's exchange (see [`Thread::run`]).
     fn exchange(
         &mut self,
         index: usize,
@@ -469,19 +485,15 @@ impl Thread {
         weights: Option<&Tensor>,
     ) -> std::result::Result<Reply, String> {
         let started = Instant::now();
-        let update = if self.on_host {
-            self.exchange_on_host(index, grad, weights)
-                .map_err(|e| format!("exchanging {}: {e}", self.what(index)))?
-        } else {
-            let what = self.what(index);
-            self.label(format!("step {}, {what}", self.step));
-            let (group, over, method, hierarchy) = self.tensor_parts();
-            match hierarchy {
+        let update = self.run(
+            index,
+            "exchanging",
+            |t| t.exchange_on_host(index, grad, weights),
+            |group, method, hierarchy| match hierarchy {
                 Some(h) => h.exchange(method, group, index, weights, grad),
                 None => method.exchange_tensor(group, index, weights, grad),
-            }
-            .map_err(|e| format!("exchanging {what} over {over}: {e}"))?
-        };
+            },
+        )?;
         Ok(Reply::Update {
             index,
             update: update.values,
@@ -512,25 +524,20 @@ impl Thread {
         })
     }
 
-    /// A method's synchronisation after the step, of the weights' tensor in place: its
-    /// host code over flat TCP, else its tensor code over NCCL where started, else TCP
-    /// through the nodes' leaders of a hierarchical job.
+    /// A method's synchronisation after the step, of the weights' tensor in place (see
+    /// [`Thread::run`]).
     fn after_step(&mut self, index: usize, weights: &Tensor) -> std::result::Result<Reply, String> {
-        let (stats, momentum_mask) = if self.on_host {
-            self.after_step_on_host(index, weights)
-                .map_err(|e| format!("synchronising {}: {e}", self.what(index)))?
-        } else {
-            let what = self.what(index);
-            self.label(format!("step {}, synchronising {what}", self.step));
-            let (group, over, method, hierarchy) = self.tensor_parts();
-            match hierarchy {
+        let (stats, momentum_mask) = self.run(
+            index,
+            "synchronising",
+            |t| t.after_step_on_host(index, weights),
+            |group, method, hierarchy| match hierarchy {
                 Some(h) => h.after_step(method, group, index, weights),
                 None => method
                     .after_step_tensor(group, index, weights)
                     .map(|stats| (stats, method.take_momentum_mask(index))),
-            }
-            .map_err(|e| format!("synchronising {what} over {over}: {e}"))?
-        };
+            },
+        )?;
         Ok(Reply::After {
             index,
             stats,

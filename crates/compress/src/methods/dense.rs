@@ -7,21 +7,14 @@ use crate::Result;
 use comm::{Communicator, ProcessGroup, ReduceOp, Wire16};
 use tensor::{Device, Tensor};
 
-/// The dense ring's wire format.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Wire {
-    F32,
-    F16,
-    Bf16,
-}
-
 pub struct Dense {
-    wire: Wire,
+    /// The ring's 16-bit format on the wire, or f32 (`None`).
+    wire: Option<Wire16>,
     sizes: Vec<usize>,
 }
 
 impl Dense {
-    pub fn new(wire: Wire) -> Self {
+    pub fn new(wire: Option<Wire16>) -> Self {
         Dense {
             wire,
             sizes: Vec::new(),
@@ -29,9 +22,9 @@ impl Dense {
     }
     fn wire_name(&self) -> &'static str {
         match self.wire {
-            Wire::F32 => "f32",
-            Wire::F16 => "f16",
-            Wire::Bf16 => "bf16",
+            None => "f32",
+            Some(Wire16::F16) => "f16",
+            Some(Wire16::Bf16) => "bf16",
         }
     }
 }
@@ -55,22 +48,21 @@ impl Method for Dense {
         grad: &[f32],
     ) -> Result<Update> {
         check_len("dense", index, self.sizes.get(index).copied(), &[grad])?;
+        let Some(wire) = self.wire else {
+            return dense_average(comm, grad);
+        };
         let mut m = Meter::new(grad.len());
         let mut out = grad.to_vec();
-        match self.wire {
-            Wire::F32 => return dense_average(comm, grad),
-            Wire::F16 => m.comm(|| comm.allreduce_f16(&mut out, ReduceOp::Average))?,
-            Wire::Bf16 => m.comm(|| comm.allreduce_bf16(&mut out, ReduceOp::Average))?,
-        }
+        m.comm(|| comm.allreduce_16(&mut out, ReduceOp::Average, wire))?;
         m.stats.sent_values = grad.len();
         m.stats.message_bytes = 2 * grad.len();
         Ok(m.update(out, UpdateKind::Gradient))
     }
     fn tcp_only(&self) -> Option<&'static str> {
-        (self.wire != Wire::F32).then_some(
+        self.wire.map(|_| {
             "its 16-bit ring runs on the TCP communicator (NCCL would need 16-bit buffers on \
-             the GPU, which the tensor crate does not have yet)",
-        )
+             the GPU, which the tensor crate does not have yet)"
+        })
     }
     fn place(&mut self, _device: Device) -> Result<()> {
         Ok(())
@@ -83,11 +75,6 @@ impl Method for Dense {
         grad: &Tensor,
     ) -> Result<TensorUpdate> {
         check_numel("dense", index, self.sizes.get(index).copied(), grad)?;
-        let wire = match self.wire {
-            Wire::F32 => None,
-            Wire::F16 => Some(Wire16::F16),
-            Wire::Bf16 => Some(Wire16::Bf16),
-        };
-        dense_average_tensor_on(group, grad, wire)
+        dense_average_tensor_on(group, grad, self.wire)
     }
 }
