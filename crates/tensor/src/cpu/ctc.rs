@@ -3,7 +3,8 @@
 //! respect to the log-probabilities. kernels/ctc.cu computes the same on the GPU; the
 //! loss itself (reductions, zero_infinity, checks) is `nn::loss::ctc_loss`.
 
-use crate::Float;
+use super::CpuStorage;
+use crate::{DType, Float, Result};
 use rayon::prelude::*;
 
 fn log_add(a: f64, b: f64) -> f64 {
@@ -119,4 +120,24 @@ pub(crate) fn ctc<T: Float>(
         }
     }
     (nll, grad)
+}
+
+/// [`ctc`] on a storage: the nll in f64 and the gradient in the log-probabilities' dtype.
+pub(crate) fn run(
+    lp: &CpuStorage,
+    dims: (usize, usize, usize),
+    targets: &[Vec<u32>],
+    lengths: &[usize],
+) -> Result<(CpuStorage, CpuStorage)> {
+    match lp {
+        CpuStorage::F32(x) => {
+            let (l, g) = ctc(x, dims, targets, lengths);
+            Ok((CpuStorage::F64(l), CpuStorage::F32(g)))
+        }
+        CpuStorage::F64(x) => {
+            let (l, g) = ctc(x, dims, targets, lengths);
+            Ok((CpuStorage::F64(l), CpuStorage::F64(g)))
+        }
+        CpuStorage::U32(_) => Err(super::unsupported("ctc", DType::U32)),
+    }
 }

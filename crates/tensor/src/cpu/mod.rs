@@ -4,23 +4,22 @@
 //! copies and indexing, not arithmetic.
 
 mod conv;
-mod ctc;
+pub(crate) mod ctc;
 mod elementwise;
 pub(crate) mod fastmath;
 mod index;
 pub(crate) mod matmul;
 mod norm;
-mod optim;
+pub(crate) mod optim;
 mod pool;
 mod reduce;
-mod rnn;
+pub(crate) mod rnn;
 mod scratch;
-mod select;
+pub(crate) mod select;
 mod softmax;
 
 use crate::storage::{
-    BackendStorage, BatchNormParams, BinaryOp, Conv2dParams, Pool2dParams, ReduceOp, RnnCell,
-    SgdStep, UnaryOp,
+    BackendStorage, BatchNormParams, BinaryOp, Conv2dParams, Pool2dParams, ReduceOp, UnaryOp,
 };
 use crate::{DType, Device, Error, Layout, Result, Shape};
 
@@ -141,6 +140,19 @@ impl CpuStorage {
             DType::F32 => CpuStorage::F32(vec![0.0; n]),
             DType::F64 => CpuStorage::F64(vec![0.0; n]),
             DType::U32 => CpuStorage::U32(vec![0; n]),
+        }
+    }
+    /// The f32 elements, if that is the dtype (for [`typed`]).
+    fn f32s(&self) -> Option<&[f32]> {
+        match self {
+            CpuStorage::F32(v) => Some(v),
+            _ => None,
+        }
+    }
+    fn f64s(&self) -> Option<&[f64]> {
+        match self {
+            CpuStorage::F64(v) => Some(v),
+            _ => None,
         }
     }
     fn as_u32(&self, op: &'static str) -> Result<&[u32]> {
@@ -432,79 +444,6 @@ impl BackendStorage for CpuStorage {
         })
     }
 
-    fn ctc(
-        &self,
-        dims: (usize, usize, usize),
-        targets: &[Vec<u32>],
-        lengths: &[usize],
-    ) -> Result<(Self, Self)> {
-        match self {
-            CpuStorage::F32(x) => {
-                let (l, g) = ctc::ctc(x, dims, targets, lengths);
-                Ok((CpuStorage::F64(l), CpuStorage::F32(g)))
-            }
-            CpuStorage::F64(x) => {
-                let (l, g) = ctc::ctc(x, dims, targets, lengths);
-                Ok((CpuStorage::F64(l), CpuStorage::F64(g)))
-            }
-            CpuStorage::U32(_) => Err(unsupported("ctc", DType::U32)),
-        }
-    }
-    fn sgd_momentum(&mut self, grad: &Self, buf: &mut Self, _n: usize, h: SgdStep) -> Result<()> {
-        match (&mut *self, grad, &mut *buf) {
-            (CpuStorage::F32(p), CpuStorage::F32(g), CpuStorage::F32(b)) => optim::sgd(p, g, b, h),
-            (CpuStorage::F64(p), CpuStorage::F64(g), CpuStorage::F64(b)) => optim::sgd(p, g, b, h),
-            _ => return Err(mismatch("sgd_momentum", self, grad)),
-        }
-        Ok(())
-    }
-    fn rnn_cell(inputs: &[&Self], cell: RnnCell, n: usize, h: usize) -> Result<Self> {
-        match inputs.first() {
-            Some(CpuStorage::F32(_)) => {
-                let xs = typed(inputs, "rnn_cell", |s| match s {
-                    CpuStorage::F32(v) => Some(v.as_slice()),
-                    _ => None,
-                })?;
-                Ok(CpuStorage::F32(rnn::forward(&xs, cell, n, h)))
-            }
-            Some(CpuStorage::F64(_)) => {
-                let xs = typed(inputs, "rnn_cell", |s| match s {
-                    CpuStorage::F64(v) => Some(v.as_slice()),
-                    _ => None,
-                })?;
-                Ok(CpuStorage::F64(rnn::forward(&xs, cell, n, h)))
-            }
-            Some(s) => Err(unsupported("rnn_cell", s.dtype())),
-            None => Err(Error::msg("rnn_cell: no inputs")),
-        }
-    }
-    fn rnn_cell_backward(
-        inputs: &[&Self],
-        grad: &Self,
-        cell: RnnCell,
-        n: usize,
-        h: usize,
-    ) -> Result<Vec<Self>> {
-        match grad {
-            CpuStorage::F32(g) => {
-                let xs = typed(inputs, "rnn_cell backward", |s| match s {
-                    CpuStorage::F32(v) => Some(v.as_slice()),
-                    _ => None,
-                })?;
-                let out = rnn::backward(&xs, g, cell, n, h);
-                Ok(out.into_iter().map(CpuStorage::F32).collect())
-            }
-            CpuStorage::F64(g) => {
-                let xs = typed(inputs, "rnn_cell backward", |s| match s {
-                    CpuStorage::F64(v) => Some(v.as_slice()),
-                    _ => None,
-                })?;
-                let out = rnn::backward(&xs, g, cell, n, h);
-                Ok(out.into_iter().map(CpuStorage::F64).collect())
-            }
-            CpuStorage::U32(_) => Err(unsupported("rnn_cell backward", DType::U32)),
-        }
-    }
     fn index_select(&self, shape: &Shape, ids: &Self, dim: usize) -> Result<Self> {
         let ids = ids.as_u32("index_select indices")?;
         Ok(match self {
@@ -524,19 +463,5 @@ impl BackendStorage for CpuStorage {
         map_float!(self, "index_add", |v| index::index_add(
             v, src_shape, ids, dim, out_shape,
         )?)
-    }
-
-    fn topk(&self, _rows: usize, cols: usize, k: usize, largest: bool) -> Result<(Self, Self)> {
-        match self {
-            CpuStorage::F32(v) => {
-                let (a, b) = select::topk(v, cols, k, largest);
-                Ok((CpuStorage::F32(a), CpuStorage::U32(b)))
-            }
-            CpuStorage::F64(v) => {
-                let (a, b) = select::topk(v, cols, k, largest);
-                Ok((CpuStorage::F64(a), CpuStorage::U32(b)))
-            }
-            CpuStorage::U32(_) => Err(unsupported("topk", DType::U32)),
-        }
     }
 }

@@ -1,8 +1,9 @@
 //! One SGD-with-momentum step in place on the CPU, the same operation order as
 //! kernels/optim.cu and the composed tensor ops it replaces.
 
+use super::{mismatch, CpuStorage};
 use crate::storage::SgdStep;
-use crate::Float;
+use crate::{Float, Result};
 use rayon::prelude::*;
 
 pub(crate) fn sgd<T: Float>(p: &mut [T], g: &[T], b: &mut [T], h: SgdStep) {
@@ -25,4 +26,19 @@ pub(crate) fn sgd<T: Float>(p: &mut [T], g: &[T], b: &mut [T], h: SgdStep) {
             let step = if h.nesterov { d + nb * m } else { nb };
             *p -= step * lr;
         });
+}
+
+/// [`sgd`] on storages of one float dtype: parameter and momentum buffer in place.
+pub(crate) fn run(
+    p: &mut CpuStorage,
+    g: &CpuStorage,
+    b: &mut CpuStorage,
+    h: SgdStep,
+) -> Result<()> {
+    match (&mut *p, g, &mut *b) {
+        (CpuStorage::F32(p), CpuStorage::F32(g), CpuStorage::F32(b)) => sgd(p, g, b, h),
+        (CpuStorage::F64(p), CpuStorage::F64(g), CpuStorage::F64(b)) => sgd(p, g, b, h),
+        _ => return Err(mismatch("sgd_momentum", p, g)),
+    }
+    Ok(())
 }

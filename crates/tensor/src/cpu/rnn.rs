@@ -3,8 +3,10 @@
 //! as PyTorch). The backward recomputes the gate activations from the inputs. Exp and
 //! tanh are `cpu::fastmath`'s for f32, so the per-unit loops vectorise.
 
+use super::{typed, unsupported, CpuStorage};
+use crate::storage::BackendStorage;
 use crate::storage::RnnCell;
-use crate::Float;
+use crate::{DType, Float, Result};
 use rayon::prelude::*;
 
 /// A row of `[k·h]` as its k gate blocks of exactly h values each. The per-unit loops
@@ -179,4 +181,41 @@ pub(crate) fn backward<T: Float>(
             vec![dgx, dgh, dh_prev]
         }
     }
+}
+
+/// [`forward`] on storages of one float dtype.
+pub(crate) fn run(inputs: &[&CpuStorage], cell: RnnCell, n: usize, h: usize) -> Result<CpuStorage> {
+    const OP: &str = "rnn_cell";
+    Ok(match inputs.first().map(|s| s.dtype()) {
+        Some(DType::F32) => {
+            CpuStorage::F32(forward(&typed(inputs, OP, CpuStorage::f32s)?, cell, n, h))
+        }
+        Some(DType::F64) => {
+            CpuStorage::F64(forward(&typed(inputs, OP, CpuStorage::f64s)?, cell, n, h))
+        }
+        Some(other) => return Err(unsupported(OP, other)),
+        None => return Err(crate::Error::msg("rnn_cell: no inputs")),
+    })
+}
+
+/// [`backward`] on storages of one float dtype: one gradient per input.
+pub(crate) fn run_backward(
+    inputs: &[&CpuStorage],
+    grad: &CpuStorage,
+    cell: RnnCell,
+    n: usize,
+    h: usize,
+) -> Result<Vec<CpuStorage>> {
+    const OP: &str = "rnn_cell backward";
+    Ok(match grad {
+        CpuStorage::F32(g) => backward(&typed(inputs, OP, CpuStorage::f32s)?, g, cell, n, h)
+            .into_iter()
+            .map(CpuStorage::F32)
+            .collect(),
+        CpuStorage::F64(g) => backward(&typed(inputs, OP, CpuStorage::f64s)?, g, cell, n, h)
+            .into_iter()
+            .map(CpuStorage::F64)
+            .collect(),
+        CpuStorage::U32(_) => return Err(unsupported(OP, DType::U32)),
+    })
 }

@@ -1,7 +1,8 @@
 //! Top-k along the last dimension by selection (`select_nth_unstable_by`, O(n) per row),
 //! sorting only the k selected values. NaNs order as the largest values.
 
-use crate::Float;
+use super::{unsupported, CpuStorage};
+use crate::{DType, Float, Result};
 use rayon::prelude::*;
 use std::cmp::Ordering;
 
@@ -38,4 +39,24 @@ pub(crate) fn topk<T: Float>(x: &[T], cols: usize, k: usize, largest: bool) -> (
         indices.extend(i);
     }
     (values, indices)
+}
+
+/// [`topk`] on a storage: the values in its dtype and U32 indices.
+pub(crate) fn run(
+    x: &CpuStorage,
+    cols: usize,
+    k: usize,
+    largest: bool,
+) -> Result<(CpuStorage, CpuStorage)> {
+    match x {
+        CpuStorage::F32(v) => {
+            let (a, b) = topk(v, cols, k, largest);
+            Ok((CpuStorage::F32(a), CpuStorage::U32(b)))
+        }
+        CpuStorage::F64(v) => {
+            let (a, b) = topk(v, cols, k, largest);
+            Ok((CpuStorage::F64(a), CpuStorage::U32(b)))
+        }
+        CpuStorage::U32(_) => Err(unsupported("topk", DType::U32)),
+    }
 }

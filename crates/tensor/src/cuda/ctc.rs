@@ -4,8 +4,10 @@
 //! the device (reading the losses back would synchronise every step).
 
 use super::device::CudaDevice;
-use super::dtype::GpuFloat;
+use super::dtype::{unsupported, CudaData, GpuFloat};
 use super::launch::launched;
+use super::CudaStorage;
+use crate::DType;
 use crate::Result;
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 
@@ -77,4 +79,26 @@ pub(crate) fn ctc<T: GpuFloat>(
         b.launch(CudaDevice::cfg(frames * n * classes))
     })?;
     Ok((nll, grad))
+}
+
+/// [`ctc`] on a storage: the nll in f64 and the gradient in the log-probabilities' dtype.
+pub(crate) fn run(
+    lp: &CudaStorage,
+    dims: (usize, usize, usize),
+    targets: &[Vec<u32>],
+    lengths: &[usize],
+) -> Result<(CudaStorage, CudaStorage)> {
+    let d = &lp.dev;
+    let len = dims.0 * dims.1 * dims.2;
+    Ok(match &lp.data {
+        CudaData::F32(x) => {
+            let (l, g) = ctc(d, x, dims, targets, lengths)?;
+            (CudaStorage::new(l, dims.1, d), CudaStorage::new(g, len, d))
+        }
+        CudaData::F64(x) => {
+            let (l, g) = ctc(d, x, dims, targets, lengths)?;
+            (CudaStorage::new(l, dims.1, d), CudaStorage::new(g, len, d))
+        }
+        CudaData::U32(_) => return Err(unsupported("ctc", DType::U32)),
+    })
 }

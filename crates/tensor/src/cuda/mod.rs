@@ -24,7 +24,7 @@
 
 mod blas;
 mod conv;
-mod ctc;
+pub(crate) mod ctc;
 mod cudnn;
 mod cudnn_bn;
 mod device;
@@ -37,14 +37,14 @@ mod launch;
 mod matmul;
 mod memory;
 mod norm;
-mod optim;
+pub(crate) mod optim;
 mod pool;
 pub(crate) mod quantize;
 mod random;
 pub mod raw;
 mod reduce;
-mod rnn;
-mod select;
+pub(crate) mod rnn;
+pub(crate) mod select;
 mod softmax;
 pub(crate) mod sparsify;
 mod storage;

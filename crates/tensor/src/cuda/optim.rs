@@ -1,8 +1,9 @@
 //! Launch code for the in-place SGD step (kernels/optim.cu).
 
 use super::device::CudaDevice;
-use super::dtype::GpuFloat;
+use super::dtype::{mismatch, CudaData, GpuFloat};
 use super::launch::launch;
+use super::CudaStorage;
 use crate::storage::SgdStep;
 use crate::Result;
 use cudarc::driver::CudaSlice;
@@ -30,5 +31,22 @@ pub(crate) fn sgd<T: GpuFloat>(
     unsafe {
         launch!(d, &name, CudaDevice::cfg(n); p, g, b, &n64, &lr, &m, &wd, &nesterov, &first
         )
+    }
+}
+
+/// [`sgd`] on storages of one float dtype: parameter and momentum buffer in place,
+/// `n` elements.
+pub(crate) fn run(
+    p: &mut CudaStorage,
+    g: &CudaStorage,
+    b: &mut CudaStorage,
+    n: usize,
+    h: SgdStep,
+) -> Result<()> {
+    let d = p.dev.clone();
+    match (&mut p.data, &g.data, &mut b.data) {
+        (CudaData::F32(p), CudaData::F32(g), CudaData::F32(b)) => sgd(&d, p, g, b, n, h),
+        (CudaData::F64(p), CudaData::F64(g), CudaData::F64(b)) => sgd(&d, p, g, b, n, h),
+        _ => Err(mismatch("sgd_momentum", p, g)),
     }
 }

@@ -2,9 +2,11 @@
 //! (row, unit), inputs contiguous (checked by the caller, `ops::rnn`).
 
 use super::device::CudaDevice;
-use super::dtype::GpuFloat;
+use super::dtype::{slices, unsupported, CudaData, GpuFloat};
 use super::launch::launched;
+use super::CudaStorage;
 use crate::storage::RnnCell;
+use crate::DType;
 use crate::Result;
 use cudarc::driver::{CudaSlice, PushKernelArg};
 
@@ -82,4 +84,60 @@ pub(crate) fn backward<T: GpuFloat>(
     // SAFETY: as in forward; the gradient has the forward output's length.
     launched(&name, unsafe { b.launch(CudaDevice::cfg(n * h)) })?;
     Ok(outs)
+}
+
+/// [`forward`] on storages of one float dtype.
+pub(crate) fn run(
+    inputs: &[&CudaStorage],
+    cell: RnnCell,
+    n: usize,
+    h: usize,
+) -> Result<CudaStorage> {
+    const OP: &str = "rnn_cell";
+    let first = inputs
+        .first()
+        .ok_or_else(|| crate::Error::msg("rnn_cell: no inputs"))?;
+    let d = &first.dev;
+    let len = match cell {
+        RnnCell::Lstm => 2 * n * h,
+        RnnCell::Gru => n * h,
+    };
+    Ok(match &first.data {
+        CudaData::F32(_) => {
+            let xs = slices(inputs, OP, CudaStorage::f32s)?;
+            CudaStorage::new(forward(d, &xs, cell, n, h)?, len, d)
+        }
+        CudaData::F64(_) => {
+            let xs = slices(inputs, OP, CudaStorage::f64s)?;
+            CudaStorage::new(forward(d, &xs, cell, n, h)?, len, d)
+        }
+        CudaData::U32(_) => return Err(unsupported(OP, DType::U32)),
+    })
+}
+
+/// [`backward`] on storages of one float dtype: one gradient per input, each the length
+/// of its input.
+pub(crate) fn run_backward(
+    inputs: &[&CudaStorage],
+    grad: &CudaStorage,
+    cell: RnnCell,
+    n: usize,
+    h: usize,
+) -> Result<Vec<CudaStorage>> {
+    const OP: &str = "rnn_cell backward";
+    let d = &grad.dev;
+    let lens = inputs.iter().map(|s| s.len());
+    Ok(match &grad.data {
+        CudaData::F32(g) => backward(d, &slices(inputs, OP, CudaStorage::f32s)?, g, cell, n, h)?
+            .into_iter()
+            .zip(lens)
+            .map(|(o, len)| CudaStorage::new(o, len, d))
+            .collect(),
+        CudaData::F64(g) => backward(d, &slices(inputs, OP, CudaStorage::f64s)?, g, cell, n, h)?
+            .into_iter()
+            .zip(lens)
+            .map(|(o, len)| CudaStorage::new(o, len, d))
+            .collect(),
+        CudaData::U32(_) => return Err(unsupported(OP, DType::U32)),
+    })
 }

@@ -3,8 +3,10 @@
 //! order and tie-breaking are the CPU's, so values and indices match it exactly.
 
 use super::device::CudaDevice;
-use super::dtype::GpuFloat;
+use super::dtype::{unsupported, CudaData, GpuFloat};
 use super::launch::launch;
+use super::CudaStorage;
+use crate::DType;
 use crate::Result;
 use cudarc::driver::CudaSlice;
 
@@ -51,4 +53,26 @@ pub(crate) fn topk<T: GpuFloat>(
             &k64)
     }?;
     Ok((ov, oi))
+}
+
+/// [`topk`] on a storage: the values in its dtype and U32 indices, `[rows, k]` each.
+pub(crate) fn run(
+    x: &CudaStorage,
+    rows: usize,
+    cols: usize,
+    k: usize,
+    largest: bool,
+) -> Result<(CudaStorage, CudaStorage)> {
+    let (d, len) = (&x.dev, rows * k);
+    Ok(match &x.data {
+        CudaData::F32(x) => {
+            let (v, i) = topk(d, x, rows, cols, k, largest)?;
+            (CudaStorage::new(v, len, d), CudaStorage::new(i, len, d))
+        }
+        CudaData::F64(x) => {
+            let (v, i) = topk(d, x, rows, cols, k, largest)?;
+            (CudaStorage::new(v, len, d), CudaStorage::new(i, len, d))
+        }
+        CudaData::U32(_) => return Err(unsupported("topk", DType::U32)),
+    })
 }

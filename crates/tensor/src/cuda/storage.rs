@@ -9,14 +9,11 @@
 //! GPU cannot run returns an error.
 
 use super::device::CudaDevice;
-use super::dtype::{mismatch, slices, unsupported, CudaData, GpuType};
-use super::{
-    conv, ctc, elementwise, index, matmul, norm, optim, pool, random, reduce, rnn, select, softmax,
-};
+use super::dtype::{mismatch, unsupported, CudaData, GpuType};
+use super::{conv, elementwise, index, matmul, norm, pool, random, reduce, softmax};
 use crate::cpu::CpuStorage;
 use crate::storage::{
-    BackendStorage, BatchNormParams, BinaryOp, Conv2dParams, Pool2dParams, ReduceOp, RnnCell,
-    SgdStep, UnaryOp,
+    BackendStorage, BatchNormParams, BinaryOp, Conv2dParams, Pool2dParams, ReduceOp, UnaryOp,
 };
 use crate::{DType, Device, Error, Layout, Result, Shape};
 use cudarc::driver::CudaSlice;
@@ -84,6 +81,19 @@ impl CudaStorage {
     }
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+    /// The f32 buffer, if that is the dtype (for `dtype::slices`).
+    pub(crate) fn f32s(&self) -> Option<&CudaSlice<f32>> {
+        match &self.data {
+            CudaData::F32(v) => Some(v),
+            _ => None,
+        }
+    }
+    pub(crate) fn f64s(&self) -> Option<&CudaSlice<f64>> {
+        match &self.data {
+            CudaData::F64(v) => Some(v),
+            _ => None,
+        }
     }
     pub fn ordinal(&self) -> usize {
         self.dev.ordinal()
@@ -488,89 +498,6 @@ impl BackendStorage for CudaStorage {
         })
     }
 
-    fn ctc(
-        &self,
-        dims: (usize, usize, usize),
-        targets: &[Vec<u32>],
-        lengths: &[usize],
-    ) -> Result<(Self, Self)> {
-        let d = &self.dev;
-        let len = dims.0 * dims.1 * dims.2;
-        Ok(map_float!(self, "ctc", |x| {
-            let (l, g) = ctc::ctc(d, x, dims, targets, lengths)?;
-            (CudaStorage::new(l, dims.1, d), CudaStorage::new(g, len, d))
-        }))
-    }
-    fn sgd_momentum(&mut self, grad: &Self, buf: &mut Self, n: usize, h: SgdStep) -> Result<()> {
-        let d = self.dev.clone();
-        match (&mut self.data, &grad.data, &mut buf.data) {
-            (CudaData::F32(p), CudaData::F32(g), CudaData::F32(b)) => optim::sgd(&d, p, g, b, n, h),
-            (CudaData::F64(p), CudaData::F64(g), CudaData::F64(b)) => optim::sgd(&d, p, g, b, n, h),
-            _ => Err(mismatch("sgd_momentum", self, grad)),
-        }
-    }
-    fn rnn_cell(inputs: &[&Self], cell: RnnCell, n: usize, h: usize) -> Result<Self> {
-        let first = inputs
-            .first()
-            .ok_or_else(|| Error::msg("rnn_cell: no inputs"))?;
-        let d = &first.dev;
-        let len = match cell {
-            RnnCell::Lstm => 2 * n * h,
-            RnnCell::Gru => n * h,
-        };
-        Ok(match &first.data {
-            CudaData::F32(_) => {
-                let xs = slices(inputs, "rnn_cell", |s| match &s.data {
-                    CudaData::F32(v) => Some(v),
-                    _ => None,
-                })?;
-                CudaStorage::new(rnn::forward(d, &xs, cell, n, h)?, len, d)
-            }
-            CudaData::F64(_) => {
-                let xs = slices(inputs, "rnn_cell", |s| match &s.data {
-                    CudaData::F64(v) => Some(v),
-                    _ => None,
-                })?;
-                CudaStorage::new(rnn::forward(d, &xs, cell, n, h)?, len, d)
-            }
-            CudaData::U32(_) => return Err(unsupported("rnn_cell", DType::U32)),
-        })
-    }
-    fn rnn_cell_backward(
-        inputs: &[&Self],
-        grad: &Self,
-        cell: RnnCell,
-        n: usize,
-        h: usize,
-    ) -> Result<Vec<Self>> {
-        let d = &grad.dev;
-        let lens: Vec<usize> = inputs.iter().map(|s| s.len).collect();
-        Ok(match &grad.data {
-            CudaData::F32(g) => {
-                let xs = slices(inputs, "rnn_cell backward", |s| match &s.data {
-                    CudaData::F32(v) => Some(v),
-                    _ => None,
-                })?;
-                let out = rnn::backward(d, &xs, g, cell, n, h)?;
-                out.into_iter()
-                    .zip(lens)
-                    .map(|(o, len)| CudaStorage::new(o, len, d))
-                    .collect()
-            }
-            CudaData::F64(g) => {
-                let xs = slices(inputs, "rnn_cell backward", |s| match &s.data {
-                    CudaData::F64(v) => Some(v),
-                    _ => None,
-                })?;
-                let out = rnn::backward(d, &xs, g, cell, n, h)?;
-                out.into_iter()
-                    .zip(lens)
-                    .map(|(o, len)| CudaStorage::new(o, len, d))
-                    .collect()
-            }
-            CudaData::U32(_) => return Err(unsupported("rnn_cell backward", DType::U32)),
-        })
-    }
     fn index_select(&self, shape: &Shape, ids: &Self, dim: usize) -> Result<Self> {
         self.same_device(ids, "index_select")?;
         let i = ids.u32_slice("index_select indices")?;
@@ -599,26 +526,5 @@ impl BackendStorage for CudaStorage {
             n,
             d
         )))
-    }
-
-    fn topk(&self, rows: usize, cols: usize, k: usize, largest: bool) -> Result<(Self, Self)> {
-        let d = &self.dev;
-        Ok(match &self.data {
-            CudaData::F32(x) => {
-                let (v, i) = select::topk(d, x, rows, cols, k, largest)?;
-                (
-                    CudaStorage::new(v, rows * k, d),
-                    CudaStorage::new(i, rows * k, d),
-                )
-            }
-            CudaData::F64(x) => {
-                let (v, i) = select::topk(d, x, rows, cols, k, largest)?;
-                (
-                    CudaStorage::new(v, rows * k, d),
-                    CudaStorage::new(i, rows * k, d),
-                )
-            }
-            CudaData::U32(_) => return Err(unsupported("topk", DType::U32)),
-        })
     }
 }

@@ -2,7 +2,10 @@
 //! on (crate::cpu::ctc, kernels/ctc.cu). The loss built on it, with its reductions and
 //! `zero_infinity`, is `nn::loss::ctc_loss`.
 
-use crate::storage::{BackendStorage, Storage};
+use crate::cpu::CpuStorage;
+use crate::cuda::CudaStorage;
+use crate::storage::fused::{outputs, Fused};
+use crate::storage::Storage;
 use crate::{Error, Result, Tensor};
 
 impl Tensor {
@@ -54,13 +57,35 @@ impl Tensor {
             }
         }
         let x = self.detach().contiguous()?;
-        let (nll, grad) = {
-            let s: &Storage = &x.storage();
-            s.ctc((frames, n, classes), targets, lengths)?
+        let kernel = Kernel {
+            dims: (frames, n, classes),
+            targets,
+            lengths,
         };
+        let [nll, grad] = outputs("ctc", Storage::run(&kernel, &[&x.storage()])?)?;
         Ok((
             Tensor::from_storage(nll, vec![n], None),
             Tensor::from_storage(grad, d.to_vec(), None),
         ))
+    }
+}
+
+/// The forward-backward kernel on contiguous log-probabilities `dims = (T, N, C)`, the
+/// arguments checked by [`Tensor::ctc_forward_backward`]: outputs nll `[N]` (f64) and the
+/// gradient `[T, N, C]`.
+struct Kernel<'a> {
+    dims: (usize, usize, usize),
+    targets: &'a [Vec<u32>],
+    lengths: &'a [usize],
+}
+impl Fused for Kernel<'_> {
+    const NAME: &'static str = "ctc";
+    fn cpu(&self, inputs: &[&CpuStorage]) -> Result<Vec<CpuStorage>> {
+        let (l, g) = crate::cpu::ctc::run(inputs[0], self.dims, self.targets, self.lengths)?;
+        Ok(vec![l, g])
+    }
+    fn cuda(&self, inputs: &[&CudaStorage]) -> Result<Vec<CudaStorage>> {
+        let (l, g) = crate::cuda::ctc::run(inputs[0], self.dims, self.targets, self.lengths)?;
+        Ok(vec![l, g])
     }
 }

@@ -1,6 +1,7 @@
 //! The differentiable operations of `Tensor`, one file per family. Each checks its
 //! arguments (shapes, dtypes, ranges) and returns an error that names them, calls the
-//! backend through `BackendStorage`, and records an `Op` for autograd.
+//! backend through `BackendStorage` (a fused op: through its own `storage::fused::Fused`
+//! impl, in its file), and records an `Op` for autograd.
 
 mod conv;
 mod ctc;

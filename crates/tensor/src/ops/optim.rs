@@ -1,7 +1,10 @@
 //! Optimizer steps as single in-place kernels (kernels/optim.cu, cpu/optim.rs), for the
 //! update that runs once per parameter tensor per step.
 
-use crate::storage::{BackendStorage, SgdStep};
+use crate::cpu::CpuStorage;
+use crate::cuda::CudaStorage;
+use crate::storage::fused::FusedInPlace;
+use crate::storage::{SgdStep, Storage};
 use crate::{Error, Result, Tensor};
 
 impl Tensor {
@@ -41,6 +44,35 @@ impl Tensor {
         }
         let g = grad.storage();
         let (mut p, mut b) = (self.storage_mut(), buf.storage_mut());
-        p.sgd_momentum(&g, &mut b, self.elem_count(), step)
+        let kernel = Sgd {
+            n: self.elem_count(),
+            step,
+        };
+        Storage::run_in_place(&kernel, &mut [&mut p, &mut b], &[&g])
+    }
+}
+
+/// The SGD step on `n` elements: targets `[parameter, momentum buffer]`, input the gradient.
+struct Sgd {
+    n: usize,
+    step: SgdStep,
+}
+impl FusedInPlace for Sgd {
+    const NAME: &'static str = "sgd_momentum";
+    fn cpu(&self, targets: &mut [&mut CpuStorage], inputs: &[&CpuStorage]) -> Result<()> {
+        match targets {
+            [p, b] => crate::cpu::optim::run(p, inputs[0], b, self.step),
+            _ => Err(Error::msg(
+                "sgd_momentum: expects the parameter and its buffer",
+            )),
+        }
+    }
+    fn cuda(&self, targets: &mut [&mut CudaStorage], inputs: &[&CudaStorage]) -> Result<()> {
+        match targets {
+            [p, b] => crate::cuda::optim::run(p, inputs[0], b, self.n, self.step),
+            _ => Err(Error::msg(
+                "sgd_momentum: expects the parameter and its buffer",
+            )),
+        }
     }
 }

@@ -3,7 +3,10 @@
 //! intermediate tensors the composed formula records per step. The matrix products stay
 //! outside (`matmul`), so the cell is the same for any input and hidden size.
 
-use crate::storage::{BackendStorage, RnnCell, Storage};
+use crate::cpu::CpuStorage;
+use crate::cuda::CudaStorage;
+use crate::storage::fused::{outputs, Fused};
+use crate::storage::{RnnCell, Storage};
 use crate::{Error, Result, Tensor};
 use std::sync::Arc;
 
@@ -68,7 +71,8 @@ fn fused(
     let out = {
         let guards: Vec<_> = dense.iter().map(|t| t.storage()).collect();
         let refs: Vec<&Storage> = guards.iter().map(|g| &**g).collect();
-        Storage::rnn_cell(&refs, cell, n, h)?
+        let [out] = outputs("rnn_cell", Storage::run(&Cell { cell, n, h }, &refs)?)?;
+        out
     };
     let value = Tensor::from_storage(out, out_shape, None);
     let saved: Vec<Tensor> = dense.iter().map(|t| t.detach()).collect();
@@ -233,12 +237,56 @@ fn cell_backward(
     let grad = grad.contiguous()?;
     let grads = {
         let guards: Vec<_> = dense.iter().map(|t| t.storage()).collect();
-        let refs: Vec<&Storage> = guards.iter().map(|g| &**g).collect();
-        Storage::rnn_cell_backward(&refs, &grad.storage(), cell, n, h)?
+        let g = grad.storage();
+        let refs: Vec<&Storage> = guards.iter().map(|g| &**g).chain([&*g]).collect();
+        Storage::run(&CellBackward(Cell { cell, n, h }), &refs)?
     };
     Ok(grads
         .into_iter()
         .zip(&dense)
         .map(|(s, t)| Tensor::from_storage(s, t.dims().to_vec(), None))
         .collect())
+}
+
+/// The cell's forward kernel: inputs as [`Tensor::lstm_cell`] or [`Tensor::gru_cell`]
+/// take them, one output.
+#[derive(Clone, Copy)]
+struct Cell {
+    cell: RnnCell,
+    n: usize,
+    h: usize,
+}
+impl Fused for Cell {
+    const NAME: &'static str = "rnn_cell";
+    fn cpu(&self, inputs: &[&CpuStorage]) -> Result<Vec<CpuStorage>> {
+        Ok(vec![crate::cpu::rnn::run(
+            inputs, self.cell, self.n, self.h,
+        )?])
+    }
+    fn cuda(&self, inputs: &[&CudaStorage]) -> Result<Vec<CudaStorage>> {
+        Ok(vec![crate::cuda::rnn::run(
+            inputs, self.cell, self.n, self.h,
+        )?])
+    }
+}
+
+/// The cell's backward kernel: the forward's inputs, then the output's gradient; one
+/// gradient per forward input.
+struct CellBackward(Cell);
+impl Fused for CellBackward {
+    const NAME: &'static str = "rnn_cell backward";
+    fn cpu(&self, inputs: &[&CpuStorage]) -> Result<Vec<CpuStorage>> {
+        let (grad, xs) = grad_last(inputs)?;
+        crate::cpu::rnn::run_backward(xs, grad, self.0.cell, self.0.n, self.0.h)
+    }
+    fn cuda(&self, inputs: &[&CudaStorage]) -> Result<Vec<CudaStorage>> {
+        let (grad, xs) = grad_last(inputs)?;
+        crate::cuda::rnn::run_backward(xs, grad, self.0.cell, self.0.n, self.0.h)
+    }
+}
+
+fn grad_last<T>(inputs: &[T]) -> Result<(&T, &[T])> {
+    inputs
+        .split_last()
+        .ok_or_else(|| Error::msg("rnn_cell backward: no gradient"))
 }

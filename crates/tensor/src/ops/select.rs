@@ -2,7 +2,10 @@
 //! of the k selected). Results are not recorded by autograd: these feed gradient
 //! compression, which works on gradients, not inside the graph.
 
-use crate::storage::BackendStorage;
+use crate::cpu::CpuStorage;
+use crate::cuda::CudaStorage;
+use crate::storage::fused::{outputs, Fused};
+use crate::storage::Storage;
 use crate::{Error, Result, Tensor};
 
 impl Tensor {
@@ -36,7 +39,13 @@ impl Tensor {
         }
         let rows = self.elem_count() / cols.max(1);
         let x = self.contiguous()?.detach();
-        let (v, i) = x.storage().topk(rows, cols, k, largest)?;
+        let kernel = Topk {
+            rows,
+            cols,
+            k,
+            largest,
+        };
+        let [v, i] = outputs("topk", Storage::run(&kernel, &[&x.storage()])?)?;
         let mut out = self.dims().to_vec();
         out[last] = k;
         Ok((
@@ -69,5 +78,26 @@ impl Tensor {
     pub fn sort(&self, dim: usize, descending: bool) -> Result<(Tensor, Tensor)> {
         self.shape().check_dim(dim, "sort")?;
         self.topk(self.dims()[dim], dim, descending)
+    }
+}
+
+/// Top-k along the last dimension of a contiguous `[rows, cols]` float input: values
+/// (sorted, largest first when `largest`) and U32 indices, `[rows, k]` each.
+struct Topk {
+    rows: usize,
+    cols: usize,
+    k: usize,
+    largest: bool,
+}
+impl Fused for Topk {
+    const NAME: &'static str = "topk";
+    fn cpu(&self, inputs: &[&CpuStorage]) -> Result<Vec<CpuStorage>> {
+        let (v, i) = crate::cpu::select::run(inputs[0], self.cols, self.k, self.largest)?;
+        Ok(vec![v, i])
+    }
+    fn cuda(&self, inputs: &[&CudaStorage]) -> Result<Vec<CudaStorage>> {
+        let (v, i) =
+            crate::cuda::select::run(inputs[0], self.rows, self.cols, self.k, self.largest)?;
+        Ok(vec![v, i])
     }
 }

@@ -1,8 +1,6 @@
 //! The set of kernels a device backend provides.
 
-use super::params::{
-    BatchNormParams, BinaryOp, Conv2dParams, Pool2dParams, ReduceOp, RnnCell, SgdStep, UnaryOp,
-};
+use super::params::{BatchNormParams, BinaryOp, Conv2dParams, Pool2dParams, ReduceOp, UnaryOp};
 use crate::cpu::CpuStorage;
 use crate::{DType, Device, Layout, Result, Shape};
 
@@ -106,31 +104,6 @@ pub trait BackendStorage: Sized {
         ignore_index: Option<u32>,
     ) -> Result<Self>;
 
-    /// CTC forward-backward of contiguous log-probabilities `dims = (T, N, C)` (blank 0)
-    /// against `targets` (labels in 1..C), sample n using its first `lengths[n]` frames
-    /// (1..=T, checked by the caller): per-sample nll (`[N]`, F64, +inf when the target
-    /// cannot be aligned) and d nll / d log_probs `[T, N, C]` (zero past a sample's frames
-    /// and for an unalignable sample), both where `self` lives.
-    fn ctc(
-        &self,
-        dims: (usize, usize, usize),
-        targets: &[Vec<u32>],
-        lengths: &[usize],
-    ) -> Result<(Self, Self)>;
-    /// One SGD step with momentum in place on dense buffers of `n` elements: `self` is the
-    /// parameter, `buf` its momentum buffer, `grad` the gradient.
-    fn sgd_momentum(&mut self, grad: &Self, buf: &mut Self, n: usize, h: SgdStep) -> Result<()>;
-    /// A fused recurrent cell over contiguous `inputs` of one dtype (see [`RnnCell`]).
-    fn rnn_cell(inputs: &[&Self], cell: RnnCell, n: usize, h: usize) -> Result<Self>;
-    /// The gradients of every input of [`BackendStorage::rnn_cell`] from the output's.
-    fn rnn_cell_backward(
-        inputs: &[&Self],
-        grad: &Self,
-        cell: RnnCell,
-        n: usize,
-        h: usize,
-    ) -> Result<Vec<Self>>;
-
     /// Selects `ids` (U32, contiguous) along `dim` of a contiguous `shape`.
     fn index_select(&self, shape: &Shape, ids: &Self, dim: usize) -> Result<Self>;
     /// The transpose of `index_select`: zeros of `out_shape`, plus `self` added at `ids` along `dim`.
@@ -141,8 +114,4 @@ pub trait BackendStorage: Sized {
         dim: usize,
         out_shape: &Shape,
     ) -> Result<Self>;
-
-    /// Top-k along the last dimension of a contiguous `[rows, cols]` view: `(values, U32 indices)`,
-    /// sorted (largest first when `largest`).
-    fn topk(&self, rows: usize, cols: usize, k: usize, largest: bool) -> Result<(Self, Self)>;
 }

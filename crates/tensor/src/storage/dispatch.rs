@@ -2,9 +2,7 @@
 //! that device's backend, so that nothing above it looks at devices.
 
 use super::backend::BackendStorage;
-use super::params::{
-    BatchNormParams, BinaryOp, Conv2dParams, Pool2dParams, ReduceOp, RnnCell, SgdStep, UnaryOp,
-};
+use super::params::{BatchNormParams, BinaryOp, Conv2dParams, Pool2dParams, ReduceOp, UnaryOp};
 use crate::cpu::CpuStorage;
 use crate::cuda::CudaStorage;
 use crate::{DType, Device, Layout, Result, Shape};
@@ -365,82 +363,6 @@ impl BackendStorage for Storage {
             }),
         }
     }
-    fn ctc(
-        &self,
-        dims: (usize, usize, usize),
-        targets: &[Vec<u32>],
-        lengths: &[usize],
-    ) -> Result<(Self, Self)> {
-        match self {
-            Storage::Cpu(s) => s
-                .ctc(dims, targets, lengths)
-                .map(|(l, g)| (Storage::Cpu(l), Storage::Cpu(g))),
-            Storage::Cuda(s) => s
-                .ctc(dims, targets, lengths)
-                .map(|(l, g)| (Storage::Cuda(l), Storage::Cuda(g))),
-        }
-    }
-    fn sgd_momentum(&mut self, grad: &Self, buf: &mut Self, n: usize, h: SgdStep) -> Result<()> {
-        let (pd, gd, bd) = (self.device(), grad.device(), buf.device());
-        match (self, grad, buf) {
-            (Storage::Cpu(p), Storage::Cpu(g), Storage::Cpu(b)) => p.sgd_momentum(g, b, n, h),
-            (Storage::Cuda(p), Storage::Cuda(g), Storage::Cuda(b)) if pd == gd && pd == bd => {
-                p.sgd_momentum(g, b, n, h)
-            }
-            _ => Err(crate::Error::DeviceMismatch {
-                op: "sgd_momentum",
-                lhs: pd,
-                rhs: if gd != pd { gd } else { bd },
-            }),
-        }
-    }
-    fn rnn_cell(inputs: &[&Self], cell: RnnCell, n: usize, h: usize) -> Result<Self> {
-        let first = inputs
-            .first()
-            .ok_or_else(|| crate::Error::msg("rnn_cell: no inputs"))?;
-        match first {
-            Storage::Cpu(_) => {
-                let xs = inputs
-                    .iter()
-                    .map(|s| cpu_of("rnn_cell", s, first))
-                    .collect::<Result<Vec<_>>>()?;
-                CpuStorage::rnn_cell(&xs, cell, n, h).map(Storage::Cpu)
-            }
-            Storage::Cuda(_) => {
-                let xs = inputs
-                    .iter()
-                    .map(|s| cuda_of("rnn_cell", s, first))
-                    .collect::<Result<Vec<_>>>()?;
-                CudaStorage::rnn_cell(&xs, cell, n, h).map(Storage::Cuda)
-            }
-        }
-    }
-    fn rnn_cell_backward(
-        inputs: &[&Self],
-        grad: &Self,
-        cell: RnnCell,
-        n: usize,
-        h: usize,
-    ) -> Result<Vec<Self>> {
-        match grad {
-            Storage::Cpu(g) => {
-                let xs = inputs
-                    .iter()
-                    .map(|s| cpu_of("rnn_cell backward", s, grad))
-                    .collect::<Result<Vec<_>>>()?;
-                let out = CpuStorage::rnn_cell_backward(&xs, g, cell, n, h)?;
-                Ok(out.into_iter().map(Storage::Cpu).collect())
-            }
-            Storage::Cuda(g) => {
-                let xs = inputs
-                    .iter()
-                    .map(|s| cuda_of("rnn_cell backward", s, grad))
-                    .collect::<Result<Vec<_>>>()?;
-                let out = CudaStorage::rnn_cell_backward(&xs, g, cell, n, h)?;
-                Ok(out.into_iter().map(Storage::Cuda).collect())
-            }
-        }
-    }
     fn index_select(&self, shape: &Shape, ids: &Self, dim: usize) -> Result<Self> {
         match pair("index_select", self, ids)? {
             Pair::Cpu(x, i) => x.index_select(shape, i, dim).map(Storage::Cpu),
@@ -457,18 +379,6 @@ impl BackendStorage for Storage {
         match pair("index_add", self, ids)? {
             Pair::Cpu(x, i) => x.index_add(src_shape, i, dim, out_shape).map(Storage::Cpu),
             Pair::Cuda(x, i) => x.index_add(src_shape, i, dim, out_shape).map(Storage::Cuda),
-        }
-    }
-    fn topk(&self, rows: usize, cols: usize, k: usize, largest: bool) -> Result<(Self, Self)> {
-        match self {
-            Storage::Cpu(s) => {
-                let (v, i) = s.topk(rows, cols, k, largest)?;
-                Ok((Storage::Cpu(v), Storage::Cpu(i)))
-            }
-            Storage::Cuda(s) => {
-                let (v, i) = s.topk(rows, cols, k, largest)?;
-                Ok((Storage::Cuda(v), Storage::Cuda(i)))
-            }
         }
     }
 }

@@ -6,11 +6,13 @@
 //! take contiguous inputs: the tensor layer makes them contiguous first, which keeps each
 //! backend's kernels simple and fast.
 //!
-//! Here: the kernels' parameter types (`params.rs`), the backend trait (`backend.rs`)
-//! and the dispatching `Storage` (`dispatch.rs`).
+//! Here: the kernels' parameter types (`params.rs`), the backend trait (`backend.rs`),
+//! the dispatching `Storage` (`dispatch.rs`), and the interface of the fused ops that
+//! carry their own CPU and CUDA forward instead of widening the trait (`fused.rs`).
 
 mod backend;
 mod dispatch;
+pub(crate) mod fused;
 mod params;
 
 pub use backend::BackendStorage;
