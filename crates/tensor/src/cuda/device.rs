@@ -410,6 +410,20 @@ impl CudaDevice {
         // SAFETY: the contents are written by a kernel or a copy before anyone reads them.
         unsafe { self.stream.alloc::<T>(n.max(1)) }.map_err(cuda_err("allocate"))
     }
+    /// A fresh buffer of `n` elements that `write` fills (queuing its kernel on the compute
+    /// stream); for `n == 0` the buffer, never read, without calling `write`, since a
+    /// launch of no threads is an error.
+    pub(crate) fn output<T: DeviceRepr>(
+        &self,
+        n: usize,
+        write: impl FnOnce(&mut CudaSlice<T>) -> Result<()>,
+    ) -> Result<CudaSlice<T>> {
+        let mut out = self.alloc::<T>(n)?;
+        if n > 0 {
+            write(&mut out)?;
+        }
+        Ok(out)
+    }
     pub(crate) fn alloc_zeros<T: DeviceRepr + ValidAsZeroBits>(
         &self,
         n: usize,

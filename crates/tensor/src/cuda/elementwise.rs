@@ -68,15 +68,12 @@ pub(crate) fn cast<A: GpuType, B: GpuType>(
     l: &Layout,
 ) -> Result<CudaSlice<B>> {
     let n = l.elem_count();
-    let mut y = d.alloc::<B>(n)?;
-    if n == 0 {
-        return Ok(y);
-    }
-    let name = format!("cast_{}_{}", A::SUFFIX, B::SUFFIX);
-    let (xs, n64) = (Strided::of(l)?, n as u64);
-    // SAFETY: as in copy_strided.
-    unsafe { launch!(d, &name, CudaDevice::cfg(n); x, &xs, &mut y, &n64) }?;
-    Ok(y)
+    d.output::<B>(n, |y| {
+        let name = format!("cast_{}_{}", A::SUFFIX, B::SUFFIX);
+        let (xs, n64) = (Strided::of(l)?, n as u64);
+        // SAFETY: as in copy_strided.
+        unsafe { launch!(d, &name, CudaDevice::cfg(n); x, &xs, y, &n64) }
+    })
 }
 
 pub(crate) fn unary<T: GpuFloat>(
@@ -86,18 +83,15 @@ pub(crate) fn unary<T: GpuFloat>(
     op: UnaryOp,
 ) -> Result<CudaSlice<T>> {
     let n = l.elem_count();
-    let mut y = d.alloc::<T>(n)?;
-    if n == 0 {
-        return Ok(y);
-    }
-    let name = format!("unary_{}", T::SUFFIX);
-    let (code, p, q) = unary_code(op);
-    // The parameters in the element type, as the CPU converts them (T::from_f64).
-    let (p, q) = (T::from_f64(p), T::from_f64(q));
-    let (xs, n64) = (Strided::of(l)?, n as u64);
-    // SAFETY: as in copy_strided.
-    unsafe { launch!(d, &name, CudaDevice::cfg(n); x, &xs, &mut y, &n64, &code, &p, &q) }?;
-    Ok(y)
+    d.output::<T>(n, |y| {
+        let name = format!("unary_{}", T::SUFFIX);
+        let (code, p, q) = unary_code(op);
+        // The parameters in the element type, as the CPU converts them (T::from_f64).
+        let (p, q) = (T::from_f64(p), T::from_f64(q));
+        let (xs, n64) = (Strided::of(l)?, n as u64);
+        // SAFETY: as in copy_strided.
+        unsafe { launch!(d, &name, CudaDevice::cfg(n); x, &xs, y, &n64, &code, &p, &q) }
+    })
 }
 
 pub(crate) fn binary<T: GpuFloat>(
@@ -109,20 +103,17 @@ pub(crate) fn binary<T: GpuFloat>(
     op: BinaryOp,
 ) -> Result<CudaSlice<T>> {
     let n = al.elem_count();
-    let mut y = d.alloc::<T>(n)?;
-    if n == 0 {
-        return Ok(y);
-    }
-    let name = format!("binary_{}", T::SUFFIX);
-    let (as_, cs, n64, code) = (
-        Strided::of(al)?,
-        Strided::of(cl)?,
-        n as u64,
-        binary_code(op),
-    );
-    // SAFETY: both layouts have the output's shape and address their own buffers.
-    unsafe { launch!(d, &name, CudaDevice::cfg(n); a, &as_, c, &cs, &mut y, &n64, &code) }?;
-    Ok(y)
+    d.output::<T>(n, |y| {
+        let name = format!("binary_{}", T::SUFFIX);
+        let (as_, cs, n64, code) = (
+            Strided::of(al)?,
+            Strided::of(cl)?,
+            n as u64,
+            binary_code(op),
+        );
+        // SAFETY: both layouts have the output's shape and address their own buffers.
+        unsafe { launch!(d, &name, CudaDevice::cfg(n); a, &as_, c, &cs, y, &n64, &code) }
+    })
 }
 
 pub(crate) fn where_cond<T: GpuFloat>(
@@ -135,18 +126,15 @@ pub(crate) fn where_cond<T: GpuFloat>(
     fl: &Layout,
 ) -> Result<CudaSlice<T>> {
     let n = cl.elem_count();
-    let mut y = d.alloc::<T>(n)?;
-    if n == 0 {
-        return Ok(y);
-    }
-    let name = format!("where_{}", T::SUFFIX);
-    let (cs, ts, fs, n64) = (
-        Strided::of(cl)?,
-        Strided::of(tl)?,
-        Strided::of(fl)?,
-        n as u64,
-    );
-    // SAFETY: as in binary.
-    unsafe { launch!(d, &name, CudaDevice::cfg(n); c, &cs, t, &ts, f, &fs, &mut y, &n64) }?;
-    Ok(y)
+    d.output::<T>(n, |y| {
+        let name = format!("where_{}", T::SUFFIX);
+        let (cs, ts, fs, n64) = (
+            Strided::of(cl)?,
+            Strided::of(tl)?,
+            Strided::of(fl)?,
+            n as u64,
+        );
+        // SAFETY: as in binary.
+        unsafe { launch!(d, &name, CudaDevice::cfg(n); c, &cs, t, &ts, f, &fs, y, &n64) }
+    })
 }

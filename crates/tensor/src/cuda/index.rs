@@ -28,18 +28,13 @@ pub(crate) fn select<T: GpuType>(
 ) -> Result<CudaSlice<T>> {
     let (outer, size, inner) = split(shape, dim);
     let n = outer * n_ids * inner;
-    let mut out = d.alloc::<T>(n)?;
-    if n == 0 {
-        return Ok(out);
-    }
-    let name = format!("index_select_{}", T::SUFFIX);
-    let (o, s, k, i) = (outer as i64, size as i64, n_ids as i64, inner as i64);
-    let mut fault = d.fault_word();
-    // SAFETY: src is contiguous of `shape`; an id >= size is not read through.
-    unsafe {
-        launch!(d, &name, CudaDevice::cfg(n); src, ids, &mut out, &o, &s, &k, &i, &mut *fault)
-    }?;
-    Ok(out)
+    d.output::<T>(n, |out| {
+        let name = format!("index_select_{}", T::SUFFIX);
+        let (o, s, k, i) = (outer as i64, size as i64, n_ids as i64, inner as i64);
+        let mut fault = d.fault_word();
+        // SAFETY: src is contiguous of `shape`; an id >= size is not read through.
+        unsafe { launch!(d, &name, CudaDevice::cfg(n); src, ids, out, &o, &s, &k, &i, &mut *fault) }
+    })
 }
 
 pub(crate) fn add<T: GpuFloat>(

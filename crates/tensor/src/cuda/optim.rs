@@ -28,10 +28,7 @@ pub(crate) fn sgd<T: GpuFloat>(
     );
     let (nesterov, first) = (h.nesterov as i32, h.first as i32);
     // SAFETY: p, g and b are dense buffers of at least n elements (checked by the caller).
-    unsafe {
-        launch!(d, &name, CudaDevice::cfg(n); p, g, b, &n64, &lr, &m, &wd, &nesterov, &first
-        )
-    }
+    unsafe { launch!(d, &name, CudaDevice::cfg(n); p, g, b, &n64, &lr, &m, &wd, &nesterov, &first) }
 }
 
 /// [`sgd`] on storages of one float dtype: parameter and momentum buffer in place,

@@ -50,15 +50,12 @@ pub(crate) fn forward<T: GpuFloat>(
     p: &Pool2dParams,
 ) -> Result<CudaSlice<T>> {
     let n = p.out_shape().elem_count();
-    let mut y = d.alloc::<T>(n)?;
-    if n == 0 {
-        return Ok(y);
-    }
-    let name = format!("pool_fwd_{}", T::SUFFIX);
-    let g = geom(p);
-    // SAFETY: x is contiguous NCHW of the geometry's size; y holds every output.
-    unsafe { launch!(d, &name, CudaDevice::cfg(n); x, &mut y, &g) }?;
-    Ok(y)
+    d.output::<T>(n, |y| {
+        let name = format!("pool_fwd_{}", T::SUFFIX);
+        let g = geom(p);
+        // SAFETY: x is contiguous NCHW of the geometry's size; y holds every output.
+        unsafe { launch!(d, &name, CudaDevice::cfg(n); x, y, &g) }
+    })
 }
 
 pub(crate) fn backward<T: GpuFloat>(

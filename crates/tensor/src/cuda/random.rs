@@ -13,14 +13,11 @@ pub(crate) fn dropout_mask<T: GpuFloat>(
     p: f64,
     seed: u64,
 ) -> Result<CudaSlice<T>> {
-    let mut m = d.alloc::<T>(n)?;
-    if n == 0 {
-        return Ok(m);
-    }
-    let name = format!("dropout_mask_{}", T::SUFFIX);
-    let keep = T::from_f64(1.0 / (1.0 - p));
-    let n64 = n as u64;
-    // SAFETY: writes m[0..n).
-    unsafe { launch!(d, &name, CudaDevice::cfg(n); &mut m, &n64, &seed, &p, &keep) }?;
-    Ok(m)
+    d.output::<T>(n, |m| {
+        let name = format!("dropout_mask_{}", T::SUFFIX);
+        let keep = T::from_f64(1.0 / (1.0 - p));
+        let n64 = n as u64;
+        // SAFETY: writes m[0..n).
+        unsafe { launch!(d, &name, CudaDevice::cfg(n); m, &n64, &seed, &p, &keep) }
+    })
 }

@@ -22,24 +22,22 @@ pub(crate) fn forward<T: GpuFloat>(
         RnnCell::Lstm => 2 * n * h,
         RnnCell::Gru => n * h,
     };
-    let mut out = d.alloc::<T>(len)?;
-    if n * h == 0 {
-        return Ok(out);
-    }
-    let name = match cell {
-        RnnCell::Lstm => format!("lstm_cell_fwd_{}", T::SUFFIX),
-        RnnCell::Gru => format!("gru_cell_fwd_{}", T::SUFFIX),
-    };
-    let f = d.func(&name)?;
-    let (rows, units) = (n as u64, h as u64);
-    let mut b = d.stream.launch_builder(&f);
-    for x in inputs {
-        b.arg(*x);
-    }
-    b.arg(&mut out).arg(&rows).arg(&units);
-    // SAFETY: the caller checked the input lengths (gates n·4h or n·3h, states n·h).
-    launched(&name, unsafe { b.launch(CudaDevice::cfg(n * h)) })?;
-    Ok(out)
+    d.output::<T>(len, |out| {
+        let name = match cell {
+            RnnCell::Lstm => format!("lstm_cell_fwd_{}", T::SUFFIX),
+            RnnCell::Gru => format!("gru_cell_fwd_{}", T::SUFFIX),
+        };
+        let f = d.func(&name)?;
+        let (rows, units) = (n as u64, h as u64);
+        let mut b = d.stream.launch_builder(&f);
+        for x in inputs {
+            b.arg(*x);
+        }
+        b.arg(out).arg(&rows).arg(&units);
+        // SAFETY: the caller checked the input lengths (gates n·4h or n·3h, states n·h).
+        launched(&name, unsafe { b.launch(CudaDevice::cfg(n * h)) })?;
+        Ok(())
+    })
 }
 
 /// Backward: one gradient per input, in the inputs' order.

@@ -16,15 +16,12 @@ pub(crate) fn forward<T: GpuFloat>(
     cols: usize,
     log: bool,
 ) -> Result<CudaSlice<T>> {
-    let mut y = d.alloc::<T>(rows * cols)?;
-    if rows * cols == 0 {
-        return Ok(y);
-    }
-    let name = format!("softmax_{}", T::SUFFIX);
-    let (c, l) = (cols as u64, log as i32);
-    // SAFETY: one block per row of a contiguous [rows, cols] buffer.
-    unsafe { launch!(d, &name, CudaDevice::cfg_rows(rows, cols, 1); x, &mut y, &c, &l) }?;
-    Ok(y)
+    d.output::<T>(rows * cols, |y| {
+        let name = format!("softmax_{}", T::SUFFIX);
+        let (c, l) = (cols as u64, log as i32);
+        // SAFETY: one block per row of a contiguous [rows, cols] buffer.
+        unsafe { launch!(d, &name, CudaDevice::cfg_rows(rows, cols, 1); x, y, &c, &l) }
+    })
 }
 
 pub(crate) fn backward<T: GpuFloat>(
@@ -35,15 +32,12 @@ pub(crate) fn backward<T: GpuFloat>(
     cols: usize,
     log: bool,
 ) -> Result<CudaSlice<T>> {
-    let mut dx = d.alloc::<T>(rows * cols)?;
-    if rows * cols == 0 {
-        return Ok(dx);
-    }
-    let name = format!("softmax_bwd_{}", T::SUFFIX);
-    let (c, l) = (cols as u64, log as i32);
-    // SAFETY: as in forward.
-    unsafe { launch!(d, &name, CudaDevice::cfg_rows(rows, cols, 1); y, g, &mut dx, &c, &l) }?;
-    Ok(dx)
+    d.output::<T>(rows * cols, |dx| {
+        let name = format!("softmax_bwd_{}", T::SUFFIX);
+        let (c, l) = (cols as u64, log as i32);
+        // SAFETY: as in forward.
+        unsafe { launch!(d, &name, CudaDevice::cfg_rows(rows, cols, 1); y, g, dx, &c, &l) }
+    })
 }
 
 fn ignore_code(ignore: Option<u32>) -> i64 {
@@ -100,16 +94,13 @@ pub(crate) fn cross_entropy_backward<T: GpuFloat>(
     c: usize,
     ignore: Option<u32>,
 ) -> Result<CudaSlice<T>> {
-    let mut dx = d.alloc::<T>(n * c)?;
-    if n * c == 0 {
-        return Ok(dx);
-    }
-    let name = format!("ce_bwd_{}", T::SUFFIX);
-    let (total, cols, ig) = ((n * c) as u64, c as u64, ignore_code(ignore));
-    // SAFETY: elementwise over n*c; labels >= c give zero rows, never an access.
-    unsafe {
-        launch!(d, &name, CudaDevice::cfg(n * c); probs, labels, &mut dx, &total, &cols, &ig,
-            upstream, count)
-    }?;
-    Ok(dx)
+    d.output::<T>(n * c, |dx| {
+        let name = format!("ce_bwd_{}", T::SUFFIX);
+        let (total, cols, ig) = ((n * c) as u64, c as u64, ignore_code(ignore));
+        // SAFETY: elementwise over n*c; labels >= c give zero rows, never an access.
+        unsafe {
+            launch!(d, &name, CudaDevice::cfg(n * c); probs, labels, dx, &total, &cols, &ig,
+                upstream, count)
+        }
+    })
 }

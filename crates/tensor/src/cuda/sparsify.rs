@@ -197,17 +197,11 @@ pub(crate) fn gather_strided(
     stride: usize,
     count: usize,
 ) -> Result<CudaSlice<f32>> {
-    let mut out = d.alloc::<f32>(count)?;
-    if count == 0 {
-        return Ok(out);
-    }
-    let (s64, st64, c64) = (start as u64, stride as u64, count as u64);
-    // SAFETY: start + (count − 1)·stride < x's length (checked by the caller).
-    unsafe {
-        launch!(d, "gather_strided", CudaDevice::cfg(count); x, &s64, &st64, &c64, &mut out
-        )
-    }?;
-    Ok(out)
+    d.output::<f32>(count, |out| {
+        let (s64, st64, c64) = (start as u64, stride as u64, count as u64);
+        // SAFETY: start + (count − 1)·stride < x's length (checked by the caller).
+        unsafe { launch!(d, "gather_strided", CudaDevice::cfg(count); x, &s64, &st64, &c64, out) }
+    })
 }
 
 /// Σ x² in double, in the order `crate::sparsify::sum_of_squares_slice` follows on the CPU
