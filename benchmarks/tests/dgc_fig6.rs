@@ -9,13 +9,13 @@ use serde_json::Value;
 
 #[test]
 fn wrong_arguments_fail_before_any_job() {
-    common::fails_before_any_job(
+    common::bad_arguments(
         env!("CARGO_BIN_EXE_dgc_fig6"),
         &[
-            (&["--preset", "fast"][..], "--preset fast"),
-            (&["--models", "lenet"], "--models lenet: not a model"),
-            (&["--gbps", "0"], "--gbps must be positive"),
-            (&["--steps", "1", "--skip", "1"], "leaves no timed step"),
+            ("--preset fast", "--preset fast"),
+            ("--models lenet", "--models lenet: not a model"),
+            ("--gbps 0", "--gbps must be positive"),
+            ("--steps 1 --skip 1", "leaves no timed step"),
         ],
     );
 }

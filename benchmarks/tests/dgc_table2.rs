@@ -6,17 +6,17 @@ mod common;
 
 #[test]
 fn wrong_arguments_fail_before_any_job() {
-    common::fails_before_any_job(
+    common::bad_arguments(
         env!("CARGO_BIN_EXE_dgc_table2"),
         &[
-            (&["--preset", "fast"][..], "fast"),
-            (&["--preset", "paper"], "needs --data-dir"),
+            ("--preset fast", "fast"),
+            ("--preset paper", "needs --data-dir"),
             (
-                &["--preset", "smoke", "--data-dir", "/tmp"],
+                "--preset smoke --data-dir /tmp",
                 "--data-dir /tmp would be ignored",
             ),
-            (&["--workers", "0"], "--workers 0"),
-            (&["--max-steps", "0"], "--max-steps 0: must be at least 1"),
+            ("--workers 0", "--workers 0"),
+            ("--max-steps 0", "--max-steps 0: must be at least 1"),
         ],
     );
 }

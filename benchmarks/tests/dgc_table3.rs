@@ -10,26 +10,26 @@ mod common;
 
 #[test]
 fn wrong_arguments_fail_before_any_job() {
-    common::fails_before_any_job(
+    common::bad_arguments(
         env!("CARGO_BIN_EXE_dgc_table3"),
         &[
-            (&["--preset", "fast"][..], "--preset fast"),
-            (&["--preset", "paper"], "--preset paper needs --data-dir"),
+            ("--preset fast", "--preset fast"),
+            ("--preset paper", "--preset paper needs --data-dir"),
             (
-                &["--data-dir", "/nonexistent"],
+                "--data-dir /nonexistent",
                 "--data-dir is for --preset paper",
             ),
-            (&["--synthetic"], "--synthetic is for --preset paper"),
-            (&["--models", "alexnet,vgg16"], "--models vgg16"),
-            (&["--workers", "1"], "--workers 1"),
-            (&["--steps", "0"], "--steps 0: must be at least 1"),
-            (&["--epochs", "0"], "--epochs 0: must be at least 1"),
+            ("--synthetic", "--synthetic is for --preset paper"),
+            ("--models alexnet,vgg16", "--models vgg16"),
+            ("--workers 1", "--workers 1"),
+            ("--steps 0", "--steps 0: must be at least 1"),
+            ("--epochs 0", "--epochs 0: must be at least 1"),
             (
-                &["--warmup-epochs=-1"],
+                "--warmup-epochs=-1",
                 "--warmup-epochs -1: must be a number of epochs >= 0",
             ),
             (
-                &["--preset", "paper", "--data-dir", "/nonexistent"],
+                "--preset paper --data-dir /nonexistent",
                 "cannot list /nonexistent/train",
             ),
         ],

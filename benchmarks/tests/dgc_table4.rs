@@ -8,35 +8,35 @@ mod common;
 
 #[test]
 fn wrong_arguments_fail_before_any_job() {
-    common::fails_before_any_job(
+    common::bad_arguments(
         env!("CARGO_BIN_EXE_dgc_table4"),
         &[
-            (&["--preset", "fast"][..], "--preset fast"),
-            (&["--steps", "0"], "--steps 0: must be at least 1"),
-            (&["--epochs", "0"], "--epochs 0: must be at least 1"),
+            ("--preset fast", "--preset fast"),
+            ("--steps 0", "--steps 0: must be at least 1"),
+            ("--epochs 0", "--epochs 0: must be at least 1"),
             (
-                &["--speech-dir", "/nonexistent"],
+                "--speech-dir /nonexistent",
                 "--speech-dir is for --preset speech or paper",
             ),
             (
-                &["--preset", "speech", "--speech-dir", "/nonexistent"],
+                "--preset speech --speech-dir /nonexistent",
                 "--preset speech needs the espeak-ng corpus in /nonexistent",
             ),
             (
-                &["--preset", "speech", "--epochs", "3"],
+                "--preset speech --epochs 3",
                 "--preset speech takes --speech-epochs",
             ),
             (
-                &["--preset", "speech", "--data-dir", "/x"],
+                "--preset speech --data-dir /x",
                 "--preset speech reads --speech-dir",
             ),
-            (&["--preset", "paper"], "--preset paper needs --data-dir"),
+            ("--preset paper", "--preset paper needs --data-dir"),
             (
-                &["--data-dir", "/nonexistent"],
+                "--data-dir /nonexistent",
                 "needs the King James Bible corpus in /nonexistent",
             ),
             (
-                &["--speech-epochs", "3"],
+                "--speech-epochs 3",
                 "--speech-epochs is for the speech rows",
             ),
         ],

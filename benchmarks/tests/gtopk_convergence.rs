@@ -7,20 +7,17 @@ mod common;
 
 #[test]
 fn wrong_arguments_fail_before_any_job() {
-    common::fails_before_any_job(
+    common::bad_arguments(
         env!("CARGO_BIN_EXE_gtopk_convergence"),
         &[
-            (&["--preset", "fast"][..], "--preset fast"),
-            (&["--tasks", "gan"], "--tasks gan"),
-            (&["--densities", "0"], "--densities 0"),
-            (&["--selection", "layer"], "layer"),
-            (&["--preset", "paper"], "--data-dir"),
+            ("--preset fast", "--preset fast"),
+            ("--tasks gan", "--tasks gan"),
+            ("--densities 0", "--densities 0"),
+            ("--selection layer", "layer"),
+            ("--preset paper", "--data-dir"),
+            ("--preset smoke --ptb-dir /tmp", "would be ignored"),
             (
-                &["--preset", "smoke", "--ptb-dir", "/tmp"],
-                "would be ignored",
-            ),
-            (
-                &["--ptb-dir", "/nonexistent"],
+                "--ptb-dir /nonexistent",
                 "needs PTB-layout text in /nonexistent",
             ),
         ],

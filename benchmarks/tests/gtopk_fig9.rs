@@ -9,17 +9,17 @@ use serde_json::Value;
 
 #[test]
 fn wrong_arguments_fail_before_anything_runs() {
-    common::fails_before_any_job(
+    common::bad_arguments(
         env!("CARGO_BIN_EXE_gtopk_fig9"),
         &[
             (
-                &["--worlds", "1,2"][..],
+                "--worlds 1,2",
                 "every measured world needs at least 2 workers",
             ),
-            (&["--density", "0"], "--density 0 must be in (0, 1]"),
-            (&["--right-world", "1"], "--right-world 1"),
-            (&["--sizes", "2"], "--size and --sizes are in bytes"),
-            (&["--repeats", "0"], "--repeats 0: must be at least 1"),
+            ("--density 0", "--density 0 must be in (0, 1]"),
+            ("--right-world 1", "--right-world 1"),
+            ("--sizes 2", "--size and --sizes are in bytes"),
+            ("--repeats 0", "--repeats 0: must be at least 1"),
         ],
     );
 }

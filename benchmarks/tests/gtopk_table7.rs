@@ -9,13 +9,13 @@ use serde_json::Value;
 
 #[test]
 fn wrong_arguments_fail_before_any_job() {
-    common::fails_before_any_job(
+    common::bad_arguments(
         env!("CARGO_BIN_EXE_gtopk_table7"),
         &[
-            (&["--preset", "fast"][..], "--preset fast"),
-            (&["--workers", "1"], "--workers must be at least 2"),
-            (&["--models", "lenet5"], "--models lenet5"),
-            (&["--steps", "2", "--skip", "2"], "leaves no timed step"),
+            ("--preset fast", "--preset fast"),
+            ("--workers 1", "--workers must be at least 2"),
+            ("--models lenet5", "--models lenet5"),
+            ("--steps 2 --skip 2", "leaves no timed step"),
         ],
     );
 }

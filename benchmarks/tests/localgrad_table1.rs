@@ -9,21 +9,18 @@ mod common;
 
 #[test]
 fn wrong_arguments_fail_before_any_job() {
-    common::fails_before_any_job(
+    common::bad_arguments(
         env!("CARGO_BIN_EXE_localgrad_table1"),
         &[
-            (&["--preset", "fast"][..], "--preset fast"),
-            (&["--preset", "paper"], "--preset paper needs --data-dir"),
-            (&["--sync-every", "0"], "--sync-every must be at least 1"),
-            (&["--eval-every", "0"], "--eval-every 0: must be at least 1"),
-            (&["--steps", "0"], "--steps 0: must be at least 1"),
+            ("--preset fast", "--preset fast"),
+            ("--preset paper", "--preset paper needs --data-dir"),
+            ("--sync-every 0", "--sync-every must be at least 1"),
+            ("--eval-every 0", "--eval-every 0: must be at least 1"),
+            ("--steps 0", "--steps 0: must be at least 1"),
+            ("--eval-samples 0", "--eval-samples 0: must be at least 1"),
+            ("--target 0", "--target must be a positive number"),
             (
-                &["--eval-samples", "0"],
-                "--eval-samples 0: must be at least 1",
-            ),
-            (&["--target", "0"], "--target must be a positive number"),
-            (
-                &["--checkpoint-every", "0"],
+                "--checkpoint-every 0",
                 "--checkpoint-every 0 leaves no checkpoint",
             ),
         ],

@@ -9,15 +9,15 @@ use serde_json::Value;
 
 #[test]
 fn wrong_arguments_fail_before_any_job() {
-    common::fails_before_any_job(
+    common::bad_arguments(
         env!("CARGO_BIN_EXE_method_zoo"),
         &[
-            (&["--preset", "paper"][..], "paper"),
-            (&["--workers", "1"], "--workers must be at least 2"),
-            (&["--steps", "0"], "--steps 0: must be at least 1"),
-            (&["--methods", "dgc,bogus"], "--methods bogus: no such row"),
+            ("--preset paper", "paper"),
+            ("--workers 1", "--workers must be at least 2"),
+            ("--steps 0", "--steps 0: must be at least 1"),
+            ("--methods dgc,bogus", "--methods bogus: no such row"),
             (
-                &["--synthetic", "--data-dir", "/tmp"],
+                "--synthetic --data-dir /tmp",
                 "--data-dir /tmp would be ignored",
             ),
         ],

@@ -7,20 +7,20 @@ mod common;
 
 #[test]
 fn wrong_arguments_fail_before_any_job() {
-    common::fails_before_any_job(
+    common::bad_arguments(
         env!("CARGO_BIN_EXE_qsgd_table1"),
         &[
-            (&["--preset", "fast"][..], "--preset fast"),
+            ("--preset fast", "--preset fast"),
             (
-                &["--preset", "paper"],
+                "--preset paper",
                 "--preset paper needs --data-dir with CIFAR-10's binary batches",
             ),
-            (&["--workers", "1"], "--workers must be at least 2"),
-            (&["--workers", "0"], "--workers 0: must be at least 1"),
-            (&["--steps", "0"], "--steps 0: must be at least 1"),
-            (&["--norm", "l1"], "l1"),
+            ("--workers 1", "--workers must be at least 2"),
+            ("--workers 0", "--workers 0: must be at least 1"),
+            ("--steps 0", "--steps 0: must be at least 1"),
+            ("--norm l1", "l1"),
             (
-                &["--synthetic", "--data-dir", "/tmp"],
+                "--synthetic --data-dir /tmp",
                 "--data-dir /tmp would be ignored",
             ),
         ],

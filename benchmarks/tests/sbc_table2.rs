@@ -6,25 +6,16 @@ mod common;
 
 #[test]
 fn wrong_arguments_fail_before_any_job() {
-    common::fails_before_any_job(
+    common::bad_arguments(
         env!("CARGO_BIN_EXE_sbc_table2"),
         &[
-            (&["--row", "cifar10"][..], "--row is for --preset paper"),
-            (
-                &["--preset", "paper", "--row", "imagenet"],
-                "--row imagenet",
-            ),
-            (
-                &["--preset", "paper"],
-                "needs --data-dir with MNIST's IDX files",
-            ),
-            (&["--preset", "fast"], "--preset fast"),
-            (&["--optimizer", "lamb"], "lamb"),
-            (&["--steps", "0"], "--steps 0: must be at least 1"),
-            (
-                &["--eval-samples", "0"],
-                "--eval-samples 0: must be at least 1",
-            ),
+            ("--row cifar10", "--row is for --preset paper"),
+            ("--preset paper --row imagenet", "--row imagenet"),
+            ("--preset paper", "needs --data-dir with MNIST's IDX files"),
+            ("--preset fast", "--preset fast"),
+            ("--optimizer lamb", "lamb"),
+            ("--steps 0", "--steps 0: must be at least 1"),
+            ("--eval-samples 0", "--eval-samples 0: must be at least 1"),
         ],
     );
 }

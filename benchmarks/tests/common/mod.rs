@@ -43,6 +43,17 @@ pub fn fails_before_any_job(bin: &str, cases: &[(&[&str], &str)]) {
     }
 }
 
+/// [`fails_before_any_job`] with each case's arguments written as one string of
+/// whitespace-separated words, so that a table of bad arguments reads one case a line.
+pub fn bad_arguments(bin: &str, cases: &[(&str, &str)]) {
+    let split: Vec<(Vec<&str>, &str)> = cases
+        .iter()
+        .map(|&(args, want)| (args.split_whitespace().collect(), want))
+        .collect();
+    let cases: Vec<(&[&str], &str)> = split.iter().map(|(a, w)| (&a[..], *w)).collect();
+    fails_before_any_job(bin, &cases);
+}
+
 /// Runs the binary at `bin` on synthetic data with `args`, `--json` and a fresh `--out`
 /// under the temporary directory named after `name`; it must succeed. Returns that
 /// directory and the printed rows.
