@@ -291,19 +291,12 @@ fn input_grads(op: &Op, node: &Tensor, g: &Tensor, needs: &[bool]) -> Result<Vec
             ignore_index,
             count,
         } => {
-            let (n, c) = (logits.dims()[0], logits.dims()[1]);
             // The upstream gradient stays on the device: reading it here would stall the
             // host until the forward pass had finished, in every step.
             let upstream = g.contiguous()?.to_dtype(logits.dtype())?;
-            let s = probs.storage().cross_entropy_backward(
-                &labels.storage(),
-                &upstream.storage(),
-                &count.storage(),
-                n,
-                c,
-                *ignore_index,
-            )?;
-            vec![Some(Tensor::from_storage(s, logits.shape().clone(), None))]
+            let grad =
+                crate::ops::cross_entropy_grad(probs, labels, &upstream, count, *ignore_index)?;
+            vec![Some(grad)]
         }
         Op::IndexSelect { arg, ids, dim } => {
             vec![Some(g.index_add_into(ids, *dim, arg.shape())?)]

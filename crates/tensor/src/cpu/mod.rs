@@ -16,7 +16,7 @@ mod reduce;
 pub(crate) mod rnn;
 mod scratch;
 pub(crate) mod select;
-mod softmax;
+pub(crate) mod softmax;
 
 use crate::storage::{
     BackendStorage, BatchNormParams, BinaryOp, Conv2dParams, Pool2dParams, ReduceOp, UnaryOp,
@@ -386,61 +386,6 @@ impl BackendStorage for CpuStorage {
     ) -> Result<Self> {
         map_float2!(self, g, "softmax backward", |y, g| {
             softmax::softmax_last_backward(y, g, cols, log)
-        })
-    }
-
-    fn cross_entropy(
-        &self,
-        labels: &Self,
-        _n: usize,
-        c: usize,
-        ignore: Option<u32>,
-    ) -> Result<(Self, Self, Self)> {
-        let labels = labels.as_u32("cross_entropy labels")?;
-        match self {
-            CpuStorage::F32(x) => {
-                let (l, p, n) = softmax::cross_entropy(x, labels, c, ignore)?;
-                let count = vec![n as f32];
-                Ok((
-                    CpuStorage::F32(vec![l]),
-                    CpuStorage::F32(p),
-                    CpuStorage::F32(count),
-                ))
-            }
-            CpuStorage::F64(x) => {
-                let (l, p, n) = softmax::cross_entropy(x, labels, c, ignore)?;
-                let count = vec![n as f64];
-                Ok((
-                    CpuStorage::F64(vec![l]),
-                    CpuStorage::F64(p),
-                    CpuStorage::F64(count),
-                ))
-            }
-            CpuStorage::U32(_) => Err(unsupported("cross_entropy logits", DType::U32)),
-        }
-    }
-    fn cross_entropy_backward(
-        &self,
-        labels: &Self,
-        grad: &Self,
-        count: &Self,
-        _n: usize,
-        c: usize,
-        ignore: Option<u32>,
-    ) -> Result<Self> {
-        let labels = labels.as_u32("cross_entropy labels")?;
-        let scalar = |s: &Self, what: &str| -> Result<f64> {
-            match s {
-                CpuStorage::F32(v) if v.len() == 1 => Ok(v[0] as f64),
-                CpuStorage::F64(v) if v.len() == 1 => Ok(v[0]),
-                _ => Err(crate::Error::msg(format!(
-                    "cross_entropy backward: the {what} must be one float element"
-                ))),
-            }
-        };
-        let (grad, count) = (scalar(grad, "upstream gradient")?, scalar(count, "count")?);
-        map_float!(self, "cross_entropy backward", |p| {
-            softmax::cross_entropy_backward(p, labels, grad, c, ignore, count as usize)
         })
     }
 

@@ -2,8 +2,8 @@
 //! labels, fused (log-sum-exp with max subtraction) for stability and speed. Exponentials
 //! are `cpu::fastmath`'s for f32 (vectorised; within 1.2 ulp of libm).
 
-use crate::Float;
-use crate::{Error, Result};
+use super::{unsupported, CpuStorage};
+use crate::{DType, Error, Float, Result};
 use rayon::prelude::*;
 
 /// Independent running results per row in [`lane_fold`] and [`lane_dot`]: a single
@@ -193,4 +193,68 @@ pub(crate) fn cross_entropy_backward<T: Float>(
             d[l as usize] -= scale;
         });
     dx
+}
+
+/// [`cross_entropy`] on storages: `(loss [1], probs [n, c], count [1])` in the logits'
+/// dtype, from float logits and U32 labels.
+pub(crate) fn run_cross_entropy(
+    x: &CpuStorage,
+    labels: &CpuStorage,
+    c: usize,
+    ignore: Option<u32>,
+) -> Result<[CpuStorage; 3]> {
+    let labels = labels.as_u32("cross_entropy labels")?;
+    match x {
+        CpuStorage::F32(x) => {
+            let (l, p, n) = cross_entropy(x, labels, c, ignore)?;
+            Ok([
+                CpuStorage::F32(vec![l]),
+                CpuStorage::F32(p),
+                CpuStorage::F32(vec![n as f32]),
+            ])
+        }
+        CpuStorage::F64(x) => {
+            let (l, p, n) = cross_entropy(x, labels, c, ignore)?;
+            Ok([
+                CpuStorage::F64(vec![l]),
+                CpuStorage::F64(p),
+                CpuStorage::F64(vec![n as f64]),
+            ])
+        }
+        CpuStorage::U32(_) => Err(unsupported("cross_entropy logits", DType::U32)),
+    }
+}
+
+/// [`cross_entropy_backward`] on storages: the logits' gradient from the forward's
+/// probabilities, the labels, the upstream gradient and the forward's count (one float
+/// element each).
+pub(crate) fn run_cross_entropy_backward(
+    probs: &CpuStorage,
+    labels: &CpuStorage,
+    grad: &CpuStorage,
+    count: &CpuStorage,
+    c: usize,
+    ignore: Option<u32>,
+) -> Result<CpuStorage> {
+    let labels = labels.as_u32("cross_entropy labels")?;
+    let scalar = |s: &CpuStorage, what: &str| -> Result<f64> {
+        match s {
+            CpuStorage::F32(v) if v.len() == 1 => Ok(v[0] as f64),
+            CpuStorage::F64(v) if v.len() == 1 => Ok(v[0]),
+            _ => Err(Error::msg(format!(
+                "cross_entropy backward: the {what} must be one float element"
+            ))),
+        }
+    };
+    let (grad, count) = (scalar(grad, "upstream gradient")?, scalar(count, "count")?);
+    let count = count as usize;
+    match probs {
+        CpuStorage::F32(p) => Ok(CpuStorage::F32(cross_entropy_backward(
+            p, labels, grad, c, ignore, count,
+        ))),
+        CpuStorage::F64(p) => Ok(CpuStorage::F64(cross_entropy_backward(
+            p, labels, grad, c, ignore, count,
+        ))),
+        CpuStorage::U32(_) => Err(unsupported("cross_entropy backward", DType::U32)),
+    }
 }

@@ -45,7 +45,7 @@ pub mod raw;
 mod reduce;
 pub(crate) mod rnn;
 pub(crate) mod select;
-mod softmax;
+pub(crate) mod softmax;
 pub(crate) mod sparsify;
 mod storage;
 mod stream;

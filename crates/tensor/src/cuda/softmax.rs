@@ -4,10 +4,13 @@
 //! that count stays on the device, and the backward reads the upstream gradient there.
 
 use super::device::CudaDevice;
-use super::dtype::GpuFloat;
+use super::dtype::{mismatch, unsupported, CudaData, GpuFloat};
 use super::launch::launch;
+use super::CudaStorage;
+use crate::DType;
 use crate::Result;
 use cudarc::driver::CudaSlice;
+use std::sync::Arc;
 
 pub(crate) fn forward<T: GpuFloat>(
     d: &CudaDevice,
@@ -103,4 +106,66 @@ pub(crate) fn cross_entropy_backward<T: GpuFloat>(
                 upstream, count)
         }
     })
+}
+
+/// [`cross_entropy`] on storages: `(loss [1], probs [n, c], count [1])` in the logits'
+/// dtype, from float logits and U32 labels.
+pub(crate) fn run_cross_entropy(
+    x: &CudaStorage,
+    labels: &CudaStorage,
+    n: usize,
+    c: usize,
+    ignore: Option<u32>,
+) -> Result<[CudaStorage; 3]> {
+    let l = labels.u32_slice("cross_entropy labels")?;
+    let d = &x.dev;
+    fn wrap<T: GpuFloat>(
+        (loss, probs, count): (CudaSlice<T>, CudaSlice<T>, CudaSlice<T>),
+        n: usize,
+        c: usize,
+        d: &Arc<CudaDevice>,
+    ) -> [CudaStorage; 3] {
+        [
+            CudaStorage::new(loss, 1, d),
+            CudaStorage::new(probs, n * c, d),
+            CudaStorage::new(count, 1, d),
+        ]
+    }
+    Ok(match &x.data {
+        CudaData::F32(x) => wrap(cross_entropy(d, x, l, n, c, ignore)?, n, c, d),
+        CudaData::F64(x) => wrap(cross_entropy(d, x, l, n, c, ignore)?, n, c, d),
+        CudaData::U32(_) => return Err(unsupported("cross_entropy logits", DType::U32)),
+    })
+}
+
+/// [`cross_entropy_backward`] on storages: the logits' gradient from the forward's
+/// probabilities, the labels, the upstream gradient and the forward's count, all read
+/// on the device.
+pub(crate) fn run_cross_entropy_backward(
+    probs: &CudaStorage,
+    labels: &CudaStorage,
+    grad: &CudaStorage,
+    count: &CudaStorage,
+    n: usize,
+    c: usize,
+    ignore: Option<u32>,
+) -> Result<CudaStorage> {
+    const OP: &str = "cross_entropy backward";
+    let l = labels.u32_slice("cross_entropy labels")?;
+    let d = &probs.dev;
+    let out = match (&probs.data, &grad.data, &count.data) {
+        (CudaData::F32(p), CudaData::F32(g), CudaData::F32(k)) => CudaStorage::new(
+            cross_entropy_backward(d, p, l, g, k, n, c, ignore)?,
+            n * c,
+            d,
+        ),
+        (CudaData::F64(p), CudaData::F64(g), CudaData::F64(k)) => CudaStorage::new(
+            cross_entropy_backward(d, p, l, g, k, n, c, ignore)?,
+            n * c,
+            d,
+        ),
+        (CudaData::U32(_), _, _) => return Err(unsupported(OP, DType::U32)),
+        _ => return Err(mismatch(OP, probs, grad)),
+    };
+    Ok(out)
 }

@@ -142,7 +142,7 @@ impl CudaStorage {
         })
     }
 
-    fn u32_slice(&self, op: &'static str) -> Result<&CudaSlice<u32>> {
+    pub(crate) fn u32_slice(&self, op: &'static str) -> Result<&CudaSlice<u32>> {
         match &self.data {
             CudaData::U32(s) => Ok(s),
             _ => Err(Error::UnsupportedDType {
@@ -446,56 +446,6 @@ impl BackendStorage for CudaStorage {
         Ok(map_float2!(self, g, "softmax backward", |y, g| {
             CudaStorage::new(softmax::backward(d, y, g, rows, cols, log)?, rows * cols, d)
         }))
-    }
-
-    fn cross_entropy(
-        &self,
-        labels: &Self,
-        n: usize,
-        c: usize,
-        ignore: Option<u32>,
-    ) -> Result<(Self, Self, Self)> {
-        self.same_device(labels, "cross_entropy")?;
-        let l = labels.u32_slice("cross_entropy labels")?;
-        let d = &self.dev;
-        Ok(map_float!(self, "cross_entropy logits", |x| {
-            let (loss, probs, count) = softmax::cross_entropy(d, x, l, n, c, ignore)?;
-            (
-                CudaStorage::new(loss, 1, d),
-                CudaStorage::new(probs, n * c, d),
-                CudaStorage::new(count, 1, d),
-            )
-        }))
-    }
-    fn cross_entropy_backward(
-        &self,
-        labels: &Self,
-        grad: &Self,
-        count: &Self,
-        n: usize,
-        c: usize,
-        ignore: Option<u32>,
-    ) -> Result<Self> {
-        let what = "cross_entropy backward";
-        self.same_device(labels, what)?;
-        self.same_device(grad, what)?;
-        self.same_device(count, what)?;
-        let l = labels.u32_slice("cross_entropy labels")?;
-        let d = &self.dev;
-        Ok(match (&self.data, &grad.data, &count.data) {
-            (CudaData::F32(p), CudaData::F32(g), CudaData::F32(k)) => CudaStorage::new(
-                softmax::cross_entropy_backward(d, p, l, g, k, n, c, ignore)?,
-                n * c,
-                d,
-            ),
-            (CudaData::F64(p), CudaData::F64(g), CudaData::F64(k)) => CudaStorage::new(
-                softmax::cross_entropy_backward(d, p, l, g, k, n, c, ignore)?,
-                n * c,
-                d,
-            ),
-            (CudaData::U32(_), _, _) => return Err(unsupported(what, DType::U32)),
-            _ => return Err(mismatch(what, self, grad)),
-        })
     }
 
     fn index_select(&self, shape: &Shape, ids: &Self, dim: usize) -> Result<Self> {

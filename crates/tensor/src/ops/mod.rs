@@ -24,6 +24,7 @@ pub use custom::CustomBackward;
 pub use norm::BatchNormOutput;
 pub use pool::Pool2dOptions;
 pub use rnn::LstmSequence;
+pub(crate) use softmax::cross_entropy_grad;
 
 use crate::{DType, Error, Result, Tensor};
 

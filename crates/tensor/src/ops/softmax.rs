@@ -1,7 +1,10 @@
 //! Softmax, log-softmax and cross-entropy with integer labels.
 
+use crate::cpu::CpuStorage;
+use crate::cuda::CudaStorage;
 use crate::op::Op;
-use crate::storage::BackendStorage;
+use crate::storage::fused::{outputs, Fused};
+use crate::storage::{BackendStorage, Storage};
 use crate::{Error, Result, Tensor};
 
 impl Tensor {
@@ -49,9 +52,15 @@ impl Tensor {
             });
         }
         let (x, l) = (self.contiguous()?, labels.contiguous()?);
-        let (loss, probs, count) =
-            x.storage()
-                .cross_entropy(&l.storage(), d[0], d[1], ignore_index)?;
+        let kernel = CrossEntropy {
+            n: d[0],
+            c: d[1],
+            ignore: ignore_index,
+        };
+        let [loss, probs, count] = outputs(
+            CrossEntropy::NAME,
+            Storage::run(&kernel, &[&x.storage(), &l.storage()])?,
+        )?;
         let probs = Tensor::from_storage(probs, self.shape().clone(), None);
         let count = Tensor::from_storage(count, (), None);
         let op = Op::CrossEntropy {
@@ -62,5 +71,68 @@ impl Tensor {
             count,
         };
         Ok(Tensor::from_storage(loss, (), Some(op)))
+    }
+}
+
+/// The gradient of [`Tensor::cross_entropy`]'s logits from the forward's saved `probs`
+/// and `count`, the labels and the upstream gradient (one element, left on the device).
+pub(crate) fn cross_entropy_grad(
+    probs: &Tensor,
+    labels: &Tensor,
+    upstream: &Tensor,
+    count: &Tensor,
+    ignore: Option<u32>,
+) -> Result<Tensor> {
+    let (n, c) = (probs.dims()[0], probs.dims()[1]);
+    let kernel = CrossEntropyBackward(CrossEntropy { n, c, ignore });
+    let inputs = [
+        &probs.storage(),
+        &labels.storage(),
+        &upstream.storage(),
+        &count.storage(),
+    ];
+    let [grad] = outputs(
+        CrossEntropyBackward::NAME,
+        Storage::run(&kernel, &inputs.map(|s| &**s))?,
+    )?;
+    Ok(Tensor::from_storage(grad, probs.shape().clone(), None))
+}
+
+/// Softmax and the mean negative log-likelihood of `[n, c]` float logits against U32
+/// labels in one pass: outputs `(loss [1], probs [n, c], count [1])`, count being the
+/// labels that are not `ignore`, in the logits' dtype. A backend may report a label out
+/// of range late (the GPU's next synchronisation), never by reading out of bounds.
+#[derive(Clone, Copy)]
+struct CrossEntropy {
+    n: usize,
+    c: usize,
+    ignore: Option<u32>,
+}
+impl Fused for CrossEntropy {
+    const NAME: &'static str = "cross_entropy";
+    fn cpu(&self, x: &[&CpuStorage]) -> Result<Vec<CpuStorage>> {
+        Ok(crate::cpu::softmax::run_cross_entropy(x[0], x[1], self.c, self.ignore)?.into())
+    }
+    fn cuda(&self, x: &[&CudaStorage]) -> Result<Vec<CudaStorage>> {
+        let (n, c, ignore) = (self.n, self.c, self.ignore);
+        Ok(crate::cuda::softmax::run_cross_entropy(x[0], x[1], n, c, ignore)?.into())
+    }
+}
+
+/// The logits' gradient from inputs `[probs, labels, upstream gradient, count]`.
+struct CrossEntropyBackward(CrossEntropy);
+impl Fused for CrossEntropyBackward {
+    const NAME: &'static str = "cross_entropy backward";
+    fn cpu(&self, x: &[&CpuStorage]) -> Result<Vec<CpuStorage>> {
+        let CrossEntropy { c, ignore, .. } = self.0;
+        let grad =
+            crate::cpu::softmax::run_cross_entropy_backward(x[0], x[1], x[2], x[3], c, ignore)?;
+        Ok(vec![grad])
+    }
+    fn cuda(&self, x: &[&CudaStorage]) -> Result<Vec<CudaStorage>> {
+        let CrossEntropy { n, c, ignore } = self.0;
+        let grad =
+            crate::cuda::softmax::run_cross_entropy_backward(x[0], x[1], x[2], x[3], n, c, ignore)?;
+        Ok(vec![grad])
     }
 }

@@ -81,29 +81,6 @@ pub trait BackendStorage: Sized {
         cols: usize,
         log: bool,
     ) -> Result<Self>;
-    /// Mean cross-entropy of `[n, c]` logits against U32 labels; returns `(loss [1], probs
-    /// [n, c], count [1])` where count is the number of labels that were not
-    /// `ignore_index`, in the logits' dtype. A backend may report a label out of range
-    /// late (the CUDA backend's next synchronisation), never by reading out of bounds.
-    fn cross_entropy(
-        &self,
-        labels: &Self,
-        n: usize,
-        c: usize,
-        ignore_index: Option<u32>,
-    ) -> Result<(Self, Self, Self)>;
-    /// From `self` = probabilities; `grad` is the loss's upstream gradient and `count` the
-    /// forward's, both one element, both left where they are (no read to the host).
-    fn cross_entropy_backward(
-        &self,
-        labels: &Self,
-        grad: &Self,
-        count: &Self,
-        n: usize,
-        c: usize,
-        ignore_index: Option<u32>,
-    ) -> Result<Self>;
-
     /// Selects `ids` (U32, contiguous) along `dim` of a contiguous `shape`.
     fn index_select(&self, shape: &Shape, ids: &Self, dim: usize) -> Result<Self>;
     /// The transpose of `index_select`: zeros of `out_shape`, plus `self` added at `ids` along `dim`.

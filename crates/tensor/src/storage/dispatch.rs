@@ -317,52 +317,6 @@ impl BackendStorage for Storage {
                 .map(Storage::Cuda),
         }
     }
-    fn cross_entropy(
-        &self,
-        labels: &Self,
-        n: usize,
-        c: usize,
-        ignore: Option<u32>,
-    ) -> Result<(Self, Self, Self)> {
-        match pair("cross_entropy", self, labels)? {
-            Pair::Cpu(x, l) => {
-                let (loss, probs, count) = x.cross_entropy(l, n, c, ignore)?;
-                Ok((Storage::Cpu(loss), Storage::Cpu(probs), Storage::Cpu(count)))
-            }
-            Pair::Cuda(x, l) => {
-                let (loss, probs, count) = x.cross_entropy(l, n, c, ignore)?;
-                Ok((
-                    Storage::Cuda(loss),
-                    Storage::Cuda(probs),
-                    Storage::Cuda(count),
-                ))
-            }
-        }
-    }
-    fn cross_entropy_backward(
-        &self,
-        labels: &Self,
-        grad: &Self,
-        count: &Self,
-        n: usize,
-        c: usize,
-        ignore: Option<u32>,
-    ) -> Result<Self> {
-        let what = "cross_entropy backward";
-        match (pair(what, self, labels)?, pair(what, grad, count)?) {
-            (Pair::Cpu(p, l), Pair::Cpu(g, k)) => p
-                .cross_entropy_backward(l, g, k, n, c, ignore)
-                .map(Storage::Cpu),
-            (Pair::Cuda(p, l), Pair::Cuda(g, k)) => p
-                .cross_entropy_backward(l, g, k, n, c, ignore)
-                .map(Storage::Cuda),
-            _ => Err(crate::Error::DeviceMismatch {
-                op: what,
-                lhs: self.device(),
-                rhs: grad.device(),
-            }),
-        }
-    }
     fn index_select(&self, shape: &Shape, ids: &Self, dim: usize) -> Result<Self> {
         match pair("index_select", self, ids)? {
             Pair::Cpu(x, i) => x.index_select(shape, i, dim).map(Storage::Cpu),

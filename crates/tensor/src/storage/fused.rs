@@ -1,5 +1,5 @@
 //! Fused ops outside the backend trait. A fused op (CTC's forward-backward, a recurrent
-//! cell, the SGD step, top-k) is one kernel per device written for one purpose; it carries
+//! cell, cross-entropy, the SGD step, top-k) is one kernel per device written for one purpose; it carries
 //! its CPU and its CUDA forward itself, beside its tensor function and its backward in
 //! `ops/`, so that [`BackendStorage`](super::BackendStorage) holds only the primitives
 //! every device must provide and a new fused op touches no backend's trait impl.
