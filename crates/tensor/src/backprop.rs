@@ -260,19 +260,12 @@ fn input_grads(op: &Op, node: &Tensor, g: &Tensor, needs: &[bool]) -> Result<Vec
             params,
             ..
         } => {
-            let (x, g, w) = (input.contiguous()?, g.contiguous()?, weight.contiguous()?);
-            let (dx, dw, db) = x.storage().batch_norm_backward(
-                &g.storage(),
-                &w.storage(),
-                &mean.storage(),
-                &invstd.storage(),
-                *training,
-                params,
-            )?;
+            let [dx, dw, db] =
+                crate::ops::batch_norm_grad(input, g, weight, (mean, invstd), *training, *params)?;
             vec![
-                need(0).then(|| Tensor::from_storage(dx, input.shape().clone(), None)),
-                need(1).then(|| Tensor::from_storage(dw, weight.shape().clone(), None)),
-                need(2).then(|| Tensor::from_storage(db, weight.shape().clone(), None)),
+                need(0).then_some(dx),
+                need(1).then_some(dw),
+                need(2).then_some(db),
             ]
         }
         Op::Softmax { arg, log } => {

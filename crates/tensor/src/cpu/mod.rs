@@ -9,7 +9,7 @@ mod elementwise;
 pub(crate) mod fastmath;
 mod index;
 pub(crate) mod matmul;
-mod norm;
+pub(crate) mod norm;
 pub(crate) mod optim;
 mod pool;
 mod reduce;
@@ -18,9 +18,7 @@ mod scratch;
 pub(crate) mod select;
 pub(crate) mod softmax;
 
-use crate::storage::{
-    BackendStorage, BatchNormParams, BinaryOp, Conv2dParams, Pool2dParams, ReduceOp, UnaryOp,
-};
+use crate::storage::{BackendStorage, BinaryOp, Conv2dParams, Pool2dParams, ReduceOp, UnaryOp};
 use crate::{DType, Device, Error, Layout, Result, Shape};
 
 #[derive(Clone, Debug)]
@@ -304,74 +302,6 @@ impl BackendStorage for CpuStorage {
         map_float2!(self, gy, "pool2d backward", |x, g| pool::pool2d_backward(
             x, g, p
         ))
-    }
-
-    fn batch_norm(
-        &self,
-        w: &Self,
-        b: &Self,
-        stats: Option<(&Self, &Self)>,
-        p: &BatchNormParams,
-    ) -> Result<(Self, Self, Self)> {
-        match (self, w, b) {
-            (CpuStorage::F32(x), CpuStorage::F32(w), CpuStorage::F32(b)) => {
-                let stats = match stats {
-                    Some((CpuStorage::F32(m), CpuStorage::F32(v))) => {
-                        Some((m.as_slice(), v.as_slice()))
-                    }
-                    Some((m, _)) => return Err(mismatch("batch_norm running stats", self, m)),
-                    None => None,
-                };
-                let (o, m, s) = norm::batch_norm(x, w, b, stats, p);
-                Ok((CpuStorage::F32(o), CpuStorage::F32(m), CpuStorage::F32(s)))
-            }
-            (CpuStorage::F64(x), CpuStorage::F64(w), CpuStorage::F64(b)) => {
-                let stats = match stats {
-                    Some((CpuStorage::F64(m), CpuStorage::F64(v))) => {
-                        Some((m.as_slice(), v.as_slice()))
-                    }
-                    Some((m, _)) => return Err(mismatch("batch_norm running stats", self, m)),
-                    None => None,
-                };
-                let (o, m, s) = norm::batch_norm(x, w, b, stats, p);
-                Ok((CpuStorage::F64(o), CpuStorage::F64(m), CpuStorage::F64(s)))
-            }
-            (x, w, _) => Err(mismatch("batch_norm", x, w)),
-        }
-    }
-
-    fn batch_norm_backward(
-        &self,
-        gy: &Self,
-        w: &Self,
-        mean: &Self,
-        invstd: &Self,
-        training: bool,
-        p: &BatchNormParams,
-    ) -> Result<(Self, Self, Self)> {
-        match (self, gy, w, mean, invstd) {
-            (
-                CpuStorage::F32(x),
-                CpuStorage::F32(g),
-                CpuStorage::F32(w),
-                CpuStorage::F32(m),
-                CpuStorage::F32(s),
-            ) => {
-                let (a, b, c) = norm::batch_norm_backward(x, g, w, m, s, training, p);
-                Ok((CpuStorage::F32(a), CpuStorage::F32(b), CpuStorage::F32(c)))
-            }
-            (
-                CpuStorage::F64(x),
-                CpuStorage::F64(g),
-                CpuStorage::F64(w),
-                CpuStorage::F64(m),
-                CpuStorage::F64(s),
-            ) => {
-                let (a, b, c) = norm::batch_norm_backward(x, g, w, m, s, training, p);
-                Ok((CpuStorage::F64(a), CpuStorage::F64(b), CpuStorage::F64(c)))
-            }
-            (x, g, ..) => Err(mismatch("batch_norm backward", x, g)),
-        }
     }
 
     fn softmax_last(&self, _rows: usize, cols: usize, log: bool) -> Result<Self> {

@@ -3,8 +3,9 @@
 //! times (mean, variance, normalise), evaluation and backward twice. Statistics accumulate in
 //! f64 whatever the element type, so large batches do not lose precision.
 
-use crate::storage::BatchNormParams;
-use crate::Float;
+use super::{typed, unsupported, CpuStorage};
+use crate::storage::{BackendStorage, BatchNormParams};
+use crate::{DType, Float, Result};
 use rayon::prelude::*;
 
 /// Partial sums per reduction. One f64 accumulator makes every add wait for the previous
@@ -158,4 +159,48 @@ pub(crate) fn batch_norm_backward<T: Float>(
     let dw = sums.iter().map(|&(_, sgx)| T::from_f64(sgx)).collect();
     let db = sums.iter().map(|&(sg, _)| T::from_f64(sg)).collect();
     (dx, dw, db)
+}
+
+/// [`batch_norm`] on storages of one float dtype: inputs `[x, weight, bias]` (training) or
+/// `[x, weight, bias, running mean, running var]` (evaluation); `[out, mean, invstd]`.
+pub(crate) fn run(inputs: &[&CpuStorage], p: &BatchNormParams) -> Result<[CpuStorage; 3]> {
+    fn go<T: Float>(v: &[&[T]], p: &BatchNormParams) -> (Vec<T>, Vec<T>, Vec<T>) {
+        let stats = (v.len() == 5).then(|| (v[3], v[4]));
+        batch_norm(v[0], v[1], v[2], stats, p)
+    }
+    const OP: &str = "batch_norm";
+    Ok(match inputs[0].dtype() {
+        DType::F32 => {
+            let (o, m, s) = go(&typed(inputs, OP, CpuStorage::f32s)?, p);
+            [CpuStorage::F32(o), CpuStorage::F32(m), CpuStorage::F32(s)]
+        }
+        DType::F64 => {
+            let (o, m, s) = go(&typed(inputs, OP, CpuStorage::f64s)?, p);
+            [CpuStorage::F64(o), CpuStorage::F64(m), CpuStorage::F64(s)]
+        }
+        DType::U32 => return Err(unsupported(OP, DType::U32)),
+    })
+}
+
+/// [`batch_norm_backward`] on storages of one float dtype: inputs `[x, grad of out,
+/// weight, mean, invstd]`; `[d x, d weight, d bias]`.
+pub(crate) fn run_backward(
+    inputs: &[&CpuStorage],
+    training: bool,
+    p: &BatchNormParams,
+) -> Result<[CpuStorage; 3]> {
+    const OP: &str = "batch_norm backward";
+    Ok(match inputs[0].dtype() {
+        DType::F32 => {
+            let v = typed(inputs, OP, CpuStorage::f32s)?;
+            let (a, b, c) = batch_norm_backward(v[0], v[1], v[2], v[3], v[4], training, p);
+            [CpuStorage::F32(a), CpuStorage::F32(b), CpuStorage::F32(c)]
+        }
+        DType::F64 => {
+            let v = typed(inputs, OP, CpuStorage::f64s)?;
+            let (a, b, c) = batch_norm_backward(v[0], v[1], v[2], v[3], v[4], training, p);
+            [CpuStorage::F64(a), CpuStorage::F64(b), CpuStorage::F64(c)]
+        }
+        DType::U32 => return Err(unsupported(OP, DType::U32)),
+    })
 }

@@ -36,7 +36,7 @@ pub mod kernels;
 mod launch;
 mod matmul;
 mod memory;
-mod norm;
+pub(crate) mod norm;
 pub(crate) mod optim;
 mod pool;
 pub(crate) mod quantize;

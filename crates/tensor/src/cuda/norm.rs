@@ -4,11 +4,15 @@
 
 use super::cudnn_bn;
 use super::device::CudaDevice;
-use super::dtype::GpuFloat;
+use super::dtype::{slices, unsupported, GpuFloat};
 use super::launch::launch;
+use super::CudaStorage;
+use crate::storage::BackendStorage;
 use crate::storage::BatchNormParams;
+use crate::DType;
 use crate::Result;
 use cudarc::driver::CudaSlice;
+use std::sync::Arc;
 
 pub(crate) type Triple<T> = (CudaSlice<T>, CudaSlice<T>, CudaSlice<T>);
 
@@ -104,4 +108,63 @@ pub(crate) fn backward<T: GpuFloat>(
         }?;
     }
     Ok((dx, dw, db))
+}
+
+/// [`forward`] on storages of one float dtype: inputs `[x, weight, bias]` (training) or
+/// `[x, weight, bias, running mean, running var]` (evaluation); `[out, mean, invstd]`.
+pub(crate) fn run(inputs: &[&CudaStorage], p: &BatchNormParams) -> Result<[CudaStorage; 3]> {
+    fn go<T: GpuFloat>(
+        d: &Arc<CudaDevice>,
+        v: &[&CudaSlice<T>],
+        p: &BatchNormParams,
+    ) -> Result<[CudaStorage; 3]> {
+        let running = (v.len() == 5).then(|| (v[3], v[4]));
+        let (o, m, s) = forward(d, v[0], v[1], v[2], running, p)?;
+        Ok(outputs(d, (o, m, s), p))
+    }
+    const OP: &str = "batch_norm";
+    let d = &inputs[0].dev;
+    match inputs[0].dtype() {
+        DType::F32 => go(d, &slices(inputs, OP, CudaStorage::f32s)?, p),
+        DType::F64 => go(d, &slices(inputs, OP, CudaStorage::f64s)?, p),
+        DType::U32 => Err(unsupported(OP, DType::U32)),
+    }
+}
+
+/// [`backward`] on storages of one float dtype: inputs `[x, grad of out, weight, mean,
+/// invstd]`; `[d x, d weight, d bias]`.
+pub(crate) fn run_backward(
+    inputs: &[&CudaStorage],
+    training: bool,
+    p: &BatchNormParams,
+) -> Result<[CudaStorage; 3]> {
+    fn go<T: GpuFloat>(
+        d: &Arc<CudaDevice>,
+        v: &[&CudaSlice<T>],
+        training: bool,
+        p: &BatchNormParams,
+    ) -> Result<[CudaStorage; 3]> {
+        let r = backward(d, v[0], v[1], v[2], v[3], v[4], training, p)?;
+        Ok(outputs(d, r, p))
+    }
+    const OP: &str = "batch_norm backward";
+    let d = &inputs[0].dev;
+    match inputs[0].dtype() {
+        DType::F32 => go(d, &slices(inputs, OP, CudaStorage::f32s)?, training, p),
+        DType::F64 => go(d, &slices(inputs, OP, CudaStorage::f64s)?, training, p),
+        DType::U32 => Err(unsupported(OP, DType::U32)),
+    }
+}
+
+/// An activation-shaped buffer and two per-channel ones, as storages.
+fn outputs<T: GpuFloat>(
+    d: &Arc<CudaDevice>,
+    (a, b, c): Triple<T>,
+    p: &BatchNormParams,
+) -> [CudaStorage; 3] {
+    [
+        CudaStorage::new(a, p.n * p.c * p.spatial, d),
+        CudaStorage::new(b, p.c, d),
+        CudaStorage::new(c, p.c, d),
+    ]
 }

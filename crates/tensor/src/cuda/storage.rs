@@ -10,11 +10,9 @@
 
 use super::device::CudaDevice;
 use super::dtype::{mismatch, unsupported, CudaData, GpuType};
-use super::{conv, elementwise, index, matmul, norm, pool, random, reduce, softmax};
+use super::{conv, elementwise, index, matmul, pool, random, reduce, softmax};
 use crate::cpu::CpuStorage;
-use crate::storage::{
-    BackendStorage, BatchNormParams, BinaryOp, Conv2dParams, Pool2dParams, ReduceOp, UnaryOp,
-};
+use crate::storage::{BackendStorage, BinaryOp, Conv2dParams, Pool2dParams, ReduceOp, UnaryOp};
 use crate::{DType, Device, Error, Layout, Result, Shape};
 use cudarc::driver::CudaSlice;
 use std::sync::Arc;
@@ -345,91 +343,6 @@ impl BackendStorage for CudaStorage {
         Ok(map_float2!(self, gy, "pool2d backward", |x, g| {
             CudaStorage::new(pool::backward(d, x, g, p)?, n, d)
         }))
-    }
-
-    fn batch_norm(
-        &self,
-        w: &Self,
-        b: &Self,
-        stats: Option<(&Self, &Self)>,
-        p: &BatchNormParams,
-    ) -> Result<(Self, Self, Self)> {
-        for o in [w, b]
-            .into_iter()
-            .chain(stats.into_iter().flat_map(|(m, v)| [m, v]))
-        {
-            self.same_device(o, "batch_norm")?;
-        }
-        let d = &self.dev;
-        let total = p.n * p.c * p.spatial;
-        macro_rules! run {
-            ($v:ident) => {{
-                let (CudaData::$v(x), CudaData::$v(w), CudaData::$v(b)) =
-                    (&self.data, &w.data, &b.data)
-                else {
-                    return Err(mismatch("batch_norm", self, w));
-                };
-                let stats = match stats {
-                    Some((m, v)) => match (&m.data, &v.data) {
-                        (CudaData::$v(m), CudaData::$v(v)) => Some((m, v)),
-                        _ => return Err(mismatch("batch_norm running stats", self, m)),
-                    },
-                    None => None,
-                };
-                let (o, m, s) = norm::forward(d, x, w, b, stats, p)?;
-                Ok((
-                    CudaStorage::new(o, total, d),
-                    CudaStorage::new(m, p.c, d),
-                    CudaStorage::new(s, p.c, d),
-                ))
-            }};
-        }
-        match self.dtype() {
-            DType::F32 => run!(F32),
-            DType::F64 => run!(F64),
-            DType::U32 => Err(unsupported("batch_norm", DType::U32)),
-        }
-    }
-
-    fn batch_norm_backward(
-        &self,
-        gy: &Self,
-        w: &Self,
-        mean: &Self,
-        invstd: &Self,
-        training: bool,
-        p: &BatchNormParams,
-    ) -> Result<(Self, Self, Self)> {
-        for o in [gy, w, mean, invstd] {
-            self.same_device(o, "batch_norm backward")?;
-        }
-        let d = &self.dev;
-        let total = p.n * p.c * p.spatial;
-        macro_rules! run {
-            ($v:ident) => {{
-                let (
-                    CudaData::$v(x),
-                    CudaData::$v(g),
-                    CudaData::$v(w),
-                    CudaData::$v(m),
-                    CudaData::$v(s),
-                ) = (&self.data, &gy.data, &w.data, &mean.data, &invstd.data)
-                else {
-                    return Err(mismatch("batch_norm backward", self, gy));
-                };
-                let (a, b, c) = norm::backward(d, x, g, w, m, s, training, p)?;
-                Ok((
-                    CudaStorage::new(a, total, d),
-                    CudaStorage::new(b, p.c, d),
-                    CudaStorage::new(c, p.c, d),
-                ))
-            }};
-        }
-        match self.dtype() {
-            DType::F32 => run!(F32),
-            DType::F64 => run!(F64),
-            DType::U32 => Err(unsupported("batch_norm backward", DType::U32)),
-        }
     }
 
     fn softmax_last(&self, rows: usize, cols: usize, log: bool) -> Result<Self> {

@@ -21,6 +21,7 @@ mod softmax;
 
 pub use conv::Conv2dOptions;
 pub use custom::CustomBackward;
+pub(crate) use norm::batch_norm_grad;
 pub use norm::BatchNormOutput;
 pub use pool::Pool2dOptions;
 pub use rnn::LstmSequence;

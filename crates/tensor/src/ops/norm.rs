@@ -1,7 +1,10 @@
 //! Batch normalisation over dimension 1 (`[N, C]`, `[N, C, L]` or `[N, C, H, W]`).
 
+use crate::cpu::CpuStorage;
+use crate::cuda::CudaStorage;
 use crate::op::Op;
-use crate::storage::{BackendStorage, BatchNormParams};
+use crate::storage::fused::{outputs, Fused};
+use crate::storage::{BatchNormParams, Storage};
 use crate::{Error, Result, Tensor};
 
 /// The normalised output and the statistics it used.
@@ -73,8 +76,12 @@ impl Tensor {
         let (out, mean, invstd) = {
             let rs = running.as_ref().map(|(m, v)| (m.storage(), v.storage()));
             let stats = rs.as_ref().map(|(m, v)| (&**m, &**v));
-            x.storage()
-                .batch_norm(&w.storage(), &b.storage(), stats, &params)?
+            let (xs, ws, bs) = (x.storage(), w.storage(), b.storage());
+            let mut inputs = vec![&*xs, &*ws, &*bs];
+            inputs.extend(stats.into_iter().flat_map(|(m, v)| [m, v]));
+            let [out, mean, invstd] =
+                outputs(BatchNorm::NAME, Storage::run(&BatchNorm(params), &inputs)?)?;
+            (out, mean, invstd)
         };
         let mean = Tensor::from_storage(mean, c, None);
         let invstd = Tensor::from_storage(invstd, c, None);
@@ -94,5 +101,69 @@ impl Tensor {
             var,
             count,
         })
+    }
+}
+
+/// The gradients of [`Tensor::batch_norm`]'s input, weight and bias from the output's
+/// `grad` and the forward's saved `mean` and `invstd` (`training`: batch statistics, so
+/// the input's gradient flows through them too).
+pub(crate) fn batch_norm_grad(
+    input: &Tensor,
+    grad: &Tensor,
+    weight: &Tensor,
+    (mean, invstd): (&Tensor, &Tensor),
+    training: bool,
+    params: BatchNormParams,
+) -> Result<[Tensor; 3]> {
+    let (x, g, w) = (
+        input.contiguous()?,
+        grad.contiguous()?,
+        weight.contiguous()?,
+    );
+    let s = [
+        x.storage(),
+        g.storage(),
+        w.storage(),
+        mean.storage(),
+        invstd.storage(),
+    ];
+    let kernel = BatchNormBackward { params, training };
+    let [dx, dw, db] = outputs(
+        BatchNormBackward::NAME,
+        Storage::run(&kernel, &s.iter().map(|s| &**s).collect::<Vec<_>>())?,
+    )?;
+    Ok([
+        Tensor::from_storage(dx, input.shape().clone(), None),
+        Tensor::from_storage(dw, weight.shape().clone(), None),
+        Tensor::from_storage(db, weight.shape().clone(), None),
+    ])
+}
+
+/// Batch normalisation over dimension 1 of contiguous input: inputs `[x, weight, bias]`
+/// normalise with the batch statistics (training), `[x, weight, bias, running mean,
+/// running var]` with those (evaluation); outputs `[out, mean, invstd]`.
+struct BatchNorm(BatchNormParams);
+impl Fused for BatchNorm {
+    const NAME: &'static str = "batch_norm";
+    fn cpu(&self, inputs: &[&CpuStorage]) -> Result<Vec<CpuStorage>> {
+        Ok(crate::cpu::norm::run(inputs, &self.0)?.into())
+    }
+    fn cuda(&self, inputs: &[&CudaStorage]) -> Result<Vec<CudaStorage>> {
+        Ok(crate::cuda::norm::run(inputs, &self.0)?.into())
+    }
+}
+
+/// Inputs `[x, grad of out, weight, mean, invstd]`; outputs `[d x, d weight, d bias]`.
+struct BatchNormBackward {
+    params: BatchNormParams,
+    training: bool,
+}
+impl Fused for BatchNormBackward {
+    const NAME: &'static str = "batch_norm backward";
+    fn cpu(&self, inputs: &[&CpuStorage]) -> Result<Vec<CpuStorage>> {
+        Ok(crate::cpu::norm::run_backward(inputs, self.training, &self.params)?.into())
+    }
+    fn cuda(&self, inputs: &[&CudaStorage]) -> Result<Vec<CudaStorage>> {
+        Ok(crate::cuda::norm::run_backward(inputs, self.training, &self.params)?.into())
     }
 }

@@ -1,6 +1,6 @@
 //! The set of kernels a device backend provides.
 
-use super::params::{BatchNormParams, BinaryOp, Conv2dParams, Pool2dParams, ReduceOp, UnaryOp};
+use super::params::{BinaryOp, Conv2dParams, Pool2dParams, ReduceOp, UnaryOp};
 use crate::cpu::CpuStorage;
 use crate::{DType, Device, Layout, Result, Shape};
 
@@ -48,28 +48,6 @@ pub trait BackendStorage: Sized {
     fn pool2d(&self, p: &Pool2dParams) -> Result<Self>;
     /// Gradient with respect to the input, from `self` = input and the output's gradient.
     fn pool2d_backward(&self, grad_out: &Self, p: &Pool2dParams) -> Result<Self>;
-
-    /// Training mode: normalises with the batch statistics and returns them as
-    /// `(out, mean, invstd)`; evaluation mode: `stats = Some((running_mean, running_var))`.
-    fn batch_norm(
-        &self,
-        weight: &Self,
-        bias: &Self,
-        stats: Option<(&Self, &Self)>,
-        p: &BatchNormParams,
-    ) -> Result<(Self, Self, Self)>;
-    /// Returns `(d_input, d_weight, d_bias)`. `training` says whether mean/invstd were batch
-    /// statistics (so the input gradient flows through them too).
-    #[allow(clippy::too_many_arguments)]
-    fn batch_norm_backward(
-        &self,
-        grad_out: &Self,
-        weight: &Self,
-        mean: &Self,
-        invstd: &Self,
-        training: bool,
-        p: &BatchNormParams,
-    ) -> Result<(Self, Self, Self)>;
 
     /// Softmax (or log-softmax) over the last dimension of a contiguous `[rows, cols]` view.
     fn softmax_last(&self, rows: usize, cols: usize, log: bool) -> Result<Self>;

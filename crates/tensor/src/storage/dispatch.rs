@@ -2,7 +2,7 @@
 //! that device's backend, so that nothing above it looks at devices.
 
 use super::backend::BackendStorage;
-use super::params::{BatchNormParams, BinaryOp, Conv2dParams, Pool2dParams, ReduceOp, UnaryOp};
+use super::params::{BinaryOp, Conv2dParams, Pool2dParams, ReduceOp, UnaryOp};
 use crate::cpu::CpuStorage;
 use crate::cuda::CudaStorage;
 use crate::{DType, Device, Layout, Result, Shape};
@@ -235,70 +235,6 @@ impl BackendStorage for Storage {
         match pair("pool2d backward", self, gy)? {
             Pair::Cpu(x, g) => x.pool2d_backward(g, p).map(Storage::Cpu),
             Pair::Cuda(x, g) => x.pool2d_backward(g, p).map(Storage::Cuda),
-        }
-    }
-    fn batch_norm(
-        &self,
-        w: &Self,
-        b: &Self,
-        stats: Option<(&Self, &Self)>,
-        p: &BatchNormParams,
-    ) -> Result<(Self, Self, Self)> {
-        const OP: &str = "batch_norm";
-        match self {
-            Storage::Cpu(x) => {
-                let stats = match stats {
-                    Some((m, v)) => Some((cpu_of(OP, m, self)?, cpu_of(OP, v, self)?)),
-                    None => None,
-                };
-                let (o, m, s) =
-                    x.batch_norm(cpu_of(OP, w, self)?, cpu_of(OP, b, self)?, stats, p)?;
-                Ok((Storage::Cpu(o), Storage::Cpu(m), Storage::Cpu(s)))
-            }
-            Storage::Cuda(x) => {
-                let stats = match stats {
-                    Some((m, v)) => Some((cuda_of(OP, m, self)?, cuda_of(OP, v, self)?)),
-                    None => None,
-                };
-                let (o, m, s) =
-                    x.batch_norm(cuda_of(OP, w, self)?, cuda_of(OP, b, self)?, stats, p)?;
-                Ok((Storage::Cuda(o), Storage::Cuda(m), Storage::Cuda(s)))
-            }
-        }
-    }
-    fn batch_norm_backward(
-        &self,
-        gy: &Self,
-        w: &Self,
-        mean: &Self,
-        invstd: &Self,
-        training: bool,
-        p: &BatchNormParams,
-    ) -> Result<(Self, Self, Self)> {
-        const OP: &str = "batch_norm backward";
-        match self {
-            Storage::Cpu(x) => {
-                let (a, b, c) = x.batch_norm_backward(
-                    cpu_of(OP, gy, self)?,
-                    cpu_of(OP, w, self)?,
-                    cpu_of(OP, mean, self)?,
-                    cpu_of(OP, invstd, self)?,
-                    training,
-                    p,
-                )?;
-                Ok((Storage::Cpu(a), Storage::Cpu(b), Storage::Cpu(c)))
-            }
-            Storage::Cuda(x) => {
-                let (a, b, c) = x.batch_norm_backward(
-                    cuda_of(OP, gy, self)?,
-                    cuda_of(OP, w, self)?,
-                    cuda_of(OP, mean, self)?,
-                    cuda_of(OP, invstd, self)?,
-                    training,
-                    p,
-                )?;
-                Ok((Storage::Cuda(a), Storage::Cuda(b), Storage::Cuda(c)))
-            }
         }
     }
     fn softmax_last(&self, rows: usize, cols: usize, log: bool) -> Result<Self> {
