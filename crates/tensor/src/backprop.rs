@@ -268,15 +268,8 @@ fn input_grads(op: &Op, node: &Tensor, g: &Tensor, needs: &[bool]) -> Result<Vec
                 need(2).then_some(db),
             ]
         }
-        Op::Softmax { arg, log } => {
-            let cols = arg.dims().last().copied().unwrap_or(1);
-            let rows = arg.elem_count() / cols.max(1);
-            let g = g.contiguous()?;
-            let s = node
-                .storage()
-                .softmax_last_backward(&g.storage(), rows, cols, *log)?;
-            vec![Some(Tensor::from_storage(s, arg.shape().clone(), None))]
-        }
+        // The forward's output is contiguous (it made it), so it is read as it is.
+        Op::Softmax { log, .. } => vec![Some(crate::ops::softmax_grad(node, g, *log)?)],
         Op::CrossEntropy {
             logits,
             labels,

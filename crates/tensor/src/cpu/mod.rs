@@ -304,21 +304,6 @@ impl BackendStorage for CpuStorage {
         ))
     }
 
-    fn softmax_last(&self, _rows: usize, cols: usize, log: bool) -> Result<Self> {
-        map_float!(self, "softmax", |x| softmax::softmax_last(x, cols, log))
-    }
-    fn softmax_last_backward(
-        &self,
-        g: &Self,
-        _rows: usize,
-        cols: usize,
-        log: bool,
-    ) -> Result<Self> {
-        map_float2!(self, g, "softmax backward", |y, g| {
-            softmax::softmax_last_backward(y, g, cols, log)
-        })
-    }
-
     fn index_select(&self, shape: &Shape, ids: &Self, dim: usize) -> Result<Self> {
         let ids = ids.as_u32("index_select indices")?;
         Ok(match self {

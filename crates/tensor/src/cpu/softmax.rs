@@ -2,7 +2,8 @@
 //! labels, fused (log-sum-exp with max subtraction) for stability and speed. Exponentials
 //! are `cpu::fastmath`'s for f32 (vectorised; within 1.2 ulp of libm).
 
-use super::{unsupported, CpuStorage};
+use super::{typed, unsupported, CpuStorage};
+use crate::storage::BackendStorage;
 use crate::{DType, Error, Float, Result};
 use rayon::prelude::*;
 
@@ -256,5 +257,32 @@ pub(crate) fn run_cross_entropy_backward(
             p, labels, grad, c, ignore, count,
         ))),
         CpuStorage::U32(_) => Err(unsupported("cross_entropy backward", DType::U32)),
+    }
+}
+
+/// [`softmax_last`] (inputs `[x]`) or [`softmax_last_backward`] (inputs `[y, grad of y]`,
+/// `y` the forward's output) on storages of one float dtype, rows of `cols`.
+pub(crate) fn run(inputs: &[&CpuStorage], cols: usize, log: bool) -> Result<CpuStorage> {
+    const OP: &str = "softmax";
+    Ok(match inputs[0].dtype() {
+        DType::F32 => CpuStorage::F32(softmax_pass(
+            &typed(inputs, OP, CpuStorage::f32s)?,
+            cols,
+            log,
+        )),
+        DType::F64 => CpuStorage::F64(softmax_pass(
+            &typed(inputs, OP, CpuStorage::f64s)?,
+            cols,
+            log,
+        )),
+        DType::U32 => return Err(unsupported(OP, DType::U32)),
+    })
+}
+
+fn softmax_pass<T: Float>(v: &[&[T]], cols: usize, log: bool) -> Vec<T> {
+    match v {
+        [x] => softmax_last(x, cols, log),
+        [y, g] => softmax_last_backward(y, g, cols, log),
+        _ => unreachable!("softmax takes one input, its backward two"),
     }
 }

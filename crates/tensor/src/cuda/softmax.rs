@@ -4,9 +4,10 @@
 //! that count stays on the device, and the backward reads the upstream gradient there.
 
 use super::device::CudaDevice;
-use super::dtype::{mismatch, unsupported, CudaData, GpuFloat};
+use super::dtype::{mismatch, slices, unsupported, CudaData, GpuFloat};
 use super::launch::launch;
 use super::CudaStorage;
+use crate::storage::BackendStorage;
 use crate::DType;
 use crate::Result;
 use cudarc::driver::CudaSlice;
@@ -168,4 +169,41 @@ pub(crate) fn run_cross_entropy_backward(
         _ => return Err(mismatch(OP, probs, grad)),
     };
     Ok(out)
+}
+
+/// [`forward`] (inputs `[x]`) or [`backward`] (inputs `[y, grad of y]`, `y` the
+/// forward's output) on storages of one float dtype, `[rows, cols]`.
+pub(crate) fn run(
+    inputs: &[&CudaStorage],
+    rows: usize,
+    cols: usize,
+    log: bool,
+) -> Result<CudaStorage> {
+    fn go<T: GpuFloat>(
+        d: &Arc<CudaDevice>,
+        v: &[&CudaSlice<T>],
+        (rows, cols, log): (usize, usize, bool),
+    ) -> Result<CudaStorage> {
+        let out = match v {
+            [x] => forward(d, x, rows, cols, log)?,
+            [y, g] => backward(d, y, g, rows, cols, log)?,
+            _ => unreachable!("softmax takes one input, its backward two"),
+        };
+        Ok(CudaStorage::new(out, rows * cols, d))
+    }
+    const OP: &str = "softmax";
+    let d = &inputs[0].dev;
+    match inputs[0].dtype() {
+        DType::F32 => go(
+            d,
+            &slices(inputs, OP, CudaStorage::f32s)?,
+            (rows, cols, log),
+        ),
+        DType::F64 => go(
+            d,
+            &slices(inputs, OP, CudaStorage::f64s)?,
+            (rows, cols, log),
+        ),
+        DType::U32 => Err(unsupported(OP, DType::U32)),
+    }
 }

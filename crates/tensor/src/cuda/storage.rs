@@ -10,7 +10,7 @@
 
 use super::device::CudaDevice;
 use super::dtype::{mismatch, unsupported, CudaData, GpuType};
-use super::{conv, elementwise, index, matmul, pool, random, reduce, softmax};
+use super::{conv, elementwise, index, matmul, pool, random, reduce};
 use crate::cpu::CpuStorage;
 use crate::storage::{BackendStorage, BinaryOp, Conv2dParams, Pool2dParams, ReduceOp, UnaryOp};
 use crate::{DType, Device, Error, Layout, Result, Shape};
@@ -342,22 +342,6 @@ impl BackendStorage for CudaStorage {
         let n = p.batch * p.channels * p.in_h * p.in_w;
         Ok(map_float2!(self, gy, "pool2d backward", |x, g| {
             CudaStorage::new(pool::backward(d, x, g, p)?, n, d)
-        }))
-    }
-
-    fn softmax_last(&self, rows: usize, cols: usize, log: bool) -> Result<Self> {
-        let d = &self.dev;
-        Ok(map_float!(self, "softmax", |x| CudaStorage::new(
-            softmax::forward(d, x, rows, cols, log)?,
-            rows * cols,
-            d
-        )))
-    }
-    fn softmax_last_backward(&self, g: &Self, rows: usize, cols: usize, log: bool) -> Result<Self> {
-        self.same_device(g, "softmax backward")?;
-        let d = &self.dev;
-        Ok(map_float2!(self, g, "softmax backward", |y, g| {
-            CudaStorage::new(softmax::backward(d, y, g, rows, cols, log)?, rows * cols, d)
         }))
     }
 

@@ -25,7 +25,7 @@ pub(crate) use norm::batch_norm_grad;
 pub use norm::BatchNormOutput;
 pub use pool::Pool2dOptions;
 pub use rnn::LstmSequence;
-pub(crate) use softmax::cross_entropy_grad;
+pub(crate) use softmax::{cross_entropy_grad, softmax_grad};
 
 use crate::{DType, Error, Result, Tensor};
 

@@ -4,7 +4,7 @@ use crate::cpu::CpuStorage;
 use crate::cuda::CudaStorage;
 use crate::op::Op;
 use crate::storage::fused::{outputs, Fused};
-use crate::storage::{BackendStorage, Storage};
+use crate::storage::Storage;
 use crate::{Error, Result, Tensor};
 
 impl Tensor {
@@ -21,7 +21,10 @@ impl Tensor {
         let x = self.contiguous()?;
         let cols = self.dims()[last];
         let rows = self.elem_count() / cols.max(1);
-        let s = x.storage().softmax_last(rows, cols, log)?;
+        let [s] = outputs(
+            Softmax::NAME,
+            Storage::run(&Softmax { rows, cols, log }, &[&x.storage()])?,
+        )?;
         Ok(Tensor::from_storage(
             s,
             self.shape().clone(),
@@ -134,5 +137,37 @@ impl Fused for CrossEntropyBackward {
         let grad =
             crate::cuda::softmax::run_cross_entropy_backward(x[0], x[1], x[2], x[3], n, c, ignore)?;
         Ok(vec![grad])
+    }
+}
+
+/// The gradient of [`Tensor::softmax`] or [`Tensor::log_softmax`] along the last
+/// dimension from the forward's output `y` and its gradient.
+pub(crate) fn softmax_grad(y: &Tensor, grad: &Tensor, log: bool) -> Result<Tensor> {
+    let cols = y.dims().last().copied().unwrap_or(1);
+    let rows = y.elem_count() / cols.max(1);
+    let g = grad.contiguous()?;
+    let kernel = Softmax { rows, cols, log };
+    let [s] = outputs(
+        "softmax backward",
+        Storage::run(&kernel, &[&y.storage(), &g.storage()])?,
+    )?;
+    Ok(Tensor::from_storage(s, y.shape().clone(), None))
+}
+
+/// Softmax (or log-softmax) over the last dimension of a contiguous `[rows, cols]` float
+/// input `[x]`; with inputs `[y, grad of y]` (`y` the forward's output), its backward.
+struct Softmax {
+    rows: usize,
+    cols: usize,
+    log: bool,
+}
+impl Fused for Softmax {
+    const NAME: &'static str = "softmax";
+    fn cpu(&self, inputs: &[&CpuStorage]) -> Result<Vec<CpuStorage>> {
+        Ok(vec![crate::cpu::softmax::run(inputs, self.cols, self.log)?])
+    }
+    fn cuda(&self, inputs: &[&CudaStorage]) -> Result<Vec<CudaStorage>> {
+        let (rows, cols, log) = (self.rows, self.cols, self.log);
+        Ok(vec![crate::cuda::softmax::run(inputs, rows, cols, log)?])
     }
 }

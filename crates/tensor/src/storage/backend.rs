@@ -49,16 +49,6 @@ pub trait BackendStorage: Sized {
     /// Gradient with respect to the input, from `self` = input and the output's gradient.
     fn pool2d_backward(&self, grad_out: &Self, p: &Pool2dParams) -> Result<Self>;
 
-    /// Softmax (or log-softmax) over the last dimension of a contiguous `[rows, cols]` view.
-    fn softmax_last(&self, rows: usize, cols: usize, log: bool) -> Result<Self>;
-    /// From `self` = the forward output.
-    fn softmax_last_backward(
-        &self,
-        grad_out: &Self,
-        rows: usize,
-        cols: usize,
-        log: bool,
-    ) -> Result<Self>;
     /// Selects `ids` (U32, contiguous) along `dim` of a contiguous `shape`.
     fn index_select(&self, shape: &Shape, ids: &Self, dim: usize) -> Result<Self>;
     /// The transpose of `index_select`: zeros of `out_shape`, plus `self` added at `ids` along `dim`.

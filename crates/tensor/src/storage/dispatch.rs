@@ -237,22 +237,6 @@ impl BackendStorage for Storage {
             Pair::Cuda(x, g) => x.pool2d_backward(g, p).map(Storage::Cuda),
         }
     }
-    fn softmax_last(&self, rows: usize, cols: usize, log: bool) -> Result<Self> {
-        match self {
-            Storage::Cpu(s) => s.softmax_last(rows, cols, log).map(Storage::Cpu),
-            Storage::Cuda(s) => s.softmax_last(rows, cols, log).map(Storage::Cuda),
-        }
-    }
-    fn softmax_last_backward(&self, g: &Self, rows: usize, cols: usize, log: bool) -> Result<Self> {
-        match pair("softmax backward", self, g)? {
-            Pair::Cpu(y, g) => y
-                .softmax_last_backward(g, rows, cols, log)
-                .map(Storage::Cpu),
-            Pair::Cuda(y, g) => y
-                .softmax_last_backward(g, rows, cols, log)
-                .map(Storage::Cuda),
-        }
-    }
     fn index_select(&self, shape: &Shape, ids: &Self, dim: usize) -> Result<Self> {
         match pair("index_select", self, ids)? {
             Pair::Cpu(x, i) => x.index_select(shape, i, dim).map(Storage::Cpu),

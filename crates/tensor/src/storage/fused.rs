@@ -1,11 +1,12 @@
 //! Fused ops outside the backend trait. A fused op (CTC's forward-backward, a recurrent
-//! cell, cross-entropy, batch norm, the SGD step, top-k) is one kernel per device written
-//! for one purpose; it carries its CPU and its CUDA forward itself, beside its tensor
-//! function and its backward in `ops/`, so that [`BackendStorage`](super::BackendStorage)
-//! holds only the primitives every device must provide and a new fused op touches no
-//! backend's trait impl. [`Storage::run`] and [`Storage::run_in_place`] check that every
-//! operand lives on one device and call that device's forward (candle's CustomOp, without
-//! autograd: the tensor function records the backward, see `ops::custom`).
+//! cell, softmax, cross-entropy, batch norm, the SGD step, top-k) is one kernel per device
+//! written for one purpose; it carries its CPU and its CUDA forward itself, beside its
+//! tensor function and its backward in `ops/`, so that
+//! [`BackendStorage`](super::BackendStorage) holds only the primitives every device must
+//! provide and a new fused op touches no backend's trait impl. [`Storage::run`] and
+//! [`Storage::run_in_place`] check that every operand lives on one device and call that
+//! device's forward (candle's CustomOp, without autograd: the tensor function records the
+//! backward, see `ops::custom`).
 
 use super::dispatch::Storage;
 use crate::cpu::CpuStorage;
