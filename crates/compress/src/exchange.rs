@@ -51,6 +51,14 @@ impl Meter {
             stats: self.stats,
         }
     }
+    /// [`Meter::update`] for the tensor code: the values stay where they are (a GPU's).
+    pub fn tensor_update(self, values: Tensor, kind: UpdateKind) -> TensorUpdate {
+        TensorUpdate {
+            values,
+            kind,
+            stats: self.stats,
+        }
+    }
 }
 
 /// The ring allreduce of `values`, averaged: the dense exchange (and the fallback every
@@ -90,11 +98,7 @@ pub(crate) fn dense_average_tensor_on(
     })?;
     m.stats.sent_values = n;
     m.stats.message_bytes = if wire.is_some() { 2 * n } else { 4 * n };
-    Ok(TensorUpdate {
-        values: out,
-        kind: UpdateKind::Gradient,
-        stats: m.stats,
-    })
+    Ok(m.tensor_update(out, UpdateKind::Gradient))
 }
 
 /// The second half of a sparse exchange on tensors: every rank's `sel` summed by index in
@@ -150,11 +154,7 @@ pub(crate) fn average_tensor_in_place(
 /// A local step of a method with communication delay, on tensors: the optimizer applies
 /// this rank's own gradient (handed back as it came; nothing is sent).
 pub(crate) fn local_step_tensor(grad: &Tensor) -> TensorUpdate {
-    TensorUpdate {
-        values: grad.clone(),
-        kind: UpdateKind::Gradient,
-        stats: Meter::new(grad.elem_count()).stats,
-    }
+    Meter::new(grad.elem_count()).tensor_update(grad.clone(), UpdateKind::Gradient)
 }
 
 /// [`allgather_decode`] over a group: this rank's encoded `message` travels as U32 words

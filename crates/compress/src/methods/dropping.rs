@@ -245,11 +245,7 @@ impl Method for GradientDropping {
             let p = Tensor::full(world as f64, n, DType::F32, device)?;
             Ok(c.div(&p)?.reshape(grad.dims())?)
         })?;
-        Ok(TensorUpdate {
-            values,
-            kind: UpdateKind::Gradient,
-            stats: m.stats,
-        })
+        Ok(m.tensor_update(values, UpdateKind::Gradient))
     }
     fn exchange(
         &mut self,

@@ -238,11 +238,7 @@ impl Method for GTopK {
             };
             Ok(dense.reshape(grad.dims())?)
         })?;
-        Ok(TensorUpdate {
-            values,
-            kind: UpdateKind::Gradient,
-            stats: m.stats,
-        })
+        Ok(m.tensor_update(values, UpdateKind::Gradient))
     }
     fn state(&self) -> Result<StateTensors> {
         self.residual.state()

@@ -208,11 +208,7 @@ impl Method for OneBit {
         let mut m = Meter::new(n);
         let out =
             tensor::no_grad(|| exchange_on_tensors(group, &mut m, index, e, grad, self.bucket))?;
-        Ok(TensorUpdate {
-            values: out.reshape(grad.dims())?,
-            kind: UpdateKind::Gradient,
-            stats: m.stats,
-        })
+        Ok(m.tensor_update(out.reshape(grad.dims())?, UpdateKind::Gradient))
     }
     fn exchange(
         &mut self,

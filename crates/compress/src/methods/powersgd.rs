@@ -193,11 +193,7 @@ impl PowerSgd {
             };
             Ok(flat.reshape(grad.dims())?)
         })?;
-        Ok(TensorUpdate {
-            values,
-            kind: UpdateKind::Gradient,
-            stats: m.stats,
-        })
+        Ok(m.tensor_update(values, UpdateKind::Gradient))
     }
 }
 

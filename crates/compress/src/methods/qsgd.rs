@@ -424,11 +424,7 @@ impl Method for Qsgd {
             out.iter_mut().for_each(|v| *v *= inv);
             Ok(Tensor::from_vec(out, grad.dims(), grad.device())?)
         })?;
-        Ok(TensorUpdate {
-            values,
-            kind: UpdateKind::Gradient,
-            stats: m.stats,
-        })
+        Ok(m.tensor_update(values, UpdateKind::Gradient))
     }
     // Counter-based draws: nothing to save (the default `state`).
     fn load_state(&mut self, state: &StateTensors) -> Result<()> {

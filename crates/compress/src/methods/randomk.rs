@@ -79,11 +79,7 @@ impl RandomK {
             };
             Ok(dense.reshape(grad.dims())?)
         })?;
-        Ok(TensorUpdate {
-            values,
-            kind: UpdateKind::Gradient,
-            stats: m.stats,
-        })
+        Ok(m.tensor_update(values, UpdateKind::Gradient))
     }
 }
 

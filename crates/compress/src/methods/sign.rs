@@ -140,11 +140,7 @@ impl Sign {
                 }
             }
         })?;
-        Ok(TensorUpdate {
-            values: values.reshape(grad.dims())?,
-            kind: UpdateKind::Gradient,
-            stats: m.stats,
-        })
+        Ok(m.tensor_update(values.reshape(grad.dims())?, UpdateKind::Gradient))
     }
 }
 

@@ -231,11 +231,7 @@ impl Method for TernGrad {
         let key = Counter::for_exchange(self.key, self.step, index).key;
         let mut m = Meter::new(n);
         let values = tensor::no_grad(|| exchange_on_tensors(group, &mut m, index, grad, key))?;
-        Ok(TensorUpdate {
-            values,
-            kind: UpdateKind::Gradient,
-            stats: m.stats,
-        })
+        Ok(m.tensor_update(values, UpdateKind::Gradient))
     }
     // Counter-based draws: nothing to save (the default `state`).
     fn load_state(&mut self, state: &StateTensors) -> Result<()> {

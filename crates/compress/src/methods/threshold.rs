@@ -53,11 +53,7 @@ impl ThresholdV {
         m.stats.sent_values = sel.len();
         m.stats.message_bytes = 4 + 8 * sel.len();
         let values = sparse_average_tensor(group, &mut m, &sel, grad.dims())?;
-        Ok(TensorUpdate {
-            values,
-            kind: UpdateKind::Gradient,
-            stats: m.stats,
-        })
+        Ok(m.tensor_update(values, UpdateKind::Gradient))
     }
 }
 

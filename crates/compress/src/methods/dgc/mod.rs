@@ -363,11 +363,7 @@ impl Method for Dgc {
         if let Some(w) = weights.filter(|_| reads_weights) {
             d.add_decay(index, w, &values)?;
         }
-        Ok(TensorUpdate {
-            values,
-            kind: self.kind(),
-            stats: m.stats,
-        })
+        Ok(m.tensor_update(values, self.kind()))
     }
     fn state(&self) -> Result<StateTensors> {
         if let Some(d) = &self.on_device {
