@@ -186,15 +186,10 @@ pub(crate) fn backward<T: Float>(
 /// [`forward`] on storages of one float dtype.
 pub(crate) fn run(inputs: &[&CpuStorage], cell: RnnCell, n: usize, h: usize) -> Result<CpuStorage> {
     const OP: &str = "rnn_cell";
-    Ok(match inputs.first().map(|s| s.dtype()) {
-        Some(DType::F32) => {
-            CpuStorage::F32(forward(&typed(inputs, OP, CpuStorage::f32s)?, cell, n, h))
-        }
-        Some(DType::F64) => {
-            CpuStorage::F64(forward(&typed(inputs, OP, CpuStorage::f64s)?, cell, n, h))
-        }
-        Some(other) => return Err(unsupported(OP, other)),
-        None => return Err(crate::Error::msg("rnn_cell: no inputs")),
+    Ok(match inputs[0].dtype() {
+        DType::F32 => CpuStorage::F32(forward(&typed(inputs, OP, CpuStorage::f32s)?, cell, n, h)),
+        DType::F64 => CpuStorage::F64(forward(&typed(inputs, OP, CpuStorage::f64s)?, cell, n, h)),
+        DType::U32 => return Err(unsupported(OP, DType::U32)),
     })
 }
 

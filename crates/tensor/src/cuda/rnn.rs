@@ -92,9 +92,7 @@ pub(crate) fn run(
     h: usize,
 ) -> Result<CudaStorage> {
     const OP: &str = "rnn_cell";
-    let first = inputs
-        .first()
-        .ok_or_else(|| crate::Error::msg("rnn_cell: no inputs"))?;
+    let first = inputs[0];
     let d = &first.dev;
     let len = match cell {
         RnnCell::Lstm => 2 * n * h,

@@ -3,7 +3,7 @@
 use crate::cpu::CpuStorage;
 use crate::cuda::CudaStorage;
 use crate::op::Op;
-use crate::storage::fused::{outputs, Fused};
+use crate::storage::fused::Fused;
 use crate::storage::{BatchNormParams, Storage};
 use crate::{Error, Result, Tensor};
 
@@ -73,15 +73,13 @@ impl Tensor {
             Some((m, v)) => Some((m.contiguous()?, v.contiguous()?)),
             None => None,
         };
-        let (out, mean, invstd) = {
+        let [out, mean, invstd] = {
             let rs = running.as_ref().map(|(m, v)| (m.storage(), v.storage()));
             let stats = rs.as_ref().map(|(m, v)| (&**m, &**v));
             let (xs, ws, bs) = (x.storage(), w.storage(), b.storage());
             let mut inputs = vec![&*xs, &*ws, &*bs];
             inputs.extend(stats.into_iter().flat_map(|(m, v)| [m, v]));
-            let [out, mean, invstd] =
-                outputs(BatchNorm::NAME, Storage::run(&BatchNorm(params), &inputs)?)?;
-            (out, mean, invstd)
+            Storage::run(&BatchNorm(params), &inputs)?
         };
         let mean = Tensor::from_storage(mean, c, None);
         let invstd = Tensor::from_storage(invstd, c, None);
@@ -128,10 +126,7 @@ pub(crate) fn batch_norm_grad(
         invstd.storage(),
     ];
     let kernel = BatchNormBackward { params, training };
-    let [dx, dw, db] = outputs(
-        BatchNormBackward::NAME,
-        Storage::run(&kernel, &s.iter().map(|s| &**s).collect::<Vec<_>>())?,
-    )?;
+    let [dx, dw, db] = Storage::run(&kernel, &s.each_ref().map(|s| &**s))?;
     Ok([
         Tensor::from_storage(dx, input.shape().clone(), None),
         Tensor::from_storage(dw, weight.shape().clone(), None),

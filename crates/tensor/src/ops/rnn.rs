@@ -5,7 +5,7 @@
 
 use crate::cpu::CpuStorage;
 use crate::cuda::CudaStorage;
-use crate::storage::fused::{outputs, Fused};
+use crate::storage::fused::Fused;
 use crate::storage::{RnnCell, Storage};
 use crate::{Error, Result, Tensor};
 use std::sync::Arc;
@@ -71,7 +71,7 @@ fn fused(
     let out = {
         let guards: Vec<_> = dense.iter().map(|t| t.storage()).collect();
         let refs: Vec<&Storage> = guards.iter().map(|g| &**g).collect();
-        let [out] = outputs("rnn_cell", Storage::run(&Cell { cell, n, h }, &refs)?)?;
+        let [out] = Storage::run(&Cell { cell, n, h }, &refs)?;
         out
     };
     let value = Tensor::from_storage(out, out_shape, None);
@@ -239,7 +239,7 @@ fn cell_backward(
         let guards: Vec<_> = dense.iter().map(|t| t.storage()).collect();
         let g = grad.storage();
         let refs: Vec<&Storage> = guards.iter().map(|g| &**g).chain([&*g]).collect();
-        Storage::run(&CellBackward(Cell { cell, n, h }), &refs)?
+        Storage::run_all(&CellBackward(Cell { cell, n, h }), &refs)?
     };
     Ok(grads
         .into_iter()

@@ -3,7 +3,7 @@
 use crate::cpu::CpuStorage;
 use crate::cuda::CudaStorage;
 use crate::op::Op;
-use crate::storage::fused::{outputs, Fused};
+use crate::storage::fused::Fused;
 use crate::storage::Storage;
 use crate::{Error, Result, Tensor};
 
@@ -21,10 +21,7 @@ impl Tensor {
         let x = self.contiguous()?;
         let cols = self.dims()[last];
         let rows = self.elem_count() / cols.max(1);
-        let [s] = outputs(
-            Softmax::NAME,
-            Storage::run(&Softmax { rows, cols, log }, &[&x.storage()])?,
-        )?;
+        let [s] = Storage::run(&Softmax { rows, cols, log }, &[&x.storage()])?;
         Ok(Tensor::from_storage(
             s,
             self.shape().clone(),
@@ -60,10 +57,7 @@ impl Tensor {
             c: d[1],
             ignore: ignore_index,
         };
-        let [loss, probs, count] = outputs(
-            CrossEntropy::NAME,
-            Storage::run(&kernel, &[&x.storage(), &l.storage()])?,
-        )?;
+        let [loss, probs, count] = Storage::run(&kernel, &[&x.storage(), &l.storage()])?;
         let probs = Tensor::from_storage(probs, self.shape().clone(), None);
         let count = Tensor::from_storage(count, (), None);
         let op = Op::CrossEntropy {
@@ -94,10 +88,7 @@ pub(crate) fn cross_entropy_grad(
         &upstream.storage(),
         &count.storage(),
     ];
-    let [grad] = outputs(
-        CrossEntropyBackward::NAME,
-        Storage::run(&kernel, &inputs.map(|s| &**s))?,
-    )?;
+    let [grad] = Storage::run(&kernel, &inputs.map(|s| &**s))?;
     Ok(Tensor::from_storage(grad, probs.shape().clone(), None))
 }
 
@@ -147,10 +138,7 @@ pub(crate) fn softmax_grad(y: &Tensor, grad: &Tensor, log: bool) -> Result<Tenso
     let rows = y.elem_count() / cols.max(1);
     let g = grad.contiguous()?;
     let kernel = Softmax { rows, cols, log };
-    let [s] = outputs(
-        "softmax backward",
-        Storage::run(&kernel, &[&y.storage(), &g.storage()])?,
-    )?;
+    let [s] = Storage::run(&kernel, &[&y.storage(), &g.storage()])?;
     Ok(Tensor::from_storage(s, y.shape().clone(), None))
 }
 

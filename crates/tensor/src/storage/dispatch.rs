@@ -100,7 +100,11 @@ fn pair<'a>(op: &'static str, a: &'a Storage, b: &'a Storage) -> Result<Pair<'a>
     }
 }
 
-fn cpu_of<'a>(op: &'static str, s: &'a Storage, like: &Storage) -> Result<&'a CpuStorage> {
+pub(super) fn cpu_of<'a>(
+    op: &'static str,
+    s: &'a Storage,
+    like: &Storage,
+) -> Result<&'a CpuStorage> {
     match s {
         Storage::Cpu(c) => Ok(c),
         _ => Err(crate::Error::DeviceMismatch {
@@ -110,7 +114,11 @@ fn cpu_of<'a>(op: &'static str, s: &'a Storage, like: &Storage) -> Result<&'a Cp
         }),
     }
 }
-fn cuda_of<'a>(op: &'static str, s: &'a Storage, like: &Storage) -> Result<&'a CudaStorage> {
+pub(super) fn cuda_of<'a>(
+    op: &'static str,
+    s: &'a Storage,
+    like: &Storage,
+) -> Result<&'a CudaStorage> {
     match s {
         Storage::Cuda(c) if like.device() == s.device() => Ok(c),
         _ => Err(crate::Error::DeviceMismatch {

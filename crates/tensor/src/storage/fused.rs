@@ -8,7 +8,7 @@
 //! device's forward (candle's CustomOp, without autograd: the tensor function records the
 //! backward, see `ops::custom`).
 
-use super::dispatch::Storage;
+use super::dispatch::{cpu_of, cuda_of, Storage};
 use crate::cpu::CpuStorage;
 use crate::cuda::CudaStorage;
 use crate::{Device, Error, Result};
@@ -46,19 +46,49 @@ fn one_device<'a>(op: &'static str, mut all: impl Iterator<Item = &'a Storage>) 
     }
 }
 
+/// The targets of an in-place op as one backend's storage (after [`one_device`], a miss
+/// is a bug).
+fn targets_as<'b, T>(
+    op: &'static str,
+    xs: &'b mut [&mut Storage],
+    pick: impl Fn(&'b mut Storage) -> Option<&'b mut T>,
+) -> Result<Vec<&'b mut T>> {
+    xs.iter_mut()
+        .map(|s| pick(s).ok_or_else(|| Error::msg(format!("{op}: operands on mixed devices"))))
+        .collect()
+}
+
 impl Storage {
-    fn cpu_ref(&self) -> Option<&CpuStorage> {
-        match self {
-            Storage::Cpu(c) => Some(c),
-            Storage::Cuda(_) => None,
-        }
+    /// Runs `op` on the device its inputs share; its `N` outputs.
+    pub(crate) fn run<F: Fused, const N: usize>(
+        op: &F,
+        inputs: &[&Storage],
+    ) -> Result<[Storage; N]> {
+        let outs = Storage::run_all(op, inputs)?;
+        let got = outs.len();
+        outs.try_into()
+            .map_err(|_| Error::msg(format!("{}: {got} outputs, expected {N}", F::NAME)))
     }
-    fn cuda_ref(&self) -> Option<&CudaStorage> {
-        match self {
-            Storage::Cuda(c) => Some(c),
-            Storage::Cpu(_) => None,
-        }
+
+    /// Runs `op` on the device its inputs share; as many outputs as it makes.
+    pub(crate) fn run_all<F: Fused>(op: &F, inputs: &[&Storage]) -> Result<Vec<Storage>> {
+        let first = *inputs
+            .first()
+            .ok_or_else(|| Error::msg(format!("{}: no operands", F::NAME)))?;
+        Ok(match first {
+            Storage::Cuda(_) => {
+                let xs = inputs.iter().map(|s| cuda_of(F::NAME, s, first));
+                let xs = xs.collect::<Result<Vec<_>>>()?;
+                op.cuda(&xs)?.into_iter().map(Storage::Cuda).collect()
+            }
+            Storage::Cpu(_) => {
+                let xs = inputs.iter().map(|s| cpu_of(F::NAME, s, first));
+                let xs = xs.collect::<Result<Vec<_>>>()?;
+                op.cpu(&xs)?.into_iter().map(Storage::Cpu).collect()
+            }
+        })
     }
+
     fn cpu_mut(&mut self) -> Option<&mut CpuStorage> {
         match self {
             Storage::Cpu(c) => Some(c),
@@ -71,51 +101,6 @@ impl Storage {
             Storage::Cpu(_) => None,
         }
     }
-}
-
-/// Every operand as one backend's storage (after [`one_device`], a miss is a bug).
-fn picked<'a, T: ?Sized>(
-    op: &'static str,
-    xs: &[&'a Storage],
-    pick: impl Fn(&'a Storage) -> Option<&'a T>,
-) -> Result<Vec<&'a T>> {
-    xs.iter()
-        .map(|s| pick(s).ok_or_else(|| Error::msg(format!("{op}: operands on mixed devices"))))
-        .collect()
-}
-fn picked_mut<'a, 'b, T: ?Sized>(
-    op: &'static str,
-    xs: &'b mut [&'a mut Storage],
-    pick: impl Fn(&'b mut Storage) -> Option<&'b mut T>,
-) -> Result<Vec<&'b mut T>> {
-    xs.iter_mut()
-        .map(|s| pick(s).ok_or_else(|| Error::msg(format!("{op}: operands on mixed devices"))))
-        .collect()
-}
-
-/// The `N` outputs of a fused op as an array (an op returning another count is a bug in it).
-pub(crate) fn outputs<const N: usize>(op: &'static str, v: Vec<Storage>) -> Result<[Storage; N]> {
-    let got = v.len();
-    v.try_into()
-        .map_err(|_| Error::msg(format!("{op}: {got} outputs, expected {N}")))
-}
-
-impl Storage {
-    /// Runs `op` on the device its inputs share.
-    pub(crate) fn run<F: Fused>(op: &F, inputs: &[&Storage]) -> Result<Vec<Storage>> {
-        Ok(match one_device(F::NAME, inputs.iter().copied())? {
-            Device::Cuda(_) => op
-                .cuda(&picked(F::NAME, inputs, Storage::cuda_ref)?)?
-                .into_iter()
-                .map(Storage::Cuda)
-                .collect(),
-            Device::Cpu => op
-                .cpu(&picked(F::NAME, inputs, Storage::cpu_ref)?)?
-                .into_iter()
-                .map(Storage::Cpu)
-                .collect(),
-        })
-    }
 
     /// Runs `op` in place on `targets` on the device they share with `inputs`.
     pub(crate) fn run_in_place<F: FusedInPlace>(
@@ -124,15 +109,18 @@ impl Storage {
         inputs: &[&Storage],
     ) -> Result<()> {
         let all = targets.iter().map(|s| &**s).chain(inputs.iter().copied());
+        // After one_device, an input's own device is every operand's.
         match one_device(F::NAME, all)? {
-            Device::Cuda(_) => op.cuda(
-                &mut picked_mut(F::NAME, targets, Storage::cuda_mut)?,
-                &picked(F::NAME, inputs, Storage::cuda_ref)?,
-            ),
-            Device::Cpu => op.cpu(
-                &mut picked_mut(F::NAME, targets, Storage::cpu_mut)?,
-                &picked(F::NAME, inputs, Storage::cpu_ref)?,
-            ),
+            Device::Cuda(_) => {
+                let xs = inputs.iter().map(|s| cuda_of(F::NAME, s, s));
+                let xs = xs.collect::<Result<Vec<_>>>()?;
+                op.cuda(&mut targets_as(F::NAME, targets, Storage::cuda_mut)?, &xs)
+            }
+            Device::Cpu => {
+                let xs = inputs.iter().map(|s| cpu_of(F::NAME, s, s));
+                let xs = xs.collect::<Result<Vec<_>>>()?;
+                op.cpu(&mut targets_as(F::NAME, targets, Storage::cpu_mut)?, &xs)
+            }
         }
     }
 }
@@ -164,17 +152,17 @@ mod tests {
             Storage::Cpu(CpuStorage::F32(vec![1.0, 2.0])),
             Storage::Cpu(CpuStorage::F32(vec![10.0, 20.0])),
         );
-        let [sum] = outputs("add", Storage::run(&Add, &[&a, &b]).unwrap()).unwrap();
+        let [sum] = Storage::run(&Add, &[&a, &b]).unwrap();
         match sum {
             Storage::Cpu(CpuStorage::F32(v)) => assert_eq!(v, [11.0, 22.0]),
             other => panic!("unexpected {other:?}"),
         }
-        let two: Result<[Storage; 2]> = outputs("add", Storage::run(&Add, &[&a, &b]).unwrap());
+        let two: Result<[Storage; 2]> = Storage::run(&Add, &[&a, &b]);
         assert!(two
             .unwrap_err()
             .to_string()
             .contains("1 outputs, expected 2"));
-        let none = Storage::run(&Add, &[]).unwrap_err().to_string();
+        let none = Storage::run_all(&Add, &[]).unwrap_err().to_string();
         assert!(none.contains("add: no operands"), "{none}");
     }
 }
