@@ -590,6 +590,17 @@ pub fn write_rows(out: &Path, stem: &str, rows: &[Value], columns: &[&str]) -> R
     write(&format!("{stem}.csv"), &csv)
 }
 
+/// Prints the rows: as JSON under `--json` (what scripts and the tests read), else as
+/// the table `print` writes for a reader.
+pub fn print_rows(common: &CommonArgs, rows: &[Value], print: impl FnOnce()) -> Result<()> {
+    if common.json {
+        println!("{}", serde_json::to_string_pretty(rows)?);
+    } else {
+        print();
+    }
+    Ok(())
+}
+
 /// A number for a table cell: `decimals` places, or "-" where there is none.
 pub fn cell(v: Option<f64>, decimals: usize) -> String {
     v.map_or("-".to_string(), |x| format!("{x:.decimals$}"))

@@ -78,12 +78,11 @@ fn three_profiles_and_the_model_give_the_speedups() {
     for m in ["dense", "terngrad", "dgc"] {
         assert!(f(row(m, 10.0, 64), "speedup") >= f(row(m, 1.0, 64), "speedup"));
     }
-    let csv = std::fs::read_to_string(dir.join("fig6.csv")).expect("fig6.csv");
-    assert_eq!(csv.lines().count(), 43, "{csv}");
-    common::assert_files(
+    common::assert_table(
         &dir,
+        "fig6",
+        42,
         &[
-            "fig6.json",
             "fig6_1gbps.png",
             "fig6_10gbps.svg",
             "lenet5-dgc/summary.json",

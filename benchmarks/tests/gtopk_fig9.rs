@@ -76,12 +76,11 @@ fn two_jobs_measure_and_the_model_follows_table_one() {
         }
         assert!(r["our_model_s"].as_f64().is_some_and(|t| t >= 0.0), "{r}");
     }
-    let csv = std::fs::read_to_string(dir.join("fig9.csv")).expect("fig9.csv");
-    assert_eq!(csv.lines().count(), rows.len() + 1, "{csv}");
-    common::assert_files(
+    common::assert_table(
         &dir,
+        "fig9",
+        rows.len(),
         &[
-            "fig9.json",
             "fig9_left_paper.png",
             "fig9_left_here.svg",
             "fig9_right_paper.svg",

@@ -73,8 +73,6 @@ fn six_jobs_measure_and_project_with_table_one() {
     for run in ["resnet20-topk-2w", "resnet20-gtopk-2w"] {
         assert!(ratio(run) > 50.0, "{run}: {}", ratio(run));
     }
-    let csv = std::fs::read_to_string(dir.join("table7.csv")).expect("table7.csv");
-    assert_eq!(csv.lines().count(), 2, "{csv}");
-    assert!(dir.join("table7.json").is_file());
+    common::assert_table(&dir, "table7", 1, &[]);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -109,12 +109,11 @@ fn eight_jobs_write_the_table_and_only_unsynchronised_local_modes_drift() {
         walls.len() == 5 && walls.windows(2).all(|w| w[0] <= w[1]),
         "{walls:?}"
     );
-    let csv = std::fs::read_to_string(dir.join("table1.csv")).expect("table1.csv");
-    assert_eq!(csv.lines().count(), 9, "{csv}");
-    common::assert_files(
+    common::assert_table(
         &dir,
+        "table1",
+        8,
         &[
-            "table1.json",
             "curves.png",
             "curves.svg",
             "baseline-drop-partial-sync/summary.json",

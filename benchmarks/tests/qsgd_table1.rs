@@ -69,16 +69,11 @@ fn four_jobs_write_the_table_and_fewer_bits_send_fewer_bytes() {
         assert!(dir.join(run).join("summary.json").is_file(), "{run}");
         assert!(!dir.join(run).join("checkpoint").exists(), "{run}");
     }
-    let csv = std::fs::read_to_string(dir.join("table1.csv")).expect("table1.csv");
-    assert_eq!(csv.lines().count(), 5, "{csv}");
-    common::assert_files(
+    common::assert_table(
         &dir,
-        &[
-            "table1.json",
-            "curves.png",
-            "curves.svg",
-            "qsgd-4bit/summary.json",
-        ],
+        "table1",
+        4,
+        &["curves.png", "curves.svg", "qsgd-4bit/summary.json"],
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -74,16 +74,11 @@ fn six_jobs_write_the_table_and_ratios_follow_the_methods() {
         msg(5),
         msg(4)
     );
-    let csv = std::fs::read_to_string(dir.join("table2.csv")).expect("table2.csv");
-    assert_eq!(csv.lines().count(), 7, "{csv}");
-    common::assert_files(
+    common::assert_table(
         &dir,
-        &[
-            "table2.json",
-            "curves.png",
-            "curves.svg",
-            "sbc3/summary.json",
-        ],
+        "table2",
+        6,
+        &["curves.png", "curves.svg", "sbc3/summary.json"],
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -225,12 +225,7 @@ fn run(mut args: Args) -> Result<()> {
         ],
     )?;
     write_charts(&args, &rows)?;
-    if args.common.json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
-        return Ok(());
-    }
-    print_tables(&args, &rows);
-    Ok(())
+    table::print_rows(&args.common, &rows, || print_tables(&args, &rows))
 }
 
 /// The paper's claims (§5: "conventional training ... about 30x with 10Gbps Ethernet",

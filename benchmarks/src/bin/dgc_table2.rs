@@ -280,12 +280,7 @@ fn run(args: Args) -> Result<()> {
         "DGC Table 2: test accuracy",
         "top-1 accuracy",
     )?;
-    if args.common.json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
-        return Ok(());
-    }
-    print_table(&args, &p, &rows);
-    Ok(())
+    table::print_rows(&args.common, &rows, || print_table(&args, &p, &rows))
 }
 
 fn print_table(args: &Args, p: &Preset, rows: &[Value]) {

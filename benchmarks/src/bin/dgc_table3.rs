@@ -328,12 +328,9 @@ fn run(mut args: Args) -> Result<()> {
         "DGC Table 3: top-1 accuracy",
         "top-1 accuracy",
     )?;
-    if args.common.json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
-        return Ok(());
-    }
-    print_table(&args, &models, warmup, &rows);
-    Ok(())
+    table::print_rows(&args.common, &rows, || {
+        print_table(&args, &models, warmup, &rows)
+    })
 }
 
 /// The paper's claim for row `r`: its compression ratio within 5 % of the paper's, and

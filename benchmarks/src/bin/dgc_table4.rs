@@ -445,12 +445,15 @@ fn run(mut args: Args) -> Result<()> {
         "DGC Table 4: test metric",
         "perplexity / WER",
     )?;
-    if args.common.json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
-        return Ok(());
-    }
-    print_table(&args, &tasks, &rows);
-    for (name, gap) in &gaps {
+    table::print_rows(&args.common, &rows, || {
+        print_table(&args, &tasks, &rows);
+        print_gaps(&gaps);
+    })
+}
+
+/// Each task's test metric after each evaluation, and DGC's gap to the baseline.
+fn print_gaps(gaps: &[(&str, Vec<[f64; 4]>)]) {
+    for (name, gap) in gaps {
         // Word error rates in percent, as the table prints them.
         let scale = if name.starts_with("Speech") {
             100.0
@@ -472,7 +475,6 @@ fn run(mut args: Args) -> Result<()> {
             );
         }
     }
-    Ok(())
 }
 
 /// The two curves (epoch, metric) at the evaluations they share: (epoch, baseline, DGC,

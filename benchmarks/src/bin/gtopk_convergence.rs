@@ -344,12 +344,9 @@ fn run(args: Args) -> Result<()> {
         "gTop-k convergence: test metric",
         "accuracy / perplexity",
     )?;
-    if args.common.json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
-        return Ok(());
-    }
-    print_table(&args, &tasks, &rows, &curves, &jobs);
-    Ok(())
+    table::print_rows(&args.common, &rows, || {
+        print_table(&args, &tasks, &rows, &curves, &jobs)
+    })
 }
 
 /// The paper's claim for a sparse job, judged by its final metric against dense's:

@@ -289,12 +289,7 @@ fn run(mut args: Args) -> Result<()> {
             "holds",
         ],
     )?;
-    if args.common.json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
-        return Ok(());
-    }
-    print_tables(&args, &rows);
-    Ok(())
+    table::print_rows(&args.common, &rows, || print_tables(&args, &rows))
 }
 
 /// One model's row: its six jobs (each method on one worker and on `--workers`), the

@@ -427,12 +427,9 @@ fn run(mut args: Args) -> Result<()> {
         "Paper 001 Table 1: test quality",
         &metric_name,
     )?;
-    if args.common.json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
-        return Ok(());
-    }
-    print_table(&args, &base, &rows, target, &metric_name);
-    Ok(())
+    table::print_rows(&args.common, &rows, || {
+        print_table(&args, &base, &rows, target, &metric_name)
+    })
 }
 
 fn print_table(args: &Args, base: &Config, rows: &[Value], target: f64, metric: &str) {

@@ -319,12 +319,7 @@ fn run(mut args: Args) -> Result<()> {
         "QSGD Table 1: test accuracy",
         "accuracy",
     )?;
-    if args.common.json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
-        return Ok(());
-    }
-    print_table(&args, &base, &rows);
-    Ok(())
+    table::print_rows(&args.common, &rows, || print_table(&args, &base, &rows))
 }
 
 fn print_table(args: &Args, base: &Config, rows: &[Value]) {

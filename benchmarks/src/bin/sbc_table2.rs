@@ -328,10 +328,10 @@ fn run(mut args: Args) -> Result<()> {
         "SBC Table II: test accuracy",
         "accuracy",
     )?;
-    if args.common.json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
-        return Ok(());
-    }
+    table::print_rows(&args.common, &rows, || print_table(&args, &r, &rows))
+}
+
+fn print_table(args: &Args, r: &Row, rows: &[serde_json::Value]) {
     println!(
         "SBC Table II ({} preset: {} on {}, {} workers x {}, {} iterations, {}; the paper: {})",
         args.preset,
@@ -375,12 +375,11 @@ fn run(mut args: Args) -> Result<()> {
             .map(|r| verdict::cell(r["holds"].as_bool()).to_string())
             .collect(),
     );
-    verdict::print_claims(&rows, |r| r["method"].as_str().unwrap_or("").to_string());
+    verdict::print_claims(rows, |r| r["method"].as_str().unwrap_or("").to_string());
     println!(
         "(wire: dense ring bytes / bytes this rank sent; message: dense update bytes / the \
          method's message bytes, the paper's measure. Runs, table2.csv, table2.json, \
          curves.png and curves.svg in {})",
         args.out.display()
     );
-    Ok(())
 }

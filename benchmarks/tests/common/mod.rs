@@ -116,3 +116,13 @@ pub fn assert_files(dir: &std::path::Path, files: &[&str]) {
         assert!(dir.join(f).is_file(), "{f} missing in {}", dir.display());
     }
 }
+
+/// The table's files in `dir`: `{stem}.csv` with a header and `rows` data lines,
+/// `{stem}.json`, and each of `others` (paths relative to `dir`).
+pub fn assert_table(dir: &std::path::Path, stem: &str, rows: usize, others: &[&str]) {
+    let csv = std::fs::read_to_string(dir.join(format!("{stem}.csv")))
+        .unwrap_or_else(|e| panic!("{stem}.csv in {}: {e}", dir.display()));
+    assert_eq!(csv.lines().count(), rows + 1, "{csv}");
+    assert_files(dir, &[&format!("{stem}.json")]);
+    assert_files(dir, others);
+}
