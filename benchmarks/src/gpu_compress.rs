@@ -18,7 +18,7 @@ use crate::run_reference;
 use anyhow::{ensure, Context as _, Result};
 use comm::{CommConfig, Communicator};
 use compress::methods::dgc::{DgcConfig, DgcOnDevice};
-use compress::{ParamSpec, StepInfo};
+use compress::{ParamSpec, StepInfo, TensorAfterStep, TensorExchange};
 use serde_json::{json, Value};
 use tensor::sparsify::{self, Accumulate, AccumulateRule};
 use tensor::{cuda, DType, Device, Rng, Tensor};
@@ -95,11 +95,12 @@ fn method_rows(
         let t = time_ms(dev, 1, repeats.min(5), || {
             m.begin_step(StepInfo { step, epoch: 100.0 });
             step += 1;
-            let u = m.exchange_tensor(&mut comm, 0, Some(&weights), g)?;
+            let u =
+                m.exchange_tensor(TensorExchange::new(&mut comm, 0, g).with_weights(&weights))?;
             sent = u.stats.sent_values;
             // A step of learning rate 1, so that a delayed method has an update to send.
             weights.assign(&weights.sub(&u.values.flatten_all()?)?)?;
-            if let Some(s) = m.after_step_tensor(&mut comm, 0, &weights)? {
+            if let Some(s) = m.after_step_tensor(TensorAfterStep::new(&mut comm, 0, &weights))? {
                 sent = s.sent_values;
             }
             Ok(())

@@ -13,7 +13,7 @@ use anyhow::{anyhow, ensure, Context as _, Result};
 use benchmarks::{best_of, init_threads};
 use clap::Parser;
 use comm::{CommConfig, Communicator};
-use compress::{ParamSpec, StepInfo};
+use compress::{HostAfterStep, HostExchange, ParamSpec, StepInfo};
 use rayon::prelude::*;
 use serde_json::{json, Value};
 use tensor::Rng;
@@ -154,12 +154,12 @@ fn bench_method(label: &str, grad: &[f32], repeats: usize) -> Result<Value> {
             step: step as u64,
             epoch: 100.0,
         });
-        let u = m.exchange(&mut comm, 0, &weights, grad)?;
+        let u = m.exchange(HostExchange::new(&mut comm, 0, grad).with_weights(&weights))?;
         let mut stats = u.stats;
         // Delayed methods compress after the optimizer step: move the weights by the
         // gradient, as a step with learning rate 1 would.
         weights.iter_mut().zip(&u.values).for_each(|(w, g)| *w -= g);
-        if let Some(s) = m.after_step(&mut comm, 0, &mut weights)? {
+        if let Some(s) = m.after_step(HostAfterStep::new(&mut comm, 0, &mut weights))? {
             stats = s;
         }
         if step > 0 {

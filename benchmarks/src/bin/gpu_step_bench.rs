@@ -116,7 +116,9 @@ fn exchange_step(
         let g = grads
             .get(p)
             .with_context(|| format!("no gradient for parameter {i}"))?;
-        updates.push(method.exchange_tensor(group, i, Some(p), g)?);
+        updates.push(
+            method.exchange_tensor(compress::TensorExchange::new(group, i, g).with_weights(p))?,
+        );
     }
     tensor::no_grad(|| -> Result<()> {
         for (i, (p, u)) in params.iter().zip(updates).enumerate() {

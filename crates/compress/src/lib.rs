@@ -27,6 +27,7 @@ pub mod select;
 pub use build::{build, Context, METHODS};
 pub use error::{CompressError, Result};
 pub use method::{
-    Method, ParamSpec, StateTensors, StepInfo, TensorUpdate, Update, UpdateKind, WireStats,
+    AfterStep, Exchange, HostAfterStep, HostExchange, Method, ParamSpec, StateTensors, StepInfo,
+    TensorAfterStep, TensorExchange, TensorUpdate, Update, UpdateKind, WireStats,
 };
 pub use options::{help_text, MethodSpec};

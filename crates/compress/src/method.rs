@@ -6,8 +6,10 @@
 //! per step and on every rank in the same order:
 //!
 //! 1. [`Method::begin_step`] with the step and epoch (warm-up schedules read them);
-//! 2. [`Method::exchange`] for each parameter as its gradient becomes final (on the
-//!    compression thread, while backward continues); it returns an [`Update`];
+//! 2. [`Method::exchange`] (or [`Method::exchange_tensor`]) for each parameter as its
+//!    gradient becomes final (on the compression thread, while backward continues), with
+//!    an [`Exchange`] that carries the parameter's index, gradient and weights; it
+//!    returns an [`Update`];
 //! 3. the optimizer applies each update (see [`UpdateKind`]);
 //! 4. [`Method::after_step`] for each parameter, in index order: methods with
 //!    communication delay (SBC, FedAvg) or periodic averaging (`local`) communicate here;
@@ -37,6 +39,99 @@ impl ParamSpec {
     }
     pub fn numel(&self) -> usize {
         self.shape.iter().product()
+    }
+}
+
+/// One parameter's turn in the exchange, as the trainer hands it to a method (the part
+/// PyTorch DDP's `GradBucket` plays for a communication hook): the collectives to use,
+/// the parameter's position in the model's order (the same on every rank), its local
+/// gradient, and its current weights where the method [`Method::reads_weights`]. One
+/// struct rather than four arguments, so that what a method is told can grow without
+/// touching every method; [`HostExchange`] and [`TensorExchange`] name its two forms.
+pub struct Exchange<'a, C: ?Sized, G: ?Sized> {
+    pub comm: &'a mut C,
+    pub index: usize,
+    pub grad: &'a G,
+    pub weights: Option<&'a G>,
+}
+
+/// [`Method::exchange`]'s turn: the TCP communicator and host slices.
+pub type HostExchange<'a> = Exchange<'a, Communicator, [f32]>;
+/// [`Method::exchange_tensor`]'s turn: any [`ProcessGroup`] (TCP or NCCL) and tensors on
+/// its device.
+pub type TensorExchange<'a> = Exchange<'a, dyn ProcessGroup + 'a, Tensor>;
+
+impl<'a> HostExchange<'a> {
+    /// Parameter `index`'s gradient `grad`, to exchange over `comm`; no weights.
+    pub fn new(comm: &'a mut Communicator, index: usize, grad: &'a [f32]) -> Self {
+        Exchange {
+            comm,
+            index,
+            grad,
+            weights: None,
+        }
+    }
+}
+
+impl<'a> TensorExchange<'a> {
+    /// Parameter `index`'s gradient `grad`, to exchange over `group`; no weights.
+    pub fn new(group: &'a mut (dyn ProcessGroup + 'a), index: usize, grad: &'a Tensor) -> Self {
+        Exchange {
+            comm: group,
+            index,
+            grad,
+            weights: None,
+        }
+    }
+}
+
+impl<'a, C: ?Sized, G: ?Sized> Exchange<'a, C, G> {
+    /// The same turn with the parameter's current weights (where they may be absent, set
+    /// the `weights` field).
+    pub fn with_weights(self, weights: &'a G) -> Self {
+        Exchange {
+            weights: Some(weights),
+            ..self
+        }
+    }
+}
+
+/// One parameter's turn after the optimizer step ([`Method::after_step`]): the
+/// collectives, the parameter's position, and its weights, which a method that
+/// synchronises them (delay, periodic averaging) overwrites. [`HostAfterStep`] and
+/// [`TensorAfterStep`] name its two forms (a tensor is written in place through a
+/// shared reference).
+pub struct AfterStep<'a, C: ?Sized, W> {
+    pub comm: &'a mut C,
+    pub index: usize,
+    pub weights: W,
+}
+
+/// [`Method::after_step`]'s turn: the TCP communicator and the weights on the host.
+pub type HostAfterStep<'a> = AfterStep<'a, Communicator, &'a mut [f32]>;
+/// [`Method::after_step_tensor`]'s turn: any [`ProcessGroup`] and the weights' tensor on
+/// its device.
+pub type TensorAfterStep<'a> = AfterStep<'a, dyn ProcessGroup + 'a, &'a Tensor>;
+
+impl<'a> HostAfterStep<'a> {
+    /// Parameter `index`'s weights, synchronised over `comm` where the method does.
+    pub fn new(comm: &'a mut Communicator, index: usize, weights: &'a mut [f32]) -> Self {
+        AfterStep {
+            comm,
+            index,
+            weights,
+        }
+    }
+}
+
+impl<'a> TensorAfterStep<'a> {
+    /// Parameter `index`'s weights, synchronised over `group` where the method does.
+    pub fn new(group: &'a mut (dyn ProcessGroup + 'a), index: usize, weights: &'a Tensor) -> Self {
+        AfterStep {
+            comm: group,
+            index,
+            weights,
+        }
     }
 }
 
@@ -138,40 +233,28 @@ pub trait Method: Send {
     /// order on every rank).
     fn init(&mut self, params: &[ParamSpec]) -> Result<()>;
     fn begin_step(&mut self, _info: StepInfo) {}
-    /// Exchanges the local gradient of parameter `index` (whose current weights are
-    /// `weights`) and returns what the optimizer applies. By default, a method written on
-    /// tensors alone runs its [`Method::exchange_tensor`] on CPU tensors over the TCP
-    /// communicator (one code path for both; the weights go along when non-empty).
-    fn exchange(
-        &mut self,
-        comm: &mut Communicator,
-        index: usize,
-        weights: &[f32],
-        grad: &[f32],
-    ) -> Result<Update> {
-        let w = if weights.is_empty() {
-            None
-        } else {
-            Some(Tensor::from_vec(
-                weights.to_vec(),
-                weights.len(),
-                Device::Cpu,
-            )?)
-        };
-        let name = self.name();
-        crate::exchange::on_cpu_tensors(name, comm, grad, |g, t| {
-            self.exchange_tensor(g, index, w.as_ref(), t)
+    /// Exchanges the local gradient of parameter `x.index` (with its current weights
+    /// where [`Method::reads_weights`]) and returns what the optimizer applies. By
+    /// default, a method written on tensors alone runs its [`Method::exchange_tensor`] on
+    /// CPU tensors over the TCP communicator (one code path for both).
+    fn exchange(&mut self, x: HostExchange<'_>) -> Result<Update> {
+        let w = x
+            .weights
+            .filter(|w| !w.is_empty())
+            .map(|w| Tensor::from_vec(w.to_vec(), w.len(), Device::Cpu))
+            .transpose()?;
+        let (name, index) = (self.name(), x.index);
+        crate::exchange::on_cpu_tensors(name, x.comm, x.grad, |group, grad| {
+            self.exchange_tensor(Exchange {
+                weights: w.as_ref(),
+                ..TensorExchange::new(group, index, grad)
+            })
         })
     }
     /// After the optimizer has applied this step's updates: methods that communicate
-    /// weights (delay, periodic averaging) do so here and may overwrite `weights`.
+    /// weights (delay, periodic averaging) do so here and may overwrite `x.weights`.
     /// Returns what went on the wire, if anything.
-    fn after_step(
-        &mut self,
-        _comm: &mut Communicator,
-        _index: usize,
-        _weights: &mut [f32],
-    ) -> Result<Option<WireStats>> {
+    fn after_step(&mut self, _x: HostAfterStep<'_>) -> Result<Option<WireStats>> {
         Ok(None)
     }
     /// The positions of parameter `index` whose optimizer momentum the trainer must zero,
@@ -216,28 +299,16 @@ pub trait Method: Send {
     /// [`Method::init`], before the first [`Method::exchange_tensor`]), so that the state
     /// lives where the gradients do.
     fn place(&mut self, device: Device) -> Result<()>;
-    /// [`Method::exchange`] on tensors, the trainer's exchange: parameter `index`'s
-    /// gradient (and its weights, when [`Method::reads_weights`]) on the group's device,
-    /// the collectives those of `group` (TCP or NCCL), the update returned on the same
-    /// device. Same results as the slices' exchange, bit for bit where the method's tests
-    /// say so.
-    fn exchange_tensor(
-        &mut self,
-        group: &mut dyn ProcessGroup,
-        index: usize,
-        weights: Option<&Tensor>,
-        grad: &Tensor,
-    ) -> Result<TensorUpdate>;
-    /// [`Method::after_step`] on tensors: parameter `index`'s weights on the group's device,
+    /// [`Method::exchange`] on tensors, the trainer's exchange: the gradient (and the
+    /// weights, when [`Method::reads_weights`]) on the group's device, the collectives
+    /// those of `x.comm` (TCP or NCCL), the update returned on the same device. Same
+    /// results as the slices' exchange, bit for bit where the method's tests say so.
+    fn exchange_tensor(&mut self, x: TensorExchange<'_>) -> Result<TensorUpdate>;
+    /// [`Method::after_step`] on tensors: the parameter's weights on the group's device,
     /// overwritten in place where the method synchronises them (the same collectives as
-    /// on slices, over `group`). Methods that never communicate after the step return
+    /// on slices, over `x.comm`). Methods that never communicate after the step return
     /// `None`.
-    fn after_step_tensor(
-        &mut self,
-        _group: &mut dyn ProcessGroup,
-        _index: usize,
-        _weights: &Tensor,
-    ) -> Result<Option<WireStats>> {
+    fn after_step_tensor(&mut self, _x: TensorAfterStep<'_>) -> Result<Option<WireStats>> {
         match self.after_step_every() {
             None => Ok(None),
             Some(_) => Err(crate::CompressError::Usage(format!(

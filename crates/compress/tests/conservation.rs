@@ -10,7 +10,7 @@
 mod common;
 
 use common::{built, heavy_tailed, job};
-use compress::{Context, Method, StepInfo, UpdateKind};
+use compress::{Context, HostAfterStep, HostExchange, Method, StepInfo, UpdateKind};
 
 const SIZES: [usize; 3] = [5000, 1200, 40];
 
@@ -65,7 +65,9 @@ fn run(
             for p in 0..SIZES.len() {
                 let g = grad(rank, step, p);
                 let w = vec![0f32; SIZES[p]];
-                let u = m.exchange(c, p, &w, &g).unwrap();
+                let u = m
+                    .exchange(HostExchange::new(c, p, &g).with_weights(&w))
+                    .unwrap();
                 for i in 0..SIZES[p] {
                     velocity[p][i] = momentum * velocity[p][i] + g[i] as f64;
                     accumulated[p][i] += velocity[p][i];
@@ -179,7 +181,10 @@ fn dgc_with_every_technique_off_is_gradient_dropping() {
                 });
                 for p in 0..SIZES.len() {
                     let u = m
-                        .exchange(c, p, &vec![0.0; SIZES[p]], &grad(rank, step, p))
+                        .exchange(
+                            HostExchange::new(c, p, &grad(rank, step, p))
+                                .with_weights(&vec![0.0; SIZES[p]]),
+                        )
                         .unwrap();
                     assert_eq!(u.kind, UpdateKind::Gradient);
                     outs.push(u.values);
@@ -216,12 +221,14 @@ fn sbc_without_masking_names_no_positions() {
         let mut w: Vec<f32> = vec![0.25; SIZES[0]];
         m.begin_step(StepInfo::default());
         let g = grad(rank, 0, 0);
-        let u = m.exchange(c, 0, &w, &g).unwrap();
+        let u = m
+            .exchange(HostExchange::new(c, 0, &g).with_weights(&w))
+            .unwrap();
         for (x, d) in w.iter_mut().zip(&u.values) {
             *x -= 0.5 * d;
         }
         let stats = m
-            .after_step(c, 0, &mut w)
+            .after_step(HostAfterStep::new(c, 0, &mut w))
             .unwrap()
             .expect("delay 1 syncs every step");
         (stats.sent_values, m.take_momentum_mask(0))
@@ -242,11 +249,16 @@ fn sbc_counts_the_mean_and_the_positions_as_its_message() {
         let mut m = method("sbc", &["delay=1", "density=0.01"], &ctx(rank, world, 0.0));
         let mut w: Vec<f32> = vec![0.25; SIZES[0]];
         m.begin_step(StepInfo::default());
-        let u = m.exchange(c, 0, &w, &grad(rank, 0, 0)).unwrap();
+        let u = m
+            .exchange(HostExchange::new(c, 0, &grad(rank, 0, 0)).with_weights(&w))
+            .unwrap();
         for (x, d) in w.iter_mut().zip(&u.values) {
             *x -= 0.5 * d;
         }
-        let stats = m.after_step(c, 0, &mut w).unwrap().unwrap();
+        let stats = m
+            .after_step(HostAfterStep::new(c, 0, &mut w))
+            .unwrap()
+            .unwrap();
         (stats.message_bytes, m.take_momentum_mask(0))
     });
     for (bytes, positions) in out {
@@ -272,7 +284,9 @@ fn sbc_conserves_the_weight_updates() {
             });
             for p in 0..SIZES.len() {
                 let g = grad(rank, step, p);
-                let u = m.exchange(c, p, &w[p], &g).unwrap();
+                let u = m
+                    .exchange(HostExchange::new(c, p, &g).with_weights(&w[p]))
+                    .unwrap();
                 assert_eq!(u.stats.message_bytes, 0, "local steps send nothing");
                 for i in 0..SIZES[p] {
                     w[p][i] -= lr * u.values[i];
@@ -280,7 +294,7 @@ fn sbc_conserves_the_weight_updates() {
                 }
             }
             for p in 0..SIZES.len() {
-                let stats = m.after_step(c, p, &mut w[p]).unwrap();
+                let stats = m.after_step(HostAfterStep::new(c, p, &mut w[p])).unwrap();
                 assert_eq!(stats.is_some(), (step + 1) % delay == 0);
                 // Momentum masking names exactly the positions this rank sent, once.
                 let mask = m.take_momentum_mask(p);
@@ -338,8 +352,10 @@ fn dgc_reads_the_weights_only_for_weight_decay() {
             }
             for p in 0..SIZES.len() {
                 let g = grad(rank, step as usize, p);
-                let a = with.exchange(c, p, &vec![0.5; SIZES[p]], &g).unwrap();
-                let b = without.exchange(c, p, &[], &g).unwrap();
+                let a = with
+                    .exchange(HostExchange::new(c, p, &g).with_weights(&vec![0.5; SIZES[p]]))
+                    .unwrap();
+                let b = without.exchange(HostExchange::new(c, p, &g)).unwrap();
                 same &= a.values == b.values;
             }
         }
@@ -351,7 +367,7 @@ fn dgc_reads_the_weights_only_for_weight_decay() {
         let mut m = method("dgc", &["density=0.01"], &decayed);
         assert!(m.reads_weights());
         let err = m
-            .exchange(c, 0, &[], &grad(rank, 0, 0))
+            .exchange(HostExchange::new(c, 0, &grad(rank, 0, 0)))
             .err()
             .map(|e| e.to_string());
         (same, err)
@@ -388,7 +404,7 @@ fn dgc_dense_1d_sends_every_vector_dense_and_sparsifies_the_rest() {
             for (p, s) in shapes.iter().enumerate() {
                 let n: usize = s.iter().product();
                 let g = heavy_tailed(n, (rank * 10 + p) as u64 + 3);
-                let u = m.exchange(c, p, &[], &g).unwrap();
+                let u = m.exchange(HostExchange::new(c, p, &g)).unwrap();
                 sent.push((u.stats.sent_values, u.stats.message_bytes));
             }
             let kept: Vec<usize> = m.state().unwrap().iter().map(|(_, v)| v.len()).collect();

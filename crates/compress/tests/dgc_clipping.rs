@@ -6,7 +6,7 @@
 mod common;
 
 use common::{ctx, job};
-use compress::{build, MethodSpec, ParamSpec, StepInfo};
+use compress::{build, HostExchange, MethodSpec, ParamSpec, StepInfo};
 
 /// The averaged update of one DGC step on 4 ranks whose gradients are all `value`
 /// everywhere (1,000 elements), with everything sent and no momentum: the clipped
@@ -30,7 +30,9 @@ fn averaged_update(value: f32) -> Vec<f32> {
             step: 0,
             epoch: 0.0,
         });
-        m.exchange(c, 0, &[], &vec![value; 1000]).unwrap().values
+        m.exchange(HostExchange::new(c, 0, &vec![value; 1000]))
+            .unwrap()
+            .values
     });
     assert!(outs.windows(2).all(|w| w[0] == w[1]), "ranks disagree");
     outs.into_iter().next().unwrap()
@@ -71,7 +73,9 @@ fn tensors_sent_dense_are_clipped_as_clip_dense_says() {
                 step: 0,
                 epoch: 0.0,
             });
-            m.exchange(c, 0, &[], &[100.0; 10]).unwrap().values
+            m.exchange(HostExchange::new(c, 0, &[100.0; 10]))
+                .unwrap()
+                .values
         });
         assert!(outs.windows(2).all(|w| w[0] == w[1]), "ranks disagree");
         norm(&outs[0])

@@ -10,7 +10,7 @@
 mod common;
 
 use common::{built, heavy_tailed, job};
-use compress::{Context, StepInfo, UpdateKind};
+use compress::{Context, HostExchange, StepInfo, UpdateKind};
 
 const SIZES: [usize; 2] = [1000, 37];
 const DENSITY: f64 = 0.05;
@@ -121,7 +121,9 @@ fn run(nesterov: bool, masking: bool, decay: &str) -> Run {
             for (p, &n) in SIZES.iter().enumerate() {
                 let g = heavy_tailed(n, (10 * step + p) as u64 + 1);
                 let w = heavy_tailed(n, (10 * step + p) as u64 + 500);
-                let update = m.exchange(c, p, &w, &g).unwrap();
+                let update = m
+                    .exchange(HostExchange::new(c, p, &g).with_weights(&w))
+                    .unwrap();
                 assert_eq!(update.kind, UpdateKind::Direction);
                 let want = reference[p].step(&g, &w, nesterov, masking);
                 directions.push((update.values, want));

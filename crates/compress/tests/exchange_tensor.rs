@@ -8,9 +8,8 @@
 
 mod common;
 
-use comm::ProcessGroup;
 use common::{built, ctx, heavy_tailed, job};
-use compress::{Method, StepInfo};
+use compress::{HostAfterStep, HostExchange, Method, StepInfo, TensorAfterStep, TensorExchange};
 use tensor::{cuda, Device, Tensor};
 
 fn devices() -> Vec<Device> {
@@ -64,11 +63,13 @@ fn run(name: &str, opts: &[&str], nesterov: bool, world: usize, device: Device) 
                 let seed = 1000 * rank as u64 + 10 * step + i as u64;
                 let g = heavy_tailed(n, seed);
                 let w = heavy_tailed(n, seed + 7);
-                let a = host.exchange(c, i, &w, &g).unwrap();
+                let a = host
+                    .exchange(HostExchange::new(c, i, &g).with_weights(&w))
+                    .unwrap();
                 let gt = Tensor::from_vec(g, shape.to_vec(), device).unwrap();
                 let wt = Tensor::from_vec(w, shape.to_vec(), device).unwrap();
                 let b = dev
-                    .exchange_tensor(c as &mut dyn ProcessGroup, i, Some(&wt), &gt)
+                    .exchange_tensor(TensorExchange::new(c, i, &gt).with_weights(&wt))
                     .unwrap();
                 assert_eq!(b.values.dims(), *shape);
                 assert_eq!(b.values.device(), device);
@@ -86,9 +87,9 @@ fn run(name: &str, opts: &[&str], nesterov: bool, world: usize, device: Device) 
                 let n: usize = shape.iter().product();
                 let mut w = heavy_tailed(n, 1000 * rank as u64 + 10 * step + i as u64 + 13);
                 let wt = Tensor::from_vec(w.clone(), shape.to_vec(), device).unwrap();
-                let a = host.after_step(c, i, &mut w).unwrap();
+                let a = host.after_step(HostAfterStep::new(c, i, &mut w)).unwrap();
                 let b = dev
-                    .after_step_tensor(c as &mut dyn ProcessGroup, i, &wt)
+                    .after_step_tensor(TensorAfterStep::new(c, i, &wt))
                     .unwrap();
                 let stats = |s: Option<compress::WireStats>| {
                     s.map_or([usize::MAX; 2], |s| [s.sent_values, s.message_bytes])

@@ -5,7 +5,9 @@
 mod common;
 
 use common::{ctx, heavy_tailed, job};
-use compress::{build, MethodSpec, ParamSpec, StepInfo};
+use compress::{
+    build, HostAfterStep, HostExchange, MethodSpec, ParamSpec, StepInfo, TensorExchange,
+};
 
 /// One exchange of an `n`-element gradient holding `bad` at one position, on one rank;
 /// the error's text, or `None` when the exchange succeeded.
@@ -38,11 +40,13 @@ fn exchange_error_on(
             let g = Tensor::from_vec(g, n, Device::Cpu).unwrap();
             let w = Tensor::from_vec(weights, n, Device::Cpu).unwrap();
             return m
-                .exchange_tensor(c, 0, Some(&w), &g)
+                .exchange_tensor(TensorExchange::new(c, 0, &g).with_weights(&w))
                 .err()
                 .map(|e| e.to_string());
         }
-        m.exchange(c, 0, &weights, &g).err().map(|e| e.to_string())
+        m.exchange(HostExchange::new(c, 0, &g).with_weights(&weights))
+            .err()
+            .map(|e| e.to_string())
     })
     .pop()
     .unwrap()
@@ -113,10 +117,13 @@ fn sbc_refuses_a_diverged_weight_update_at_the_sender() {
                 epoch: 0.0,
             });
             let w0 = heavy_tailed(n, 5);
-            m.exchange(c, 0, &w0, &heavy_tailed(n, 6)).unwrap();
+            m.exchange(HostExchange::new(c, 0, &heavy_tailed(n, 6)).with_weights(&w0))
+                .unwrap();
             let mut w = w0.clone();
             w[3] = bad;
-            m.after_step(c, 0, &mut w).err().map(|e| e.to_string())
+            m.after_step(HostAfterStep::new(c, 0, &mut w))
+                .err()
+                .map(|e| e.to_string())
         })
         .pop()
         .unwrap()
@@ -147,7 +154,7 @@ fn gtopk_refuses_a_peers_non_finite_value() {
             step: 0,
             epoch: 0.0,
         });
-        m.exchange(c, 0, &[], &heavy_tailed(n, 4))
+        m.exchange(HostExchange::new(c, 0, &heavy_tailed(n, 4)))
             .err()
             .map(|e| e.to_string())
     });

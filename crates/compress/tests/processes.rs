@@ -8,7 +8,7 @@
 mod common;
 
 use common::{built, TestSgd};
-use compress::{Context, StepInfo};
+use compress::{Context, HostAfterStep, HostExchange, StepInfo};
 use tensor::Rng;
 
 const SIZES: [usize; 2] = [12_000, 16];
@@ -78,12 +78,17 @@ fn worker(rank: usize, name: &str, opts: &[String]) {
             let g: Vec<f32> = (0..SIZES[p])
                 .map(|i| cv[p][i] * (x[p][i] - t[p][i]) + 0.1 * noise.normal() as f32)
                 .collect();
-            let u = m.exchange(&mut c, p, &x[p], &g).expect("exchange");
+            let u = m
+                .exchange(HostExchange::new(&mut c, p, &g).with_weights(&x[p]))
+                .expect("exchange");
             sent += u.stats.message_bytes;
             opt.apply(p, &mut x[p], &u);
         }
         for (p, xp) in x.iter_mut().enumerate() {
-            if let Some(s) = m.after_step(&mut c, p, xp).expect("after_step") {
+            if let Some(s) = m
+                .after_step(HostAfterStep::new(&mut c, p, xp))
+                .expect("after_step")
+            {
                 sent += s.message_bytes;
             }
         }

@@ -45,7 +45,7 @@ fn exact_topk_never_chooses_a_zero() {
 /// travel at 8 bytes each and count as sent values).
 #[test]
 fn an_all_zero_gradient_sends_no_values() {
-    use compress::{build, MethodSpec, ParamSpec, StepInfo};
+    use compress::{build, HostExchange, MethodSpec, ParamSpec, StepInfo};
     let n = 10_000;
     let cases: [(&str, &[&str]); 5] = [
         ("topk", &["density=0.01"]),
@@ -68,7 +68,9 @@ fn an_all_zero_gradient_sends_no_values() {
                 step: 0,
                 epoch: 0.0,
             });
-            let u = m.exchange(c, 0, &vec![0.0; n], &vec![0.0; n]).unwrap();
+            let u = m
+                .exchange(HostExchange::new(c, 0, &vec![0.0; n]).with_weights(&vec![0.0; n]))
+                .unwrap();
             assert!(u.values.iter().all(|&v| v == 0.0));
             u.stats.sent_values
         });

@@ -4,7 +4,7 @@
 mod common;
 
 use common::{ctx, job};
-use compress::{build, MethodSpec, ParamSpec, StepInfo};
+use compress::{build, HostExchange, MethodSpec, ParamSpec, StepInfo};
 
 #[test]
 fn gtopk_warms_up_through_the_papers_densities() {
@@ -23,7 +23,10 @@ fn gtopk_warms_up_through_the_papers_densities() {
                     step: step as u64,
                     epoch,
                 });
-                m.exchange(c, 0, &[], &g).unwrap().stats.sent_values
+                m.exchange(HostExchange::new(c, 0, &g))
+                    .unwrap()
+                    .stats
+                    .sent_values
             })
             .collect::<Vec<_>>()
     });

@@ -33,7 +33,10 @@
 use crate::progress::say_err;
 use anyhow::Result;
 use comm::{Communicator, NcclCommunicator, ProcessGroup, ReduceOp, Traffic};
-use compress::{Method, StepInfo, TensorUpdate, UpdateKind, WireStats};
+use compress::{
+    Exchange, HostAfterStep, HostExchange, Method, StepInfo, TensorAfterStep, TensorExchange,
+    TensorUpdate, UpdateKind, WireStats,
+};
 use crossbeam_channel::{bounded, unbounded, Receiver, RecvTimeoutError, Sender};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -489,9 +492,15 @@ impl Thread {
             index,
             "exchanging",
             |t| t.exchange_on_host(index, grad, weights),
-            |group, method, hierarchy| match hierarchy {
-                Some(h) => h.exchange(method, group, index, weights, grad),
-                None => method.exchange_tensor(group, index, weights, grad),
+            |group, method, hierarchy| {
+                let x = Exchange {
+                    weights,
+                    ..TensorExchange::new(group, index, grad)
+                };
+                match hierarchy {
+                    Some(h) => h.exchange(method, x),
+                    None => method.exchange_tensor(x),
+                }
             },
         )?;
         Ok(Reply::Update {
@@ -512,11 +521,12 @@ impl Thread {
         weights: Option<&Tensor>,
     ) -> anyhow::Result<TensorUpdate> {
         let g = grad.to_vec::<f32>()?;
-        let w = match weights {
-            Some(w) => w.to_vec::<f32>()?,
-            None => Vec::new(),
+        let w = weights.map(Tensor::to_vec::<f32>).transpose()?;
+        let x = Exchange {
+            weights: w.as_deref(),
+            ..HostExchange::new(&mut self.comm, index, &g)
         };
-        let u = self.method.exchange(&mut self.comm, index, &w, &g)?;
+        let u = self.method.exchange(x)?;
         Ok(TensorUpdate {
             values: Tensor::from_vec(u.values, grad.dims(), grad.device())?,
             kind: u.kind,
@@ -531,11 +541,14 @@ impl Thread {
             index,
             "synchronising",
             |t| t.after_step_on_host(index, weights),
-            |group, method, hierarchy| match hierarchy {
-                Some(h) => h.after_step(method, group, index, weights),
-                None => method
-                    .after_step_tensor(group, index, weights)
-                    .map(|stats| (stats, method.take_momentum_mask(index))),
+            |group, method, hierarchy| {
+                let x = TensorAfterStep::new(group, index, weights);
+                match hierarchy {
+                    Some(h) => h.after_step(method, x),
+                    None => method
+                        .after_step_tensor(x)
+                        .map(|stats| (stats, method.take_momentum_mask(index))),
+                }
             },
         )?;
         Ok(Reply::After {
@@ -550,9 +563,11 @@ impl Thread {
         &mut self,
         index: usize,
         weights: &Tensor,
-    ) -> anyhow::Result<crate::hierarchy::AfterStep> {
+    ) -> anyhow::Result<crate::hierarchy::Synced> {
         let mut w = weights.to_vec::<f32>()?;
-        let stats = self.method.after_step(&mut self.comm, index, &mut w)?;
+        let stats = self
+            .method
+            .after_step(HostAfterStep::new(&mut self.comm, index, &mut w))?;
         let synced = Tensor::from_vec(w, weights.dims(), weights.device())?;
         tensor::no_grad(|| weights.assign(&synced))?;
         Ok((stats, self.method.take_momentum_mask(index)))

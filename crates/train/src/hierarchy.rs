@@ -14,7 +14,10 @@
 //! sends inside its node and across nodes are counted apart ([`Hierarchy::bytes`]).
 
 use comm::{ProcessGroup, ReduceOp, Subgroup};
-use compress::{CompressError, Method, TensorUpdate, UpdateKind, WireStats};
+use compress::{
+    CompressError, Exchange, Method, TensorAfterStep, TensorExchange, TensorUpdate, UpdateKind,
+    WireStats,
+};
 use std::time::Instant;
 use tensor::{no_grad, DType, Tensor};
 
@@ -30,7 +33,7 @@ fn sent(g: &dyn ProcessGroup) -> u64 {
 
 /// What a synchronisation after the step returns: what went on the wire and the
 /// positions whose optimizer momentum to zero.
-pub type AfterStep = (Option<WireStats>, Vec<u32>);
+pub type Synced = (Option<WireStats>, Vec<u32>);
 
 impl Hierarchy {
     /// Nodes of `local` ranks (at least 1).
@@ -51,11 +54,9 @@ impl Hierarchy {
     pub fn exchange(
         &mut self,
         method: &mut dyn Method,
-        group: &mut dyn ProcessGroup,
-        index: usize,
-        weights: Option<&Tensor>,
-        grad: &Tensor,
+        x: TensorExchange<'_>,
     ) -> compress::Result<TensorUpdate> {
+        let (group, index, grad, weights) = (x.comm, x.index, x.grad, x.weights);
         let (rank, world, l) = (group.rank(), group.world_size(), self.local);
         if !world.is_multiple_of(l) {
             return Err(CompressError::Usage(format!(
@@ -78,7 +79,10 @@ impl Hierarchy {
             let before = sent(group);
             let u = {
                 let mut across = Subgroup::new(group, leaders)?;
-                method.exchange_tensor(&mut across, index, weights, &g)?
+                method.exchange_tensor(Exchange {
+                    weights,
+                    ..TensorExchange::new(&mut across, index, &g)
+                })?
             };
             self.inter_sent += sent(group) - before;
             (no_grad(|| u.values.contiguous())?, u.kind, u.stats)
@@ -124,10 +128,9 @@ impl Hierarchy {
     pub fn after_step(
         &mut self,
         method: &mut dyn Method,
-        group: &mut dyn ProcessGroup,
-        index: usize,
-        weights: &Tensor,
-    ) -> compress::Result<AfterStep> {
+        x: TensorAfterStep<'_>,
+    ) -> compress::Result<Synced> {
+        let (group, index, weights) = (x.comm, x.index, x.weights);
         let (rank, l) = (group.rank(), self.local);
         let leader = rank / l * l;
         let node: Vec<usize> = (leader..leader + l).collect();
@@ -137,7 +140,7 @@ impl Hierarchy {
             let before = sent(group);
             let stats = {
                 let mut across = Subgroup::new(group, leaders)?;
-                method.after_step_tensor(&mut across, index, weights)?
+                method.after_step_tensor(TensorAfterStep::new(&mut across, index, weights))?
             };
             self.inter_sent += sent(group) - before;
             (stats, method.take_momentum_mask(index))

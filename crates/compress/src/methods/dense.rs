@@ -2,10 +2,12 @@
 //! half precision or bfloat16 on the wire (the reduction itself stays in f32).
 
 use crate::exchange::{check_len, check_numel, dense_average, dense_average_tensor_on, Meter};
-use crate::method::{Method, ParamSpec, TensorUpdate, Update, UpdateKind};
+use crate::method::{
+    HostExchange, Method, ParamSpec, TensorExchange, TensorUpdate, Update, UpdateKind,
+};
 use crate::Result;
-use comm::{Communicator, ProcessGroup, ReduceOp, Wire16};
-use tensor::{Device, Tensor};
+use comm::{ReduceOp, Wire16};
+use tensor::Device;
 
 pub struct Dense {
     /// The ring's 16-bit format on the wire, or f32 (`None`).
@@ -40,13 +42,8 @@ impl Method for Dense {
         self.sizes = params.iter().map(|p| p.numel()).collect();
         Ok(())
     }
-    fn exchange(
-        &mut self,
-        comm: &mut Communicator,
-        index: usize,
-        _weights: &[f32],
-        grad: &[f32],
-    ) -> Result<Update> {
+    fn exchange(&mut self, x: HostExchange<'_>) -> Result<Update> {
+        let (comm, index, grad) = (x.comm, x.index, x.grad);
         check_len("dense", index, self.sizes.get(index).copied(), &[grad])?;
         let Some(wire) = self.wire else {
             return dense_average(comm, grad);
@@ -67,13 +64,8 @@ impl Method for Dense {
     fn place(&mut self, _device: Device) -> Result<()> {
         Ok(())
     }
-    fn exchange_tensor(
-        &mut self,
-        group: &mut dyn ProcessGroup,
-        index: usize,
-        _weights: Option<&Tensor>,
-        grad: &Tensor,
-    ) -> Result<TensorUpdate> {
+    fn exchange_tensor(&mut self, x: TensorExchange<'_>) -> Result<TensorUpdate> {
+        let (group, index, grad) = (x.comm, x.index, x.grad);
         check_numel("dense", index, self.sizes.get(index).copied(), grad)?;
         dense_average_tensor_on(group, grad, self.wire)
     }

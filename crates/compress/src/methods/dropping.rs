@@ -30,12 +30,13 @@ use crate::exchange::{
     dense_average_tensor, due, keep_count, refuse_non_finite, Meter,
 };
 use crate::method::{
-    Method, ParamSpec, StateTensors, StepInfo, TensorUpdate, Update, UpdateKind, WireStats,
+    HostAfterStep, HostExchange, Method, ParamSpec, StateTensors, StepInfo, TensorAfterStep,
+    TensorExchange, TensorUpdate, Update, UpdateKind, WireStats,
 };
 use crate::methods::PerParam;
 use crate::select::exact_topk;
 use crate::{CompressError, Result};
-use comm::{Communicator, ProcessGroup, SparseVec};
+use comm::SparseVec;
 use tensor::sparsify;
 use tensor::{DType, Device, Tensor};
 
@@ -174,13 +175,8 @@ impl Method for GradientDropping {
     fn place(&mut self, device: Device) -> Result<()> {
         self.residual.place(device)
     }
-    fn exchange_tensor(
-        &mut self,
-        group: &mut dyn ProcessGroup,
-        index: usize,
-        _weights: Option<&Tensor>,
-        grad: &Tensor,
-    ) -> Result<TensorUpdate> {
+    fn exchange_tensor(&mut self, x: TensorExchange<'_>) -> Result<TensorUpdate> {
+        let (group, index, grad) = (x.comm, x.index, x.grad);
         let label = self.label();
         let density = self.density_now();
         let (world, mode, dense_below) = (self.world, self.cfg.local, self.cfg.dense_below);
@@ -247,13 +243,8 @@ impl Method for GradientDropping {
         })?;
         Ok(m.tensor_update(values, UpdateKind::Gradient))
     }
-    fn exchange(
-        &mut self,
-        comm: &mut Communicator,
-        index: usize,
-        _weights: &[f32],
-        grad: &[f32],
-    ) -> Result<Update> {
+    fn exchange(&mut self, x: HostExchange<'_>) -> Result<Update> {
+        let (comm, index, grad) = (x.comm, x.index, x.grad);
         let label = self.label();
         let density = self.density_now();
         let (world, mode, dense_below) = (self.world as f32, self.cfg.local, self.cfg.dense_below);
@@ -328,24 +319,16 @@ impl Method for GradientDropping {
             None
         }
     }
-    fn after_step(
-        &mut self,
-        comm: &mut Communicator,
-        index: usize,
-        weights: &mut [f32],
-    ) -> Result<Option<WireStats>> {
+    fn after_step(&mut self, x: HostAfterStep<'_>) -> Result<Option<WireStats>> {
+        let (comm, index, weights) = (x.comm, x.index, x.weights);
         if self.cfg.local.is_none() || !due(self.after_step_every(), self.step) {
             return Ok(None);
         }
         check_len("local", index, self.residual.len_of(index), &[weights])?;
         average_in_place(comm, weights).map(Some)
     }
-    fn after_step_tensor(
-        &mut self,
-        group: &mut dyn ProcessGroup,
-        index: usize,
-        weights: &Tensor,
-    ) -> Result<Option<WireStats>> {
+    fn after_step_tensor(&mut self, x: TensorAfterStep<'_>) -> Result<Option<WireStats>> {
+        let (group, index, weights) = (x.comm, x.index, x.weights);
         if self.cfg.local.is_none() || !due(self.after_step_every(), self.step) {
             return Ok(None);
         }

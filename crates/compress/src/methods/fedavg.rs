@@ -9,10 +9,12 @@ use crate::exchange::{
     average_in_place, average_tensor_in_place, check_len, check_numel, due, local_step_tensor,
     Meter,
 };
-use crate::method::{Method, ParamSpec, StepInfo, TensorUpdate, Update, UpdateKind, WireStats};
+use crate::method::{
+    HostAfterStep, HostExchange, Method, ParamSpec, StepInfo, TensorAfterStep, TensorExchange,
+    TensorUpdate, Update, UpdateKind, WireStats,
+};
 use crate::{CompressError, Result};
-use comm::{Communicator, ProcessGroup};
-use tensor::{Device, Tensor};
+use tensor::Device;
 
 pub struct FedAvg {
     delay: usize,
@@ -49,13 +51,8 @@ impl Method for FedAvg {
     fn begin_step(&mut self, info: StepInfo) {
         self.step = info.step;
     }
-    fn exchange(
-        &mut self,
-        _comm: &mut Communicator,
-        index: usize,
-        _weights: &[f32],
-        grad: &[f32],
-    ) -> Result<Update> {
+    fn exchange(&mut self, x: HostExchange<'_>) -> Result<Update> {
+        let (index, grad) = (x.index, x.grad);
         let n = check_len("fedavg", index, self.sizes.get(index).copied(), &[grad])?;
         Ok(Meter::new(n).update(grad.to_vec(), UpdateKind::Gradient))
     }
@@ -63,22 +60,13 @@ impl Method for FedAvg {
     fn place(&mut self, _device: Device) -> Result<()> {
         Ok(())
     }
-    fn exchange_tensor(
-        &mut self,
-        _group: &mut dyn ProcessGroup,
-        index: usize,
-        _weights: Option<&Tensor>,
-        grad: &Tensor,
-    ) -> Result<TensorUpdate> {
+    fn exchange_tensor(&mut self, x: TensorExchange<'_>) -> Result<TensorUpdate> {
+        let (index, grad) = (x.index, x.grad);
         check_numel("fedavg", index, self.sizes.get(index).copied(), grad)?;
         Ok(local_step_tensor(grad))
     }
-    fn after_step_tensor(
-        &mut self,
-        group: &mut dyn ProcessGroup,
-        index: usize,
-        weights: &Tensor,
-    ) -> Result<Option<WireStats>> {
+    fn after_step_tensor(&mut self, x: TensorAfterStep<'_>) -> Result<Option<WireStats>> {
+        let (group, index, weights) = (x.comm, x.index, x.weights);
         if !due(self.after_step_every(), self.step) {
             return Ok(None);
         }
@@ -88,12 +76,8 @@ impl Method for FedAvg {
     fn after_step_every(&self) -> Option<u64> {
         Some(self.delay as u64)
     }
-    fn after_step(
-        &mut self,
-        comm: &mut Communicator,
-        index: usize,
-        weights: &mut [f32],
-    ) -> Result<Option<WireStats>> {
+    fn after_step(&mut self, x: HostAfterStep<'_>) -> Result<Option<WireStats>> {
+        let (comm, index, weights) = (x.comm, x.index, x.weights);
         if !due(self.after_step_every(), self.step) {
             return Ok(None);
         }

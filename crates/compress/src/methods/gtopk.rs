@@ -32,11 +32,13 @@ use crate::exchange::{
     check_warmup, dense_average, dense_average_tensor, keep_count, refuse_non_finite,
     warmup_density, Meter,
 };
-use crate::method::{Method, ParamSpec, StateTensors, TensorUpdate, Update, UpdateKind};
+use crate::method::{
+    HostExchange, Method, ParamSpec, StateTensors, TensorExchange, TensorUpdate, Update, UpdateKind,
+};
 use crate::methods::PerParam;
 use crate::select::exact_topk;
 use crate::{CompressError, Result};
-use comm::{Communicator, ProcessGroup, SparseVec};
+use comm::SparseVec;
 use tensor::sparsify;
 use tensor::{DType, Device, Tensor};
 
@@ -105,13 +107,8 @@ impl Method for GTopK {
         self.residual.init(params);
         Ok(())
     }
-    fn exchange(
-        &mut self,
-        comm: &mut Communicator,
-        index: usize,
-        _weights: &[f32],
-        grad: &[f32],
-    ) -> Result<Update> {
+    fn exchange(&mut self, x: HostExchange<'_>) -> Result<Update> {
+        let (comm, index, grad) = (x.comm, x.index, x.grad);
         let (density, dense_below) = (self.density_now(), self.dense_below);
         let (r, n) = self.residual.host_for("gtopk", index, grad)?;
         if n < dense_below {
@@ -169,13 +166,8 @@ impl Method for GTopK {
     fn place(&mut self, device: Device) -> Result<()> {
         self.residual.place(device)
     }
-    fn exchange_tensor(
-        &mut self,
-        group: &mut dyn ProcessGroup,
-        index: usize,
-        _weights: Option<&Tensor>,
-        grad: &Tensor,
-    ) -> Result<TensorUpdate> {
+    fn exchange_tensor(&mut self, x: TensorExchange<'_>) -> Result<TensorUpdate> {
+        let (group, index, grad) = (x.comm, x.index, x.grad);
         let k = keep_count(self.density_now(), grad.elem_count());
         let (world, dense_below) = (self.world, self.dense_below);
         let (r, n) = self

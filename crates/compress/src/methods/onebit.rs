@@ -16,10 +16,12 @@
 
 use crate::codec::{BitReader, BitWriter, CodecError};
 use crate::exchange::{allgather_average, Meter};
-use crate::method::{Method, ParamSpec, StateTensors, TensorUpdate, Update, UpdateKind};
+use crate::method::{
+    HostExchange, Method, ParamSpec, StateTensors, TensorExchange, TensorUpdate, Update, UpdateKind,
+};
 use crate::methods::PerParam;
 use crate::{CompressError, Result};
-use comm::{Communicator, ProcessGroup};
+use comm::ProcessGroup;
 use tensor::quantize;
 use tensor::{DType, Device, Tensor};
 
@@ -194,13 +196,8 @@ impl Method for OneBit {
     fn place(&mut self, device: Device) -> Result<()> {
         self.error.place(device)
     }
-    fn exchange_tensor(
-        &mut self,
-        group: &mut dyn ProcessGroup,
-        index: usize,
-        _weights: Option<&Tensor>,
-        grad: &Tensor,
-    ) -> Result<TensorUpdate> {
+    fn exchange_tensor(&mut self, x: TensorExchange<'_>) -> Result<TensorUpdate> {
+        let (group, index, grad) = (x.comm, x.index, x.grad);
         let (e, n) = self
             .error
             .on_device("onebit")?
@@ -210,13 +207,8 @@ impl Method for OneBit {
             tensor::no_grad(|| exchange_on_tensors(group, &mut m, index, e, grad, self.bucket))?;
         Ok(m.tensor_update(out.reshape(grad.dims())?, UpdateKind::Gradient))
     }
-    fn exchange(
-        &mut self,
-        comm: &mut Communicator,
-        index: usize,
-        _weights: &[f32],
-        grad: &[f32],
-    ) -> Result<Update> {
+    fn exchange(&mut self, x: HostExchange<'_>) -> Result<Update> {
+        let (comm, index, grad) = (x.comm, x.index, x.grad);
         let bucket = self.bucket;
         let (e, n) = self.error.host_for("onebit", index, grad)?;
         let mut m = Meter::new(n);

@@ -27,7 +27,9 @@
 //! same code on CPU tensors over the TCP communicator.
 
 use crate::exchange::{check_numel, dense_average_tensor, Meter};
-use crate::method::{Method, ParamSpec, StateTensors, StepInfo, TensorUpdate, UpdateKind};
+use crate::method::{
+    Method, ParamSpec, StateTensors, StepInfo, TensorExchange, TensorUpdate, UpdateKind,
+};
 use crate::{CompressError, Result};
 use comm::{ProcessGroup, ReduceOp};
 use tensor::{DType, Device, Rng, Tensor};
@@ -254,13 +256,8 @@ impl Method for PowerSgd {
         self.device = device;
         Ok(())
     }
-    fn exchange_tensor(
-        &mut self,
-        group: &mut dyn ProcessGroup,
-        index: usize,
-        _weights: Option<&Tensor>,
-        grad: &Tensor,
-    ) -> Result<TensorUpdate> {
+    fn exchange_tensor(&mut self, x: TensorExchange<'_>) -> Result<TensorUpdate> {
+        let (group, index, grad) = (x.comm, x.index, x.grad);
         tensor::no_grad(|| self.exchange_on(group, index, grad))
     }
     fn state(&self) -> Result<StateTensors> {
@@ -313,6 +310,7 @@ impl Method for PowerSgd {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::method::HostExchange;
     use comm::{CommConfig, Communicator};
 
     fn one_rank() -> Communicator {
@@ -375,7 +373,9 @@ mod tests {
         let mut ps = PowerSgd::new(cfg(rank)).unwrap();
         ps.init(&[ParamSpec::new("w", &[n, c])]).unwrap();
         let q0 = ps.state().unwrap()[0].1.clone();
-        let u = ps.exchange(&mut one_rank(), 0, &[], &m).unwrap();
+        let u = ps
+            .exchange(HostExchange::new(&mut one_rank(), 0, &m))
+            .unwrap();
         (u.values, direct(&m, &q0, n, c, rank.min(n).min(c)), m)
     }
 
@@ -416,7 +416,9 @@ mod tests {
     fn a_zero_gradient_gives_a_zero_update_not_nan() {
         let mut ps = PowerSgd::new(cfg(2)).unwrap();
         ps.init(&[ParamSpec::new("w", &[10, 8])]).unwrap();
-        let u = ps.exchange(&mut one_rank(), 0, &[], &[0.0; 80]).unwrap();
+        let u = ps
+            .exchange(HostExchange::new(&mut one_rank(), 0, &[0.0; 80]))
+            .unwrap();
         assert!(u.values.iter().all(|&v| v == 0.0), "{:?}", &u.values[..4]);
     }
 
@@ -430,7 +432,8 @@ mod tests {
         a.init(&[ParamSpec::new("w", &[10, 8]), ParamSpec::new("b", &[10])])
             .unwrap();
         let g: Vec<f32> = (0..80).map(|i| (i as f32 * 0.37).sin()).collect();
-        a.exchange(&mut one_rank(), 0, &[], &g).unwrap();
+        a.exchange(HostExchange::new(&mut one_rank(), 0, &g))
+            .unwrap();
         let s = a.state().unwrap();
         let names: Vec<&str> = s.iter().map(|(k, _)| k.as_str()).collect();
         assert_eq!(names, ["q.0", "error.0"]);
@@ -439,8 +442,10 @@ mod tests {
             .unwrap();
         b.load_state(&s).unwrap();
         let (ua, ub) = (
-            a.exchange(&mut one_rank(), 0, &[], &g).unwrap(),
-            b.exchange(&mut one_rank(), 0, &[], &g).unwrap(),
+            a.exchange(HostExchange::new(&mut one_rank(), 0, &g))
+                .unwrap(),
+            b.exchange(HostExchange::new(&mut one_rank(), 0, &g))
+                .unwrap(),
         );
         assert_eq!(ua.values, ub.values);
         assert!(b.load_state(&s[..1].to_vec()).is_err());

@@ -35,10 +35,12 @@ use crate::exchange::{
     allgather_average, allgather_decode_group, check_len, check_numel, dense_average,
     dense_average_tensor, Meter,
 };
-use crate::method::{Method, ParamSpec, StateTensors, StepInfo, TensorUpdate, Update, UpdateKind};
+use crate::method::{
+    HostExchange, Method, ParamSpec, StateTensors, StepInfo, TensorExchange, TensorUpdate, Update,
+    UpdateKind,
+};
 use crate::methods::draws::{method_key, Counter, Draws};
 use crate::{CompressError, Result};
-use comm::{Communicator, ProcessGroup};
 use tensor::quantize::{self as tq, BucketScale};
 use tensor::{sparsify, Device, Tensor};
 
@@ -336,13 +338,8 @@ impl Method for Qsgd {
         self.sizes = params.iter().map(|p| p.numel()).collect();
         Ok(())
     }
-    fn exchange(
-        &mut self,
-        comm: &mut Communicator,
-        index: usize,
-        _weights: &[f32],
-        grad: &[f32],
-    ) -> Result<Update> {
+    fn exchange(&mut self, x: HostExchange<'_>) -> Result<Update> {
+        let (comm, index, grad) = (x.comm, x.index, x.grad);
         let n = check_len("qsgd", index, self.sizes.get(index).copied(), &[grad])?;
         if n < self.min_size {
             return dense_average(comm, grad);
@@ -365,13 +362,8 @@ impl Method for Qsgd {
     fn place(&mut self, _device: Device) -> Result<()> {
         Ok(())
     }
-    fn exchange_tensor(
-        &mut self,
-        group: &mut dyn ProcessGroup,
-        index: usize,
-        _weights: Option<&Tensor>,
-        grad: &Tensor,
-    ) -> Result<TensorUpdate> {
+    fn exchange_tensor(&mut self, x: TensorExchange<'_>) -> Result<TensorUpdate> {
+        let (group, index, grad) = (x.comm, x.index, x.grad);
         let n = check_numel("qsgd", index, self.sizes.get(index).copied(), grad)?;
         if n < self.min_size {
             return dense_average_tensor(group, grad);

@@ -6,7 +6,9 @@
 //! tensors.
 
 use crate::exchange::{keep_count, refuse_non_finite, Meter};
-use crate::method::{Method, ParamSpec, StateTensors, StepInfo, TensorUpdate, UpdateKind};
+use crate::method::{
+    Method, ParamSpec, StateTensors, StepInfo, TensorExchange, TensorUpdate, UpdateKind,
+};
 use crate::methods::DeviceVecs;
 use crate::Result;
 use comm::{ProcessGroup, ReduceOp};
@@ -100,13 +102,8 @@ impl Method for RandomK {
     fn place(&mut self, device: Device) -> Result<()> {
         self.residual.move_to(device)
     }
-    fn exchange_tensor(
-        &mut self,
-        group: &mut dyn ProcessGroup,
-        index: usize,
-        _weights: Option<&Tensor>,
-        grad: &Tensor,
-    ) -> Result<TensorUpdate> {
+    fn exchange_tensor(&mut self, x: TensorExchange<'_>) -> Result<TensorUpdate> {
+        let (group, index, grad) = (x.comm, x.index, x.grad);
         tensor::no_grad(|| self.exchange_on(group, index, grad))
     }
     fn state(&self) -> Result<StateTensors> {

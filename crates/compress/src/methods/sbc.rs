@@ -36,12 +36,13 @@ use crate::exchange::{
     local_step_tensor, refuse_non_finite, Meter,
 };
 use crate::method::{
-    Method, ParamSpec, StateTensors, StepInfo, TensorUpdate, Update, UpdateKind, WireStats,
+    HostAfterStep, HostExchange, Method, ParamSpec, StateTensors, StepInfo, TensorAfterStep,
+    TensorExchange, TensorUpdate, Update, UpdateKind, WireStats,
 };
 use crate::methods::DeviceVecs;
 use crate::select::exact_topk;
 use crate::{CompressError, Result};
-use comm::{Communicator, ProcessGroup, SparseVec};
+use comm::SparseVec;
 use tensor::sparsify::{self, Selected};
 use tensor::{DType, Device, Tensor};
 
@@ -278,13 +279,8 @@ impl Method for Sbc {
         Ok(())
     }
     /// A local step, as on slices; the first captures the starting weights on the device.
-    fn exchange_tensor(
-        &mut self,
-        _group: &mut dyn ProcessGroup,
-        index: usize,
-        weights: Option<&Tensor>,
-        grad: &Tensor,
-    ) -> Result<TensorUpdate> {
+    fn exchange_tensor(&mut self, x: TensorExchange<'_>) -> Result<TensorUpdate> {
+        let (index, grad, weights) = (x.index, x.grad, x.weights);
         let d = self.on_device.as_mut().ok_or_else(not_placed)?;
         let (ws, n) = d.w_sync.for_grad("sbc", index, grad)?;
         let w = weights.ok_or_else(|| {
@@ -298,12 +294,8 @@ impl Method for Sbc {
         }
         Ok(local_step_tensor(grad))
     }
-    fn after_step_tensor(
-        &mut self,
-        group: &mut dyn ProcessGroup,
-        index: usize,
-        weights: &Tensor,
-    ) -> Result<Option<WireStats>> {
+    fn after_step_tensor(&mut self, x: TensorAfterStep<'_>) -> Result<Option<WireStats>> {
+        let (group, index, weights) = (x.comm, x.index, x.weights);
         if !due(self.after_step_every(), self.step) {
             return Ok(None);
         }
@@ -365,13 +357,9 @@ impl Method for Sbc {
         Ok(Some(m.stats))
     }
     /// A local step: the optimizer applies this rank's own gradient.
-    fn exchange(
-        &mut self,
-        _comm: &mut Communicator,
-        index: usize,
-        weights: &[f32],
-        grad: &[f32],
-    ) -> Result<Update> {
+    fn exchange(&mut self, x: HostExchange<'_>) -> Result<Update> {
+        let (index, grad, weights) = (x.index, x.grad, x.weights);
+        let weights: &[f32] = weights.unwrap_or_default();
         if self.on_device.is_some() {
             return Err(placed());
         }
@@ -390,12 +378,8 @@ impl Method for Sbc {
     fn after_step_every(&self) -> Option<u64> {
         Some(self.delay as u64)
     }
-    fn after_step(
-        &mut self,
-        comm: &mut Communicator,
-        index: usize,
-        weights: &mut [f32],
-    ) -> Result<Option<WireStats>> {
+    fn after_step(&mut self, x: HostAfterStep<'_>) -> Result<Option<WireStats>> {
+        let (comm, index, weights) = (x.comm, x.index, x.weights);
         if !due(self.after_step_every(), self.step) {
             return Ok(None);
         }

@@ -15,7 +15,7 @@
 //! messages allgathered as equal-size words; on slices, the same code on CPU tensors.
 
 use crate::exchange::{allgather_bits, check_numel, Meter};
-use crate::method::{Method, ParamSpec, StateTensors, TensorUpdate, UpdateKind};
+use crate::method::{Method, ParamSpec, StateTensors, TensorExchange, TensorUpdate, UpdateKind};
 use crate::methods::DeviceVecs;
 use crate::{CompressError, Result};
 use comm::ProcessGroup;
@@ -164,13 +164,8 @@ impl Method for Sign {
     fn place(&mut self, device: Device) -> Result<()> {
         self.state.move_to(device)
     }
-    fn exchange_tensor(
-        &mut self,
-        group: &mut dyn ProcessGroup,
-        index: usize,
-        _weights: Option<&Tensor>,
-        grad: &Tensor,
-    ) -> Result<TensorUpdate> {
+    fn exchange_tensor(&mut self, x: TensorExchange<'_>) -> Result<TensorUpdate> {
+        let (group, index, grad) = (x.comm, x.index, x.grad);
         tensor::no_grad(|| self.exchange_on(group, index, grad))
     }
     fn state(&self) -> Result<StateTensors> {

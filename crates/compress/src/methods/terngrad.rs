@@ -13,10 +13,13 @@ use crate::codec::{BitWriter, CodecError};
 use crate::exchange::{
     allgather_average, check_len, check_numel, dense_average, dense_average_tensor, Meter,
 };
-use crate::method::{Method, ParamSpec, StateTensors, StepInfo, TensorUpdate, Update, UpdateKind};
+use crate::method::{
+    HostExchange, Method, ParamSpec, StateTensors, StepInfo, TensorExchange, TensorUpdate, Update,
+    UpdateKind,
+};
 use crate::methods::draws::{method_key, Counter, Draws};
 use crate::{CompressError, Result};
-use comm::{Communicator, ProcessGroup};
+use comm::ProcessGroup;
 use tensor::quantize;
 use tensor::{sparsify, DType, Device, Tensor};
 
@@ -193,13 +196,8 @@ impl Method for TernGrad {
     fn begin_step(&mut self, info: StepInfo) {
         self.step = info.step;
     }
-    fn exchange(
-        &mut self,
-        comm: &mut Communicator,
-        index: usize,
-        _weights: &[f32],
-        grad: &[f32],
-    ) -> Result<Update> {
+    fn exchange(&mut self, x: HostExchange<'_>) -> Result<Update> {
+        let (comm, index, grad) = (x.comm, x.index, x.grad);
         let n = check_len("terngrad", index, self.sizes.get(index).copied(), &[grad])?;
         if self.sent_dense(index) {
             return dense_average(comm, grad);
@@ -217,13 +215,8 @@ impl Method for TernGrad {
     fn place(&mut self, _device: Device) -> Result<()> {
         Ok(())
     }
-    fn exchange_tensor(
-        &mut self,
-        group: &mut dyn ProcessGroup,
-        index: usize,
-        _weights: Option<&Tensor>,
-        grad: &Tensor,
-    ) -> Result<TensorUpdate> {
+    fn exchange_tensor(&mut self, x: TensorExchange<'_>) -> Result<TensorUpdate> {
+        let (group, index, grad) = (x.comm, x.index, x.grad);
         let n = check_numel("terngrad", index, self.sizes.get(index).copied(), grad)?;
         if self.sent_dense(index) {
             return dense_average_tensor(group, grad);

@@ -49,10 +49,12 @@ use crate::exchange::{
     allgather_average, check_len, check_numel, dense_average, dense_average_tensor, keep_count,
     sparse_average_tensor, Meter,
 };
-use crate::method::{Method, ParamSpec, StateTensors, StepInfo, TensorUpdate, Update, UpdateKind};
+use crate::method::{
+    HostExchange, Method, ParamSpec, StateTensors, StepInfo, TensorExchange, TensorUpdate, Update,
+    UpdateKind,
+};
 use crate::select::{exact_topk, sampled_threshold};
 use crate::{CompressError, Result};
-use comm::{Communicator, ProcessGroup};
 use config::{clip_factor, clip_from_sum_sq};
 use tensor::sparsify::{self, Selected};
 use tensor::{Rng, Tensor};
@@ -222,13 +224,9 @@ impl Method for Dgc {
     fn replaces_optimizer(&self) -> bool {
         self.cfg.momentum_correction
     }
-    fn exchange(
-        &mut self,
-        comm: &mut Communicator,
-        index: usize,
-        weights: &[f32],
-        grad: &[f32],
-    ) -> Result<Update> {
+    fn exchange(&mut self, x: HostExchange<'_>) -> Result<Update> {
+        let (comm, index, grad, weights) = (x.comm, x.index, x.grad, x.weights);
+        let weights: &[f32] = weights.unwrap_or_default();
         if self.on_device.is_some() {
             return Err(CompressError::Usage(
                 "dgc: the state is on the device (place was called): exchange tensors".into(),
@@ -301,13 +299,8 @@ impl Method for Dgc {
     /// does, and the communicator's counters what crossed the wire). The pairs are read to
     /// the host once, to measure that length and refuse inf and NaN as the host path's
     /// encoder does.
-    fn exchange_tensor(
-        &mut self,
-        group: &mut dyn ProcessGroup,
-        index: usize,
-        weights: Option<&Tensor>,
-        grad: &Tensor,
-    ) -> Result<TensorUpdate> {
+    fn exchange_tensor(&mut self, x: TensorExchange<'_>) -> Result<TensorUpdate> {
+        let (group, index, grad, weights) = (x.comm, x.index, x.grad, x.weights);
         let n = check_numel("dgc", index, self.sizes.get(index).copied(), grad)?;
         let reads_weights = self.reads_weights();
         let Some(d) = &mut self.on_device else {
