@@ -59,15 +59,7 @@ pub fn with_default_dtype<R>(dtype: DType, f: impl FnOnce() -> R) -> R {
 /// He/Kaiming normal for ReLU networks: N(0, 2 / fan), with fan = fan_out as torchvision's
 /// ResNets use (`mode='fan_out'`), or fan_in.
 pub fn kaiming_normal(shape: &[usize], fan: usize, rng: &mut Rng) -> Result<Tensor> {
-    let std = (2.0 / fan.max(1) as f64).sqrt();
-    place(Tensor::randn(
-        shape.to_vec(),
-        0.0,
-        std,
-        default_dtype(),
-        Device::Cpu,
-        rng,
-    )?)
+    normal(shape, (2.0 / fan.max(1) as f64).sqrt(), rng)
 }
 
 /// U(−bound, bound): PyTorch's default for Linear/Conv weights and biases uses

@@ -30,6 +30,16 @@ pub struct NamedTensor {
     pub tensor: Tensor,
 }
 
+impl NamedTensor {
+    /// `tensor` (a handle: the same storage) under the name `prefix.name`.
+    pub fn at(prefix: &str, name: &str, tensor: &Tensor) -> Self {
+        NamedTensor {
+            name: join(prefix, name),
+            tensor: tensor.clone(),
+        }
+    }
+}
+
 /// Joins a prefix and a local name with a dot (no leading dot at the root).
 pub fn join(prefix: &str, name: &str) -> String {
     if prefix.is_empty() {

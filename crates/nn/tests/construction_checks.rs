@@ -1,7 +1,7 @@
 //! Inputs that PyTorch refuses are refused here too, where PyTorch refuses them, and
 //! losses keep PyTorch's meaning at the edges.
 
-use nn::layers::{Conv2d, Rnn, RnnState};
+use nn::layers::{Conv2d, Rnn, RnnKind, RnnState};
 use nn::loss::{ctc_loss, CtcReduction};
 use nn::Ctx;
 use tensor::{Conv2dOptions, Device, Rng, Tensor};
@@ -24,7 +24,7 @@ fn grouped_convolutions_need_channels_the_groups_divide() {
 #[test]
 fn a_recurrent_state_of_the_wrong_size_is_an_error() {
     let mut rng = Rng::new(2);
-    let gru = Rnn::gru(3, 4, 1, false, 0.0, &mut rng).unwrap();
+    let gru = Rnn::new(RnnKind::Gru, 3, 4, 1, false, 0.0, &mut rng).unwrap();
     let x = Tensor::zeros(vec![5, 2, 3], tensor::DType::F32, Device::Cpu).unwrap();
     let state = |layers: usize| RnnState {
         h: Tensor::zeros(vec![layers, 2, 4], tensor::DType::F32, Device::Cpu).unwrap(),
@@ -71,7 +71,7 @@ fn sequence_lengths_are_checked_on_every_network() {
     let x = Tensor::zeros(vec![5, 2, 3], tensor::DType::F32, Device::Cpu).unwrap();
     let mut ctx = Ctx::eval();
     for bidirectional in [false, true] {
-        let gru = Rnn::gru(3, 4, 1, bidirectional, 0.0, &mut rng).unwrap();
+        let gru = Rnn::new(RnnKind::Gru, 3, 4, 1, bidirectional, 0.0, &mut rng).unwrap();
         assert!(gru
             .forward_seq_lengths(&x, None, Some(&[5, 3]), &mut ctx)
             .is_ok());
@@ -89,9 +89,9 @@ fn sequence_lengths_are_checked_on_every_network() {
 #[test]
 fn recurrent_dropout_outside_0_to_1_is_refused_at_construction() {
     let mut rng = Rng::new(4);
-    assert!(Rnn::lstm(4, 4, 1, false, 2.0, &mut rng).is_err());
-    assert!(Rnn::gru(4, 4, 2, false, -0.1, &mut rng).is_err());
-    assert!(Rnn::lstm(4, 4, 2, false, 1.0, &mut rng).is_ok());
+    assert!(Rnn::new(RnnKind::Lstm, 4, 4, 1, false, 2.0, &mut rng).is_err());
+    assert!(Rnn::new(RnnKind::Gru, 4, 4, 2, false, -0.1, &mut rng).is_err());
+    assert!(Rnn::new(RnnKind::Lstm, 4, 4, 2, false, 1.0, &mut rng).is_ok());
 }
 
 #[test]

@@ -64,11 +64,8 @@ fn rnn_cases(file: &str, lstm: bool) {
                 usize_of(&c["num_layers"]),
                 c["bidirectional"].as_bool().unwrap(),
             );
-            if lstm {
-                Rnn::lstm(i, h, l, b, 0.0, r)
-            } else {
-                Rnn::gru(i, h, l, b, 0.0, r)
-            }
+            let kind = if lstm { RnnKind::Lstm } else { RnnKind::Gru };
+            Rnn::new(kind, i, h, l, b, 0.0, r)
         };
         let rnn = init::with_default_dtype(DType::F64, || build(&mut Rng::new(0))).unwrap();
         let params = rnn.named_params();

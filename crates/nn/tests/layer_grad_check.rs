@@ -4,7 +4,7 @@
 
 use nn::layers::{
     Activation, AdaptiveAvgPool2d, BatchNorm, Conv2d, Embedding, LayerNorm, Linear,
-    LocalResponseNorm, Rnn,
+    LocalResponseNorm, Rnn, RnnKind,
 };
 use nn::loss::{ctc_loss, CtcReduction};
 use nn::{init, Ctx, Module};
@@ -291,23 +291,19 @@ fn embedding_and_tied_decoder() {
 #[test]
 fn lstm_and_gru() {
     for bidirectional in [false, true] {
-        let lstm = f64_build(|r| Rnn::lstm(3, 4, 2, bidirectional, 0.0, r));
-        check(
-            &format!("lstm bidirectional={bidirectional}"),
-            &lstm,
-            &randn(&[5, 2, 3], 14),
-            fwd,
-        );
-        let gru = f64_build(|r| Rnn::gru(3, 4, 2, bidirectional, 0.0, r));
-        check(
-            &format!("gru bidirectional={bidirectional}"),
-            &gru,
-            &randn(&[5, 2, 3], 15),
-            fwd,
-        );
+        for (kind, seed) in [(RnnKind::Lstm, 14), (RnnKind::Gru, 15)] {
+            let rnn = f64_build(|r| Rnn::new(kind, 3, 4, 2, bidirectional, 0.0, r));
+            let x = randn(&[5, 2, 3], seed);
+            check(
+                &format!("{kind:?} bidirectional={bidirectional}"),
+                &rnn,
+                &x,
+                fwd,
+            );
+        }
     }
     // Through the final states, from a non-zero initial state.
-    let lstm = f64_build(|r| Rnn::lstm(3, 4, 1, false, 0.0, r));
+    let lstm = f64_build(|r| Rnn::new(RnnKind::Lstm, 3, 4, 1, false, 0.0, r));
     let state = nn::layers::RnnState {
         h: randn(&[1, 2, 4], 16),
         c: Some(randn(&[1, 2, 4], 17)),
@@ -319,7 +315,7 @@ fn lstm_and_gru() {
             .add(&s.h.squeeze(0)?)?
             .add(&c.squeeze(0)?)
     });
-    let gru = f64_build(|r| Rnn::gru(3, 4, 1, false, 0.0, r));
+    let gru = f64_build(|r| Rnn::new(RnnKind::Gru, 3, 4, 1, false, 0.0, r));
     let h0 = nn::layers::RnnState {
         h: randn(&[1, 2, 4], 19),
         c: None,

@@ -59,11 +59,16 @@ fn alexnet_biases_follow_the_bvlc_model() {
     assert_eq!(seen, 8, "AlexNet's bias names changed");
 }
 
+/// Model `name`'s parameter names, in order.
+fn param_names(name: &str) -> Vec<String> {
+    let m = models::by_name(name, &mut Rng::new(0)).unwrap();
+    m.named_params().into_iter().map(|p| p.name).collect()
+}
+
 #[test]
 fn names_are_pytorch_style_unique_and_ordered() {
     for name in models::names() {
-        let m = models::by_name(name, &mut Rng::new(0)).unwrap();
-        let names: Vec<String> = m.named_params().into_iter().map(|p| p.name).collect();
+        let names = param_names(name);
         let unique: std::collections::HashSet<&String> = names.iter().collect();
         assert_eq!(
             unique.len(),
@@ -71,12 +76,7 @@ fn names_are_pytorch_style_unique_and_ordered() {
             "{name}: duplicate parameter names"
         );
     }
-    let r20: Vec<String> = models::by_name("resnet20", &mut Rng::new(0))
-        .unwrap()
-        .named_params()
-        .into_iter()
-        .map(|p| p.name)
-        .collect();
+    let r20 = param_names("resnet20");
     assert_eq!(
         r20[..4],
         [
@@ -90,12 +90,7 @@ fn names_are_pytorch_style_unique_and_ordered() {
         r20[r20.len() - 3..],
         ["layer3.2.bn2.bias", "fc.weight", "fc.bias"]
     );
-    let r50: Vec<String> = models::by_name("resnet50", &mut Rng::new(0))
-        .unwrap()
-        .named_params()
-        .into_iter()
-        .map(|p| p.name)
-        .collect();
+    let r50 = param_names("resnet50");
     assert!(r50.contains(&"layer1.0.downsample.0.weight".to_string()));
     assert!(r50.contains(&"layer4.2.bn3.bias".to_string()));
     assert_eq!(
@@ -103,12 +98,7 @@ fn names_are_pytorch_style_unique_and_ordered() {
         161,
         "torchvision's ResNet-50 has 161 parameter tensors"
     );
-    let lm: Vec<String> = models::by_name("lstm_lm", &mut Rng::new(0))
-        .unwrap()
-        .named_params()
-        .into_iter()
-        .map(|p| p.name)
-        .collect();
+    let lm = param_names("lstm_lm");
     assert_eq!(
         lm,
         [

@@ -305,25 +305,17 @@ impl Tensor {
 
     /// A leaf that autograd computes gradients for (a parameter), sharing this tensor's data.
     pub fn to_var(&self) -> Tensor {
-        Tensor::build(
-            self.0.storage.clone(),
-            self.0.layout.clone(),
-            self.0.dtype,
-            self.0.device,
-            None,
-            true,
-        )
+        self.new_leaf(true)
     }
     /// The same data, cut from the graph.
     pub fn detach(&self) -> Tensor {
-        Tensor::build(
-            self.0.storage.clone(),
-            self.0.layout.clone(),
-            self.0.dtype,
-            self.0.device,
-            None,
-            false,
-        )
+        self.new_leaf(false)
+    }
+    /// A new graph leaf over this tensor's data (no copy).
+    fn new_leaf(&self, requires_grad: bool) -> Tensor {
+        let t = &self.0;
+        let (storage, layout) = (t.storage.clone(), t.layout.clone());
+        Tensor::build(storage, layout, t.dtype, t.device, None, requires_grad)
     }
     pub fn id(&self) -> TensorId {
         self.0.id

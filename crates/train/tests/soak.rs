@@ -67,28 +67,12 @@ fn tmp(name: &str) -> PathBuf {
 }
 
 fn job_args(method: &str, opts: &[&str], out: &Path) -> Vec<String> {
-    let mut v: Vec<String> = [
-        "--model",
-        "lenet5",
-        "--dataset",
-        "synthetic",
-        "--workers",
-        "2",
-        "--batch-size",
-        "16",
-        "--synthetic-samples",
-        "256",
-        "--eval-samples",
-        "64",
-        "--log-every",
-        "1",
-        "--seed",
-        "7",
-        "--method",
-        method,
-    ]
-    .map(String::from)
-    .to_vec();
+    let mut v: Vec<String> = "--model lenet5 --dataset synthetic --workers 2 --batch-size 16 \
+        --synthetic-samples 256 --eval-samples 64 --log-every 1 --seed 7 --method"
+        .split_whitespace()
+        .map(String::from)
+        .collect();
+    v.push(method.to_string());
     for o in opts {
         v.extend(["--method-opt".to_string(), o.to_string()]);
     }

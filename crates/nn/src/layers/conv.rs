@@ -1,7 +1,7 @@
 //! 2-d convolution layer (NCHW), with groups for Caffe's AlexNet.
 
 use crate::init;
-use crate::module::{join, Ctx, Module, NamedTensor};
+use crate::module::{Ctx, Module, NamedTensor};
 use tensor::{Conv2dOptions, Error, Result, Rng, Tensor};
 
 pub struct Conv2d {
@@ -80,15 +80,9 @@ impl Module for Conv2d {
         }
     }
     fn params(&self, prefix: &str, out: &mut Vec<NamedTensor>) {
-        out.push(NamedTensor {
-            name: join(prefix, "weight"),
-            tensor: self.weight.clone(),
-        });
+        out.push(NamedTensor::at(prefix, "weight", &self.weight));
         if let Some(b) = &self.bias {
-            out.push(NamedTensor {
-                name: join(prefix, "bias"),
-                tensor: b.clone(),
-            });
+            out.push(NamedTensor::at(prefix, "bias", b));
         }
     }
 }

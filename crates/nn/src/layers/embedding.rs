@@ -1,7 +1,7 @@
 //! Embedding table: U32 token ids of any shape to vectors.
 
 use crate::init;
-use crate::module::{join, Ctx, Module, NamedTensor};
+use crate::module::{Ctx, Module, NamedTensor};
 use tensor::{Result, Rng, Tensor};
 
 pub struct Embedding {
@@ -22,9 +22,6 @@ impl Module for Embedding {
         self.weight.embedding(ids)
     }
     fn params(&self, prefix: &str, out: &mut Vec<NamedTensor>) {
-        out.push(NamedTensor {
-            name: join(prefix, "weight"),
-            tensor: self.weight.clone(),
-        });
+        out.push(NamedTensor::at(prefix, "weight", &self.weight));
     }
 }

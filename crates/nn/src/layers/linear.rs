@@ -1,7 +1,7 @@
 //! Fully connected layer `y = x Wᵀ + b` over the last dimension.
 
 use crate::init;
-use crate::module::{join, Ctx, Module, NamedTensor};
+use crate::module::{Ctx, Module, NamedTensor};
 use tensor::{Result, Rng, Tensor};
 
 pub struct Linear {
@@ -58,16 +58,10 @@ impl Module for Linear {
     }
     fn params(&self, prefix: &str, out: &mut Vec<NamedTensor>) {
         if !self.tied {
-            out.push(NamedTensor {
-                name: join(prefix, "weight"),
-                tensor: self.weight.clone(),
-            });
+            out.push(NamedTensor::at(prefix, "weight", &self.weight));
         }
         if let Some(b) = &self.bias {
-            out.push(NamedTensor {
-                name: join(prefix, "bias"),
-                tensor: b.clone(),
-            });
+            out.push(NamedTensor::at(prefix, "bias", b));
         }
     }
 }

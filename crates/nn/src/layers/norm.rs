@@ -3,7 +3,7 @@
 //! response normalisation across channels.
 
 use crate::init;
-use crate::module::{join, Ctx, Module, NamedTensor};
+use crate::module::{Ctx, Module, NamedTensor};
 use tensor::{no_grad, Error, Pool2dOptions, Result, Tensor};
 
 /// Batch normalisation with running statistics, PyTorch's `BatchNorm1d/2d` semantics:
@@ -63,24 +63,12 @@ impl Module for BatchNorm {
         Ok(out.output)
     }
     fn params(&self, prefix: &str, out: &mut Vec<NamedTensor>) {
-        out.push(NamedTensor {
-            name: join(prefix, "weight"),
-            tensor: self.weight.clone(),
-        });
-        out.push(NamedTensor {
-            name: join(prefix, "bias"),
-            tensor: self.bias.clone(),
-        });
+        out.push(NamedTensor::at(prefix, "weight", &self.weight));
+        out.push(NamedTensor::at(prefix, "bias", &self.bias));
     }
     fn buffers(&self, prefix: &str, out: &mut Vec<NamedTensor>) {
-        out.push(NamedTensor {
-            name: join(prefix, "running_mean"),
-            tensor: self.running_mean.clone(),
-        });
-        out.push(NamedTensor {
-            name: join(prefix, "running_var"),
-            tensor: self.running_var.clone(),
-        });
+        out.push(NamedTensor::at(prefix, "running_mean", &self.running_mean));
+        out.push(NamedTensor::at(prefix, "running_var", &self.running_var));
     }
 }
 
@@ -123,14 +111,8 @@ impl Module for LayerNorm {
             .add(&self.bias)
     }
     fn params(&self, prefix: &str, out: &mut Vec<NamedTensor>) {
-        out.push(NamedTensor {
-            name: join(prefix, "weight"),
-            tensor: self.weight.clone(),
-        });
-        out.push(NamedTensor {
-            name: join(prefix, "bias"),
-            tensor: self.bias.clone(),
-        });
+        out.push(NamedTensor::at(prefix, "weight", &self.weight));
+        out.push(NamedTensor::at(prefix, "bias", &self.bias));
     }
 }
 

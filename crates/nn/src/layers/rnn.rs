@@ -11,7 +11,7 @@
 //! recurrent weight's gradient-ready hook fires once, when its gradient is complete.
 
 use crate::init;
-use crate::module::{join, Ctx, Module, NamedTensor};
+use crate::module::{Ctx, Module, NamedTensor};
 use tensor::{Error, Result, Rng, Tensor};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,6 +56,8 @@ pub struct Rnn {
 }
 
 impl Rnn {
+    /// A stack of `layers` LSTM or GRU layers (each in both directions when
+    /// `bidirectional`), PyTorch's initialisation: every weight uniform in ±1/√hidden.
     pub fn new(
         kind: RnnKind,
         input_size: usize,
@@ -101,42 +103,6 @@ impl Rnn {
             dropout,
             dirs,
         })
-    }
-    pub fn lstm(
-        input_size: usize,
-        hidden: usize,
-        layers: usize,
-        bidirectional: bool,
-        dropout: f64,
-        rng: &mut Rng,
-    ) -> Result<Self> {
-        Rnn::new(
-            RnnKind::Lstm,
-            input_size,
-            hidden,
-            layers,
-            bidirectional,
-            dropout,
-            rng,
-        )
-    }
-    pub fn gru(
-        input_size: usize,
-        hidden: usize,
-        layers: usize,
-        bidirectional: bool,
-        dropout: f64,
-        rng: &mut Rng,
-    ) -> Result<Self> {
-        Rnn::new(
-            RnnKind::Gru,
-            input_size,
-            hidden,
-            layers,
-            bidirectional,
-            dropout,
-            rng,
-        )
     }
     fn directions(&self) -> usize {
         if self.bidirectional {
@@ -370,10 +336,7 @@ impl Module for Rnn {
                 ("bias_ih", &d.b_ih),
                 ("bias_hh", &d.b_hh),
             ] {
-                out.push(NamedTensor {
-                    name: join(prefix, &format!("{kind}_{}", d.suffix)),
-                    tensor: t.clone(),
-                });
+                out.push(NamedTensor::at(prefix, &format!("{kind}_{}", d.suffix), t));
             }
         }
     }

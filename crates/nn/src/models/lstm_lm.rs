@@ -12,7 +12,7 @@
 //! language-model example the papers build on.
 
 use crate::init;
-use crate::layers::{Embedding, Linear, Rnn, RnnState};
+use crate::layers::{Embedding, Linear, Rnn, RnnKind, RnnState};
 use crate::module::{join, Ctx, Module, NamedTensor};
 use tensor::{Error, Result, Rng, Tensor};
 
@@ -40,7 +40,7 @@ fn build(
     let encoder = Embedding {
         weight: init::uniform(&[vocab, emb], 0.1, rng)?,
     };
-    let rnn = Rnn::lstm(emb, hidden, 2, false, dropout, rng)?;
+    let rnn = Rnn::new(RnnKind::Lstm, emb, hidden, 2, false, dropout, rng)?;
     let decoder = if tied {
         let mut d = Linear::tied(encoder.weight.clone(), true, rng)?;
         d.bias = Some(init::constant(&[vocab], 0.0)?);
