@@ -52,6 +52,7 @@ pub struct Exchange<'a, C: ?Sized, G: ?Sized> {
     pub comm: &'a mut C,
     pub index: usize,
     pub grad: &'a G,
+    /// `None` where the method does not read them (an empty slice counts as none).
     pub weights: Option<&'a G>,
 }
 
@@ -86,8 +87,8 @@ impl<'a> TensorExchange<'a> {
 }
 
 impl<'a, C: ?Sized, G: ?Sized> Exchange<'a, C, G> {
-    /// The same turn with the parameter's current weights (where they may be absent, set
-    /// the `weights` field).
+    /// The same turn with the parameter's current weights. A caller whose weights may be
+    /// absent sets the field: `Exchange { weights, ..TensorExchange::new(g, i, grad) }`.
     pub fn with_weights(self, weights: &'a G) -> Self {
         Exchange {
             weights: Some(weights),
@@ -99,8 +100,9 @@ impl<'a, C: ?Sized, G: ?Sized> Exchange<'a, C, G> {
 /// One parameter's turn after the optimizer step ([`Method::after_step`]): the
 /// collectives, the parameter's position, and its weights, which a method that
 /// synchronises them (delay, periodic averaging) overwrites. [`HostAfterStep`] and
-/// [`TensorAfterStep`] name its two forms (a tensor is written in place through a
-/// shared reference).
+/// [`TensorAfterStep`] name its two forms. `W` is the weights' reference itself (where
+/// [`Exchange`] is generic over the data) because the two differ in kind: the host's
+/// slice is written through `&mut`, a tensor in place through a shared reference.
 pub struct AfterStep<'a, C: ?Sized, W> {
     pub comm: &'a mut C,
     pub index: usize,
@@ -274,7 +276,7 @@ pub trait Method: Send {
     }
     /// Whether [`Method::exchange`] reads the weights. The trainer copies a parameter's
     /// weights out for the exchange only when it does (DGC with momentum correction and
-    /// weight decay, SBC); the others are passed an empty slice.
+    /// weight decay, SBC); the others are passed none (`weights: None`).
     fn reads_weights(&self) -> bool {
         false
     }

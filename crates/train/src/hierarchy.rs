@@ -50,7 +50,7 @@ impl Hierarchy {
         (self.intra_sent, self.inter_sent)
     }
 
-    /// Parameter `index`'s exchange through the hierarchy (see the module comment).
+    /// One parameter's exchange through the hierarchy (see the module comment).
     pub fn exchange(
         &mut self,
         method: &mut dyn Method,
@@ -121,7 +121,7 @@ impl Hierarchy {
         })
     }
 
-    /// Parameter `index`'s synchronisation after the step (SBC, `local`, FedAvg): the
+    /// One parameter's synchronisation after the step (SBC, `local`, FedAvg): the
     /// ranks of a node hold the same weights (they applied the same updates), so the
     /// leaders synchronise theirs across nodes and each broadcasts the result, and the
     /// momentum positions it masked, to its node.

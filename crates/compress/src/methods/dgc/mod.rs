@@ -129,8 +129,8 @@ impl Dgc {
         let c = &self.cfg;
         let gs = clip_factor(grad, c.clip, self.world);
         let (u, v) = (&mut self.u[index], &mut self.v[index]);
-        // The weights are read only for weight decay in the accumulation (the trainer
-        // passes an empty slice when none is read); zeros stand in for them, as on the device.
+        // The weights are read only for weight decay in the accumulation (absent weights
+        // arrive here as an empty slice); zeros stand in for them, as on the device.
         let reads = c.compressed_decay() && !weights.is_empty();
         if reads && weights.len() != n {
             return Err(CompressError::Usage(format!(
