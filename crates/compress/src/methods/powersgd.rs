@@ -31,7 +31,7 @@ use crate::method::{
     Method, ParamSpec, StateTensors, StepInfo, TensorExchange, TensorUpdate, UpdateKind,
 };
 use crate::{CompressError, Result};
-use comm::{ProcessGroup, ReduceOp};
+use comm::ReduceOp;
 use tensor::{DType, Device, Rng, Tensor};
 
 #[derive(Clone, Debug, PartialEq)]
@@ -142,12 +142,8 @@ impl PowerSgd {
         })
     }
 
-    fn exchange_on(
-        &mut self,
-        group: &mut dyn ProcessGroup,
-        index: usize,
-        grad: &Tensor,
-    ) -> Result<TensorUpdate> {
+    fn exchange_on(&mut self, x: TensorExchange<'_>) -> Result<TensorUpdate> {
+        let (group, index, grad) = (x.comm, x.index, x.grad);
         let n = check_numel("powersgd", index, self.sizes.get(index).copied(), grad)?;
         let compressing = self.step >= self.cfg.start_iter;
         let Some(st) = self.state.get_mut(index).and_then(Option::as_mut) else {
@@ -257,8 +253,7 @@ impl Method for PowerSgd {
         Ok(())
     }
     fn exchange_tensor(&mut self, x: TensorExchange<'_>) -> Result<TensorUpdate> {
-        let (group, index, grad) = (x.comm, x.index, x.grad);
-        tensor::no_grad(|| self.exchange_on(group, index, grad))
+        tensor::no_grad(|| self.exchange_on(x))
     }
     fn state(&self) -> Result<StateTensors> {
         let mut out = Vec::new();

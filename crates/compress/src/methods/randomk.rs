@@ -11,7 +11,7 @@ use crate::method::{
 };
 use crate::methods::DeviceVecs;
 use crate::Result;
-use comm::{ProcessGroup, ReduceOp};
+use comm::ReduceOp;
 use std::collections::HashSet;
 use tensor::{sparsify, DType, Device, Rng, Tensor};
 
@@ -50,12 +50,8 @@ impl RandomK {
         })
     }
 
-    fn exchange_on(
-        &mut self,
-        group: &mut dyn ProcessGroup,
-        index: usize,
-        grad: &Tensor,
-    ) -> Result<TensorUpdate> {
+    fn exchange_on(&mut self, x: TensorExchange<'_>) -> Result<TensorUpdate> {
+        let (group, index, grad) = (x.comm, x.index, x.grad);
         let (e, n) = self.residual.for_grad("randomk", index, grad)?;
         let device = e.device();
         let k = keep_count(self.density, n);
@@ -103,8 +99,7 @@ impl Method for RandomK {
         self.residual.move_to(device)
     }
     fn exchange_tensor(&mut self, x: TensorExchange<'_>) -> Result<TensorUpdate> {
-        let (group, index, grad) = (x.comm, x.index, x.grad);
-        tensor::no_grad(|| self.exchange_on(group, index, grad))
+        tensor::no_grad(|| self.exchange_on(x))
     }
     fn state(&self) -> Result<StateTensors> {
         self.residual.state("residual")

@@ -18,7 +18,6 @@ use crate::exchange::{allgather_bits, check_numel, Meter};
 use crate::method::{Method, ParamSpec, StateTensors, TensorExchange, TensorUpdate, UpdateKind};
 use crate::methods::DeviceVecs;
 use crate::{CompressError, Result};
-use comm::ProcessGroup;
 use tensor::{sparsify, DType, Device, Tensor};
 
 /// Which sign method.
@@ -64,12 +63,8 @@ impl Sign {
         }
     }
 
-    fn exchange_on(
-        &mut self,
-        group: &mut dyn ProcessGroup,
-        index: usize,
-        grad: &Tensor,
-    ) -> Result<TensorUpdate> {
+    fn exchange_on(&mut self, x: TensorExchange<'_>) -> Result<TensorUpdate> {
+        let (group, index, grad) = (x.comm, x.index, x.grad);
         let n = check_numel(self.name, index, self.sizes.get(index).copied(), grad)?;
         let device = grad.device();
         let g = grad.flatten_all()?;
@@ -165,8 +160,7 @@ impl Method for Sign {
         self.state.move_to(device)
     }
     fn exchange_tensor(&mut self, x: TensorExchange<'_>) -> Result<TensorUpdate> {
-        let (group, index, grad) = (x.comm, x.index, x.grad);
-        tensor::no_grad(|| self.exchange_on(group, index, grad))
+        tensor::no_grad(|| self.exchange_on(x))
     }
     fn state(&self) -> Result<StateTensors> {
         if !self.keeps_state() {

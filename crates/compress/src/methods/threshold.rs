@@ -8,8 +8,7 @@ use crate::exchange::{refuse_non_finite, sparse_average_tensor, Meter};
 use crate::method::{Method, ParamSpec, StateTensors, TensorExchange, TensorUpdate, UpdateKind};
 use crate::methods::DeviceVecs;
 use crate::{CompressError, Result};
-use comm::ProcessGroup;
-use tensor::{sparsify, Device, Tensor};
+use tensor::{sparsify, Device};
 
 pub struct ThresholdV {
     threshold: f32,
@@ -29,12 +28,8 @@ impl ThresholdV {
         })
     }
 
-    fn exchange_on(
-        &mut self,
-        group: &mut dyn ProcessGroup,
-        index: usize,
-        grad: &Tensor,
-    ) -> Result<TensorUpdate> {
+    fn exchange_on(&mut self, x: TensorExchange<'_>) -> Result<TensorUpdate> {
+        let (group, index, grad) = (x.comm, x.index, x.grad);
         let (e, n) = self.residual.for_grad("thresholdv", index, grad)?;
         let mut m = Meter::new(n);
         let sel = m.compress(|| -> Result<sparsify::Selected> {
@@ -72,8 +67,7 @@ impl Method for ThresholdV {
         self.residual.move_to(device)
     }
     fn exchange_tensor(&mut self, x: TensorExchange<'_>) -> Result<TensorUpdate> {
-        let (group, index, grad) = (x.comm, x.index, x.grad);
-        tensor::no_grad(|| self.exchange_on(group, index, grad))
+        tensor::no_grad(|| self.exchange_on(x))
     }
     fn state(&self) -> Result<StateTensors> {
         self.residual.state("residual")
