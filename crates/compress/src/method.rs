@@ -52,7 +52,7 @@ pub struct Exchange<'a, C: ?Sized, G: ?Sized> {
     pub comm: &'a mut C,
     pub index: usize,
     pub grad: &'a G,
-    /// `None` where the method does not read them (an empty slice counts as none).
+    /// `None` where the method does not read them.
     pub weights: Option<&'a G>,
 }
 
@@ -242,7 +242,6 @@ pub trait Method: Send {
     fn exchange(&mut self, x: HostExchange<'_>) -> Result<Update> {
         let w = x
             .weights
-            .filter(|w| !w.is_empty())
             .map(|w| Tensor::from_vec(w.to_vec(), w.len(), Device::Cpu))
             .transpose()?;
         let (name, index) = (self.name(), x.index);
