@@ -50,6 +50,10 @@ pub fn init_threads(requested: Option<usize>) -> Result<usize> {
         .num_threads(n)
         .build_global()
         .context("configuring the rayon thread pool")?;
+    // The main thread, which times the steps, runs its kernels itself with n − 1 helpers
+    // (as the trainer's training thread does, and PyTorch's ops do); other threads'
+    // kernels go to the global pool above.
+    tensor::cpu::run_kernels_here(Some(n)).context("configuring the main thread's kernels")?;
     Ok(n)
 }
 

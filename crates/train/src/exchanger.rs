@@ -154,6 +154,12 @@ impl Exchanger {
                 // below, and the channel disconnects only once they are gone.
                 let _ended = ended_tx;
                 let (rx, tx) = (rx, tx);
+                // The methods' tensor code runs kernels here, on this thread alone: the
+                // training thread's pool is busy with backward (tensor's `cpu::threads`).
+                if let Err(e) = tensor::cpu::run_kernels_here(Some(1)) {
+                    let _ = tx.send(Reply::Failed(format!("{e}")));
+                    return;
+                }
                 match Thread::start(comm, method, labels, nccl, local_world_size) {
                     Ok(mut thread) => thread.serve(&rx, &tx),
                     Err(msg) => {

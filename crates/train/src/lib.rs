@@ -128,6 +128,10 @@ pub fn run(cfg: &Config, resume: bool, raw_args: &[std::ffi::OsString]) -> Resul
     // launcher's, checked by comm's parser), else the job rank (one node: the same thing),
     // so that ranks placed round-robin over nodes do not pile onto one GPU.
     let local_rank = job.as_ref().and_then(|j| j.local_rank).unwrap_or(rank);
+    // This thread runs the step's CPU kernels itself, as worker 0 of its own pool (after
+    // the pinning above, which the pool's other threads inherit): handing each kernel to
+    // another thread cost the step more than it gained (tensor's `cpu::threads`).
+    tensor::cpu::run_kernels_here(None).context("setting up the training thread's kernels")?;
     let mut w = worker::Worker::new(cfg, rank, local_rank, world, comm)
         .with_context(|| format!("rank {rank}: setting up"))?;
     let summary = w.run(resume).with_context(|| format!("rank {rank}"))?;

@@ -17,6 +17,9 @@ pub(crate) mod rnn;
 mod scratch;
 pub(crate) mod select;
 pub(crate) mod softmax;
+mod threads;
+
+pub use threads::run_kernels_here;
 
 use crate::storage::{BackendStorage, BinaryOp, Conv2dParams, Pool2dParams, ReduceOp, UnaryOp};
 use crate::{DType, Device, Error, Layout, Result, Shape};
