@@ -25,6 +25,10 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use tensor::{Device, Tensor};
 
+/// The file in a run directory holding a fresh run's starting model (parameters and
+/// buffers after rank 0's broadcast, in the checkpoints' names and format).
+pub const INITIAL_FILE: &str = "initial.safetensors";
+
 pub fn path(dir: &Path, rank: usize) -> PathBuf {
     dir.join("checkpoint")
         .join(format!("rank{rank}.safetensors"))
@@ -128,6 +132,9 @@ pub struct Position {
     pub message_bytes: u64,
     pub dense_message_bytes: u64,
     pub wall_seconds: f64,
+    /// The part of `wall_seconds` spent evaluating (0 in checkpoints written before it
+    /// was recorded), so that a resumed run's training time excludes its evaluations too.
+    pub eval_seconds: f64,
     /// Workers of the run that wrote it (0: written before this was recorded).
     pub world: usize,
     /// Batches per epoch of the run that wrote it (0: not recorded): `step` and `epoch`
@@ -157,6 +164,7 @@ impl Default for Position {
             message_bytes: 0,
             dense_message_bytes: 0,
             wall_seconds: 0.0,
+            eval_seconds: 0.0,
             world: 0,
             per_epoch: 0,
             batch_size: 0,
@@ -203,6 +211,7 @@ pub fn save(file: &Path, tensors: &[(String, Vec<f32>, Vec<usize>)], pos: &Posit
         ("message_bytes", pos.message_bytes.to_string()),
         ("dense_message_bytes", pos.dense_message_bytes.to_string()),
         ("wall_seconds", pos.wall_seconds.to_string()),
+        ("eval_seconds", pos.eval_seconds.to_string()),
         ("world", pos.world.to_string()),
         ("per_epoch", pos.per_epoch.to_string()),
         ("batch_size", pos.batch_size.to_string()),
@@ -350,6 +359,10 @@ fn position_from(file: &Path, m: &HashMap<String, String>) -> Result<Position> {
         message_bytes: num("message_bytes")? as u64,
         dense_message_bytes: num("dense_message_bytes")? as u64,
         wall_seconds: num("wall_seconds")?,
+        eval_seconds: m
+            .get("eval_seconds")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0),
         world: recorded("world"),
         per_epoch: recorded("per_epoch"),
         batch_size: recorded("batch_size"),

@@ -170,6 +170,9 @@ pub struct EvalRecord {
     /// Training wall time so far, this evaluation included (carried over a resume), so
     /// a run's time to reach a metric can be read off.
     pub wall_seconds: f64,
+    /// `wall_seconds` less every evaluation so far, this one included: the time to a
+    /// metric that `time_to_accuracy` compares with PyTorch DDP's.
+    pub train_seconds: f64,
 }
 
 #[derive(Clone, Debug, Default, Serialize, serde::Deserialize)]

@@ -18,14 +18,19 @@ pub struct Series {
     pub points: Vec<(f64, f64)>,
 }
 
-/// Series colours shared by both formats (matplotlib's first six).
-pub(crate) const COLORS: [(u8, u8, u8); 6] = [
+/// Series colours shared by both formats (matplotlib's first six, then the rest of its
+/// ten: `time_to_accuracy` charts nine rows together).
+pub(crate) const COLORS: [(u8, u8, u8); 10] = [
     (0x1f, 0x77, 0xb4),
     (0xd6, 0x27, 0x28),
     (0x2c, 0xa0, 0x2c),
     (0x94, 0x67, 0xbd),
     (0xff, 0x7f, 0x0e),
     (0x8c, 0x56, 0x4b),
+    (0xe3, 0x77, 0xc2),
+    (0x7f, 0x7f, 0x7f),
+    (0xbc, 0xbd, 0x22),
+    (0x17, 0xbe, 0xcf),
 ];
 
 /// The plotted ranges: the finite points' extent, the y range padded by 5 % so lines do

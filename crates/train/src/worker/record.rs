@@ -147,6 +147,9 @@ impl Worker {
             top5,
         } = e;
         let (sent, _) = self.traffic()?;
+        let took = t.elapsed().as_secs_f64();
+        self.pos.eval_seconds += took;
+        let wall_seconds = wall_before_eval + took;
         metrics.write(&EvalRecord {
             kind: "eval",
             step,
@@ -157,7 +160,8 @@ impl Worker {
             eval_count,
             top5,
             bytes_sent: sent,
-            wall_seconds: wall_before_eval + t.elapsed().as_secs_f64(),
+            wall_seconds,
+            train_seconds: wall_seconds - self.pos.eval_seconds,
         })?;
         if self.rank == 0 {
             self.progress.line(&format!(

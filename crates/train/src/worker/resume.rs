@@ -4,7 +4,7 @@
 
 use super::record::Window;
 use super::{host_f32, Worker};
-use crate::checkpoint::{self, Position};
+use crate::checkpoint::{self, Position, INITIAL_FILE};
 use crate::progress::say_err;
 use anyhow::{bail, Context, Result};
 use tensor::{no_grad, Device, Tensor};
@@ -20,22 +20,31 @@ fn optim_name(index: usize, key: &str) -> String {
 }
 
 impl Worker {
+    /// The model's parameters and buffers on the host, named `param/<name>` and
+    /// `buffer/<name>` (the names of PyTorch's state dict for the papers' models).
+    fn model_tensors(&self) -> Result<Vec<(String, Vec<f32>, Vec<usize>)>> {
+        let named = |prefix: &str, t: &nn::NamedTensor| -> Result<_> {
+            Ok((
+                format!("{prefix}/{}", t.name),
+                host_f32(&t.tensor, &t.name)?,
+                t.tensor.dims().to_vec(),
+            ))
+        };
+        let params = self.params.iter().map(|p| named("param", p));
+        params.chain(self.buffers.iter().map(|b| named("buffer", b))).collect()
+    }
+
+    /// A fresh run's starting model (rank 0, after the broadcast), as `initial.safetensors`
+    /// in the run directory: what a reference (PyTorch DDP in `time_to_accuracy`) loads to
+    /// start from the same weights.
+    pub(super) fn save_initial(&self) -> Result<()> {
+        let file = self.cfg.out.join(INITIAL_FILE);
+        checkpoint::save(&file, &self.model_tensors()?, &self.pos)
+            .with_context(|| format!("writing the initial model to {}", file.display()))
+    }
+
     pub(super) fn save_checkpoint(&self, window: &Window) -> Result<()> {
-        let mut tensors = Vec::new();
-        for p in &self.params {
-            tensors.push((
-                format!("param/{}", p.name),
-                host_f32(&p.tensor, &p.name)?,
-                p.tensor.dims().to_vec(),
-            ));
-        }
-        for b in &self.buffers {
-            tensors.push((
-                format!("buffer/{}", b.name),
-                host_f32(&b.tensor, &b.name)?,
-                b.tensor.dims().to_vec(),
-            ));
-        }
+        let mut tensors = self.model_tensors()?;
         for (i, key, t) in self.opt.state() {
             let name = optim_name(i, key);
             let values = host_f32(&t, &name)?;

@@ -139,6 +139,9 @@ impl super::Worker {
                 checkpoint::remove_ranks_from(&out, self.world)?;
             }
             self.broadcast_model()?;
+            if lead {
+                self.save_initial()?;
+            }
         }
         // Before any save of this run: a resume's checkpoint, or none.
         self.note_for_a_second_signal(resume.then_some(self.pos.step));
