@@ -37,7 +37,7 @@ pub struct CommonArgs {
 }
 
 /// The hidden flag a table binary passes to its own worker processes.
-const WORKER_FLAG: &str = "--worker-config";
+pub const WORKER_FLAG: &str = "--worker-config";
 
 /// The `main` of a table binary: parses its arguments `A`; where the table started this
 /// process as one of a job's workers (`--worker-config`), runs that worker; else runs
@@ -419,6 +419,26 @@ pub fn run_plan(out: &Path, plan: &[(String, Config)], common: &CommonArgs) -> R
 /// flags that reach the trainer (`--checkpoint-every`) override `cfg`'s, and the job
 /// replaces what an earlier run of the table left in its directory.
 pub fn run_job(cfg: &Config, label: &str, common: &CommonArgs) -> Result<Job> {
+    run_job_by(cfg, label, common, |cfg, job_file| {
+        // The workers' logs go to standard error: standard output is the table (or JSON).
+        train::launcher::launch_logging(
+            cfg.workers,
+            cfg.pin_cores,
+            &[WORKER_FLAG.into(), job_file.to_path_buf().into_os_string()],
+            train::launcher::WorkerLogs::Stderr,
+        )
+    })
+}
+
+/// [`run_job`] with the workers started by `launch(cfg, job_file)` instead of the local
+/// launcher (each worker runs this binary with [`WORKER_FLAG`] `job_file`, as one rank of
+/// the job: `time_to_accuracy` starts them in emulated hosts' network namespaces).
+pub fn run_job_by(
+    cfg: &Config,
+    label: &str,
+    common: &CommonArgs,
+    launch: impl FnOnce(&Config, &Path) -> Result<()>,
+) -> Result<Job> {
     let mut cfg = cfg.clone();
     // A table's jobs live in its own --out: running the table again replaces them.
     cfg.overwrite = true;
@@ -456,15 +476,9 @@ pub fn run_job(cfg: &Config, label: &str, common: &CommonArgs) -> Result<Job> {
         }
         .into());
     }
-    // The workers' logs go to standard error: standard output is the table (or JSON).
-    train::launcher::launch_logging(
-        cfg.workers,
-        cfg.pin_cores,
-        &[WORKER_FLAG.into(), job_file.clone().into_os_string()],
-        train::launcher::WorkerLogs::Stderr,
-    )
-    .map_err(|e| train::interrupt::in_run(e, dir, cfg.checkpoint_every > 0))
-    .with_context(|| format!("the job '{label}'"))?;
+    launch(cfg, &job_file)
+        .map_err(|e| train::interrupt::in_run(e, dir, cfg.checkpoint_every > 0))
+        .with_context(|| format!("the job '{label}'"))?;
     Ok(Job {
         wall_seconds: started.elapsed().as_secs_f64(),
         ..Job::read(dir)?

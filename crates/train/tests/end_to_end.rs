@@ -1774,6 +1774,25 @@ fn eval_every_adds_mid_epoch_evaluations_without_changing_training() {
         "every eval record has wall_seconds"
     );
     assert!(walls.windows(2).all(|w| w[0] <= w[1]), "{walls:?}");
+    // The training time leaves every evaluation out: below the wall time, by more at
+    // each evaluation, and growing.
+    let trains: Vec<f64> = evals
+        .iter()
+        .filter_map(|r| r["train_seconds"].as_f64())
+        .collect();
+    assert_eq!(
+        trains.len(),
+        evals.len(),
+        "every eval record has train_seconds"
+    );
+    assert!(trains.windows(2).all(|w| w[0] < w[1]), "{trains:?}");
+    let gaps: Vec<f64> = walls.iter().zip(&trains).map(|(w, t)| w - t).collect();
+    assert!(
+        gaps[0] > 0.0 && gaps.windows(2).all(|g| g[0] < g[1]),
+        "{gaps:?}"
+    );
+    // A fresh run leaves its starting model beside its records.
+    assert!(fine.join("initial.safetensors").is_file());
     // Evaluating reads the weights and nothing else: the same training, bit for bit.
     assert_eq!(params(&plain, 0), params(&fine, 0));
     let _ = std::fs::remove_dir_all(&plain);

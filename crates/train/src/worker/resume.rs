@@ -31,7 +31,9 @@ impl Worker {
             ))
         };
         let params = self.params.iter().map(|p| named("param", p));
-        params.chain(self.buffers.iter().map(|b| named("buffer", b))).collect()
+        params
+            .chain(self.buffers.iter().map(|b| named("buffer", b)))
+            .collect()
     }
 
     /// A fresh run's starting model (rank 0, after the broadcast), as `initial.safetensors`
