@@ -56,7 +56,6 @@ def parse():
     p.add_argument("--init", default=None, help="our initial.safetensors; without it PyTorch's initialisation")
     p.add_argument("--eval-every", type=int, default=0, help="evaluate every N steps (0: at each epoch end)")
     p.add_argument("--eval-samples", type=int, default=0, help="test images (0: all 10,000)")
-    p.add_argument("--target", type=float, default=0.0, help="stop once test accuracy reaches it (0: never)")
     p.add_argument("--log-every", type=int, default=10)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", default="ddp.jsonl")
@@ -216,7 +215,6 @@ def run(rank, world, args):
     sent_before = tx_bytes()
     train_seconds, step, window, window_loss, window_t = 0.0, 0, 0, 0.0, 0.0
     steps_after_20 = []
-    reached = None
     epoch = 0
     dist.barrier()
     while step < total:
@@ -249,9 +247,6 @@ def run(rank, world, args):
                 acc = evaluate()
                 write({"kind": "eval", "step": step, "epoch": step / per_epoch, "metric": acc,
                        "train_seconds": train_seconds})
-                if reached is None and args.target > 0 and acc >= args.target:
-                    reached = train_seconds
-                    total = step  # stop: every rank evaluated the same accuracy
         epoch += 1
     steady = sorted(steps_after_20)
     sent_after = tx_bytes()
@@ -259,7 +254,7 @@ def run(rank, world, args):
     per_step = (sent_after - sent_before) / step if sent_before is not None and step else None
     write({"kind": "summary", "steps": step, "train_seconds": train_seconds, "bytes_per_step": per_step,
            "median_step_seconds": steady[len(steady) // 2] if steady else None,
-           "steps_per_second": len(steady) / sum(steady) if steady else None, "reached_seconds": reached})
+           "steps_per_second": len(steady) / sum(steady) if steady else None})
     dist.destroy_process_group()
 
 

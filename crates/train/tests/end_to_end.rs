@@ -1764,27 +1764,16 @@ fn eval_every_adds_mid_epoch_evaluations_without_changing_training() {
     assert_eq!(epochs[2], 1.0);
     // The run stops half-way through its third epoch.
     assert_eq!(epochs.last(), Some(&2.5));
-    let walls: Vec<f64> = evals
-        .iter()
-        .filter_map(|r| r["wall_seconds"].as_f64())
-        .collect();
-    assert_eq!(
-        walls.len(),
-        evals.len(),
-        "every eval record has wall_seconds"
-    );
+    let column = |key: &str| -> Vec<f64> {
+        let v: Vec<f64> = evals.iter().filter_map(|r| r[key].as_f64()).collect();
+        assert_eq!(v.len(), evals.len(), "every eval record has {key}");
+        v
+    };
+    let walls = column("wall_seconds");
     assert!(walls.windows(2).all(|w| w[0] <= w[1]), "{walls:?}");
     // The training time leaves every evaluation out: below the wall time, by more at
     // each evaluation, and growing.
-    let trains: Vec<f64> = evals
-        .iter()
-        .filter_map(|r| r["train_seconds"].as_f64())
-        .collect();
-    assert_eq!(
-        trains.len(),
-        evals.len(),
-        "every eval record has train_seconds"
-    );
+    let trains = column("train_seconds");
     assert!(trains.windows(2).all(|w| w[0] < w[1]), "{trains:?}");
     let gaps: Vec<f64> = walls.iter().zip(&trains).map(|(w, t)| w - t).collect();
     assert!(

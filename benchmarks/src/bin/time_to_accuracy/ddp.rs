@@ -181,7 +181,16 @@ fn cell(task: &Task, row: &str, rate: &Rate, records: &[Value]) -> Cell {
         .filter_map(|r| Some((r["train_seconds"].as_f64()?, r["metric"].as_f64()?)))
         .collect();
     let reached_seconds = (task.target > 0.0)
-        .then(|| curve.iter().find(|p| p.1 >= task.target).map(|p| p.0))
+        .then(|| {
+            let reaches = |m: f64| {
+                if task.lower_is_better {
+                    m <= task.target
+                } else {
+                    m >= task.target
+                }
+            };
+            curve.iter().find(|p| reaches(p.1)).map(|p| p.0)
+        })
         .flatten();
     let steps: Vec<f64> = records
         .iter()

@@ -217,10 +217,7 @@ fn rates(args: &Args) -> Result<Vec<Rate>> {
                     tc: None,
                 });
             }
-            let digits = r.trim_end_matches(|c: char| c.is_ascii_alphabetic());
-            if digits.is_empty() || digits.parse::<f64>().is_err() || !r.ends_with("bit") {
-                bail!("--rates {r}: give a rate as tc reads it (100mbit, 1gbit) or `unshaped`");
-            }
+            ours::rate_bits(&r)?;
             Ok(Rate {
                 label: r.clone(),
                 tc: Some(r),

@@ -57,25 +57,32 @@ pub const ROWS: &[Row] = &[
 /// The step at which PowerSGD starts compressing on both sides.
 pub const POWERSGD_START: usize = 10;
 
-/// The token-bucket depth for a link of `rate`: 128 µs of it, at least 2 kB (one
-/// packet): the 16 kB that held 1 Gbit/s in scripts/netem.sh's measurements, one packet
-/// at 100 Mbit/s, and 160 kB at 10 Gbit/s, where a shallower bucket cannot be refilled
-/// often enough to hold the rate.
-pub fn burst(rate: &str) -> Result<String> {
+/// A tc rate (`100mbit`, `1gbit`, ...) in bit/s; an error naming the rate otherwise.
+pub fn rate_bits(rate: &str) -> Result<f64> {
     let (num, unit) = rate.split_at(
         rate.find(|c: char| c.is_ascii_alphabetic())
             .unwrap_or(rate.len()),
     );
-    let bits: f64 = num.parse().with_context(|| format!("the rate {rate}"))?;
     let scale = match unit {
         "bit" => 1.0,
         "kbit" => 1e3,
         "mbit" => 1e6,
         "gbit" => 1e9,
         "tbit" => 1e12,
-        _ => bail!("the rate {rate}: give it in bit, kbit, mbit, gbit or tbit"),
+        _ => bail!("--rates {rate}: give a rate as tc reads it (100mbit, 1gbit) or `unshaped`"),
     };
-    let bytes = (bits * scale * 128e-6 / 8.0).max(2000.0);
+    match num.parse::<f64>() {
+        Ok(bits) if bits > 0.0 && bits.is_finite() => Ok(bits * scale),
+        _ => bail!("--rates {rate}: give a rate as tc reads it (100mbit, 1gbit) or `unshaped`"),
+    }
+}
+
+/// The token-bucket depth for a link of `rate`: 128 µs of it, at least 2 kB (one
+/// packet): the 16 kB that held 1 Gbit/s in scripts/netem.sh's measurements, one packet
+/// at 100 Mbit/s, and 160 kB at 10 Gbit/s, where a shallower bucket cannot be refilled
+/// often enough to hold the rate.
+pub fn burst(rate: &str) -> Result<String> {
+    let bytes = (rate_bits(rate)? * 128e-6 / 8.0).max(2000.0);
     Ok(format!("{}b", bytes.round() as u64))
 }
 
